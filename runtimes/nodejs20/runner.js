@@ -1,0 +1,84 @@
+// @ts-check
+'use strict';
+/**
+ * sless nodejs20 one-shot runner (FunctionJob and cron runs): the event comes
+ * from SLESS_EVENT, the handler is called once, its result is printed as JSON.
+ *
+ * Exit codes: 0 success (JSON + newline on stdout), 1 handler error or load
+ * failure (details on stderr), 2 SLESS_EVENT is not a JSON object,
+ * 124 timeout (like coreutils `timeout`).
+ * The process exits explicitly, so timers or sockets the handler left open
+ * (a database pool, say) never keep a finished job alive.
+ */
+
+const rt = require('./sless-runtime.js');
+
+const EXIT_ERROR = 1;
+const EXIT_BAD_EVENT = 2;
+const EXIT_TIMEOUT = 124;
+
+/**
+ * Write, then exit once the data is flushed (stdout may be a pipe).
+ * @param {NodeJS.WriteStream} stream
+ * @param {string} text
+ * @param {number} code
+ */
+function writeAndExit(stream, text, code) {
+  stream.write(text, () => process.exit(code));
+}
+
+/**
+ * @param {string | undefined} raw
+ * @returns {object}
+ */
+function parseEvent(raw) {
+  if (raw === undefined || raw.trim() === '') return {};
+  let event;
+  try {
+    event = JSON.parse(raw);
+  } catch (err) {
+    writeAndExit(process.stderr, `sless-runner: SLESS_EVENT is not valid JSON: ${rt.describeError(err).error}\n`, EXIT_BAD_EVENT);
+    return undefined;
+  }
+  if (event === null || typeof event !== 'object' || Array.isArray(event)) {
+    writeAndExit(process.stderr, 'sless-runner: SLESS_EVENT must be a JSON object\n', EXIT_BAD_EVENT);
+    return undefined;
+  }
+  return event;
+}
+
+async function main() {
+  rt.installProcessGuards();
+  const event = parseEvent(process.env.SLESS_EVENT);
+  if (event === undefined) return;
+  let config;
+  let handler;
+  try {
+    config = rt.loadConfig();
+    handler = await rt.loadHandler(config);
+  } catch (err) {
+    rt.logError('cannot load the function', err);
+    process.exit(EXIT_ERROR);
+  }
+  let result;
+  try {
+    result = await rt.invoke(handler, event, Math.min(config.timeoutSec, 2_147_483));
+  } catch (err) {
+    if (err instanceof rt.TimeoutError) {
+      writeAndExit(process.stderr, `${err.message}\n`, EXIT_TIMEOUT);
+      return;
+    }
+    rt.logError('handler failed', err);
+    process.exit(EXIT_ERROR);
+  }
+  let text;
+  try {
+    text = rt.jsonText(result);
+  } catch (err) {
+    rt.logError('cannot encode the result as JSON', err);
+    process.exit(EXIT_ERROR);
+  }
+  writeAndExit(process.stdout, `${text}\n`, 0);
+}
+
+main();

@@ -1,0 +1,282 @@
+// @ts-check
+'use strict';
+/**
+ * sless nodejs20 HTTP wrapper: loads the user's handler once, then calls it once
+ * per request (see runtimes/README.md and the runtime contract).
+ *
+ * One event loop serves every connection, so async handlers run concurrently;
+ * a synchronous handler that never returns blocks the whole process (documented).
+ */
+
+const http = require('node:http');
+const rt = require('./sless-runtime.js');
+
+/**
+ * Idle keep-alive connections live longer than any upstream pool keeps them
+ * (the invoke proxy, ingress controllers, load balancers use <= 60 s), so the
+ * client side always closes first and never sends into a connection this side
+ * is closing at the same moment (that race shows up as sporadic 502s).
+ */
+const KEEP_ALIVE_TIMEOUT_MS = 65_000;
+
+/** setTimeout's limit; longer timeouts would fire at once. */
+const MAX_TIMER_MS = 2_147_483_647;
+
+const EMPTY = Buffer.alloc(0);
+const HEALTH_OK = rt.toHttpResult({ status: 'ok' });
+
+/**
+ * @param {import('./sless-runtime.js').Config} config
+ * @param {(event: object, context: object) => unknown} handler
+ */
+function createServer(config, handler) {
+  const timeoutSec = Math.min(config.timeoutSec, MAX_TIMER_MS / 1000);
+  let inFlight = 0;
+  let draining = false;
+  /** @type {(() => void) | undefined} */
+  let onIdle;
+
+  /**
+   * @param {http.IncomingMessage} req
+   * @param {http.ServerResponse} res
+   * @param {import('./sless-runtime.js').HttpResult} result
+   */
+  function send(req, res, result) {
+    if (res.headersSent || res.destroyed) return;
+    const { status } = result;
+    const headers = result.headers;
+    const bodyless = status === 204 || status === 304;
+    if (!bodyless) headers['content-length'] = String(result.body.length);
+    if (draining) headers.connection = 'close';
+    try {
+      res.writeHead(status, headers);
+    } catch (err) {
+      // An invalid header name/value from the handler: nothing has been written yet.
+      rt.logError('invalid response from handler', err);
+      const fallback = rt.errorResult(500, `invalid response: ${rt.describeError(err).error}`, 'InvalidResponse');
+      fallback.headers['content-length'] = String(fallback.body.length);
+      if (draining) fallback.headers.connection = 'close';
+      res.writeHead(500, fallback.headers);
+      res.end(fallback.body);
+      return;
+    }
+    res.end(bodyless ? undefined : result.body);
+  }
+
+  /**
+   * @param {http.IncomingMessage} req
+   * @param {http.ServerResponse} res
+   */
+  function tooLarge(req, res) {
+    const result = rt.errorResult(413, `request body exceeds ${config.maxBodyBytes} bytes`, 'PayloadTooLarge');
+    result.headers.connection = 'close';
+    send(req, res, result);
+  }
+
+  /**
+   * @param {http.IncomingMessage} req
+   * @param {http.ServerResponse} res
+   * @param {string} url
+   */
+  function reserved(req, res, url) {
+    const q = url.indexOf('?');
+    const p = q === -1 ? url : url.slice(0, q);
+    if (p === '/_/health') {
+      if (req.method !== 'GET' && req.method !== 'HEAD') {
+        const result = rt.errorResult(405, `method ${req.method} not allowed on ${p}`, 'MethodNotAllowed');
+        result.headers.allow = 'GET, HEAD';
+        send(req, res, result);
+      } else if (draining) {
+        send(req, res, rt.errorResult(503, 'shutting down', 'Draining'));
+      } else {
+        send(req, res, { ...HEALTH_OK, headers: { ...HEALTH_OK.headers } });
+      }
+      return;
+    }
+    send(req, res, rt.errorResult(404, `no such path: ${p}`, 'NotFound'));
+  }
+
+  /**
+   * @param {http.IncomingMessage} req
+   * @param {http.ServerResponse} res
+   * @param {Buffer} body
+   */
+  function dispatch(req, res, body) {
+    const url = req.url || '/';
+    if (url.startsWith('/_/')) {
+      reserved(req, res, url);
+      return;
+    }
+    const event = rt.buildEvent(req.method || 'GET', url, req.rawHeaders, body);
+    rt.invoke(handler, event, timeoutSec).then(
+      (value) => {
+        let result;
+        try {
+          result = rt.toHttpResult(value);
+        } catch (err) {
+          rt.logError(`cannot send the result of ${req.method} ${url}`, err);
+          const { error, type } = rt.describeError(err);
+          result = rt.errorResult(500, error, type);
+        }
+        send(req, res, result);
+      },
+      (err) => {
+        if (err instanceof rt.TimeoutError) {
+          process.stderr.write(`sless-runtime: ${req.method} ${url}: ${err.message}\n`);
+          send(req, res, rt.errorResult(504, err.message, 'Timeout'));
+          return;
+        }
+        rt.logError(`handler failed on ${req.method} ${url}`, err);
+        const { error, type } = rt.describeError(err);
+        send(req, res, rt.errorResult(500, error, type));
+      },
+    );
+  }
+
+  /**
+   * Count a request as in flight until its response is sent or aborted.
+   * @param {http.ServerResponse} res
+   */
+  function track(res) {
+    inFlight++;
+    res.once('close', () => {
+      inFlight--;
+      if (inFlight === 0 && onIdle) onIdle();
+    });
+  }
+
+  /**
+   * @param {http.IncomingMessage} req
+   * @param {http.ServerResponse} res
+   */
+  function onRequest(req, res) {
+    track(res);
+    const headers = req.headers;
+    const length = headers['content-length'];
+    if (length === undefined && headers['transfer-encoding'] === undefined) {
+      dispatch(req, res, EMPTY); // the common GET: no body, no extra event-loop turn
+      return;
+    }
+    if (length !== undefined && Number(length) > config.maxBodyBytes) {
+      tooLarge(req, res);
+      return;
+    }
+    /** @type {Buffer[]} */
+    const chunks = [];
+    let size = 0;
+    let rejected = false;
+    req.on('data', (/** @type {Buffer} */ chunk) => {
+      if (rejected) return;
+      size += chunk.length;
+      if (size > config.maxBodyBytes) {
+        rejected = true; // counted while reading chunked: stop keeping it, answer now
+        chunks.length = 0;
+        tooLarge(req, res);
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => {
+      if (!rejected) dispatch(req, res, chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
+    });
+    req.on('error', () => {
+      // The client went away mid-body; 'close' on res does the bookkeeping.
+    });
+  }
+
+  const server = http.createServer({ noDelay: true }, onRequest);
+  server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
+
+  // Bodies larger than the limit are refused before the client sends them.
+  server.on('checkContinue', (req, res) => {
+    const length = req.headers['content-length'];
+    if (length !== undefined && Number(length) > config.maxBodyBytes) {
+      track(res);
+      tooLarge(req, res);
+      return;
+    }
+    res.writeContinue();
+    onRequest(req, res);
+  });
+
+  // Malformed requests get the same JSON error shape as everything else.
+  server.on('clientError', (err, socket) => {
+    const code = /** @type {NodeJS.ErrnoException} */ (err).code;
+    if (code === 'ECONNRESET' || !socket.writable) {
+      socket.destroy();
+      return;
+    }
+    let status = 400;
+    let type = 'BadRequest';
+    if (code === 'HPE_HEADER_OVERFLOW') {
+      status = 431;
+      type = 'HeadersTooLarge';
+    } else if (code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+      status = 408;
+      type = 'RequestTimeout';
+    }
+    const body = JSON.stringify({ error: `bad request: ${err.message}`, type });
+    socket.end(
+      `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nContent-Type: application/json\r\n`
+      + `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+  });
+
+  /**
+   * SIGTERM: stop accepting, let in-flight requests finish (each answered with
+   * `Connection: close`), close idle keep-alive connections, exit 0 — at the
+   * latest after SLESS_DRAIN_SEC.
+   * @param {string} signal
+   */
+  function drain(signal) {
+    if (draining) return;
+    draining = true;
+    process.stderr.write(`sless-runtime: ${signal}: draining ${inFlight} in-flight request(s)\n`);
+    const deadline = setTimeout(() => {
+      process.stderr.write(`sless-runtime: drain deadline reached, ${inFlight} request(s) abandoned\n`);
+      process.exit(0);
+    }, Math.min(config.drainSec * 1000, MAX_TIMER_MS));
+    const finish = () => {
+      clearTimeout(deadline);
+      process.exit(0);
+    };
+    // Exit once every connection is closed; in-flight ones close after their response.
+    server.close(finish);
+    server.closeIdleConnections();
+    onIdle = () => server.closeIdleConnections();
+    if (inFlight === 0) onIdle();
+  }
+
+  return { server, drain };
+}
+
+async function main() {
+  rt.installProcessGuards();
+  let config;
+  let handler;
+  try {
+    config = rt.loadConfig();
+    handler = await rt.loadHandler(config);
+  } catch (err) {
+    rt.logError('cannot load the function', err);
+    process.exit(1);
+  }
+  const { server, drain } = createServer(config, handler);
+  server.on('error', (err) => {
+    rt.logError('cannot listen', err);
+    process.exit(1);
+  });
+  server.listen(config.port, config.host, () => {
+    process.stderr.write(
+      `sless-runtime nodejs20: ${config.entrypoint} from ${config.codeDir} on http://${config.host}:${config.port}\n`,
+    );
+  });
+  process.once('SIGTERM', () => drain('SIGTERM'));
+  process.once('SIGINT', () => drain('SIGINT'));
+}
+
+if (require.main === module) {
+  main();
+}
+
+module.exports = { createServer };

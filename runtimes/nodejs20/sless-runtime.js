@@ -1,0 +1,479 @@
+// @ts-check
+'use strict';
+/**
+ * Shared core of the sless nodejs20 runtime: configuration, handler loading, the
+ * event built from an HTTP request, the invocation with its timeout, and the
+ * mapping of a handler's result to an HTTP response.
+ *
+ * server.js (HTTP wrapper) and runner.js (one-shot job runner) both use it, so
+ * the two modes load and call user code in exactly the same way.
+ * Node 20 standard library only: user images must not need an `npm install`
+ * for the wrapper itself.
+ */
+
+const path = require('node:path');
+const Module = require('node:module');
+const { isUtf8 } = require('node:buffer');
+const { pathToFileURL } = require('node:url');
+
+/**
+ * @typedef {object} Config
+ * @property {number} port
+ * @property {string} host
+ * @property {string} codeDir
+ * @property {string} entrypoint
+ * @property {string | undefined} depsDir
+ * @property {number} timeoutSec
+ * @property {number} maxBodyBytes
+ * @property {number} drainSec
+ */
+
+/**
+ * Read a positive number from the environment; a bad value is a deployment
+ * error, so it fails start-up loudly instead of silently using the default.
+ * @param {NodeJS.ProcessEnv} env
+ * @param {string} name
+ * @param {number} fallback
+ * @param {boolean} integer
+ * @returns {number}
+ */
+function numberFromEnv(env, name, fallback, integer) {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value < 0 || (integer && !Number.isInteger(value))) {
+    throw new ConfigError(`${name} must be a non-negative ${integer ? 'integer' : 'number'}, got ${JSON.stringify(raw)}`);
+  }
+  return value;
+}
+
+/** A start-up configuration problem (reported on stderr, process exits non-zero). */
+class ConfigError extends Error {
+  /** @param {string} message */
+  constructor(message) {
+    super(message);
+    this.name = 'ConfigError';
+  }
+}
+
+/**
+ * The one typed view of the runtime's environment (see runtimes/README.md).
+ * @param {NodeJS.ProcessEnv} [env]
+ * @returns {Config}
+ */
+function loadConfig(env = process.env) {
+  const port = numberFromEnv(env, 'PORT', 8080, true);
+  if (port > 65535) throw new ConfigError(`PORT out of range: ${port}`);
+  return {
+    port,
+    host: env.SLESS_HOST || '0.0.0.0',
+    codeDir: path.resolve(env.SLESS_CODE_DIR || '/app/function'),
+    entrypoint: env.SLESS_ENTRYPOINT || 'handler.handle',
+    depsDir: env.SLESS_DEPS_DIR ? path.resolve(env.SLESS_DEPS_DIR) : undefined,
+    timeoutSec: numberFromEnv(env, 'SLESS_TIMEOUT_SEC', 30, false),
+    maxBodyBytes: numberFromEnv(env, 'SLESS_MAX_BODY_BYTES', 6291456, true),
+    drainSec: numberFromEnv(env, 'SLESS_DRAIN_SEC', 25, false),
+  };
+}
+
+/**
+ * Make `require('pkg')` from user code find packages in the dependency dir.
+ *
+ * The dir may be a `node_modules` folder itself or an install prefix that holds
+ * one (`npm install --prefix DIR`), so both DIR and DIR/node_modules become
+ * global lookup paths. Node reads NODE_PATH once at start-up; re-running
+ * Module._initPaths() is the documented-by-practice way to apply it later, and
+ * the packages' own nested node_modules keep resolving normally.
+ * @param {string | undefined} depsDir
+ */
+function addDependencyDir(depsDir) {
+  if (!depsDir) return;
+  const extra = [path.join(depsDir, 'node_modules'), depsDir];
+  const current = (process.env.NODE_PATH || '').split(path.delimiter).filter(Boolean);
+  process.env.NODE_PATH = [...extra, ...current].join(path.delimiter);
+  // @ts-ignore -- internal but stable since Node 0.x; the only way to re-read NODE_PATH.
+  Module._initPaths();
+}
+
+/**
+ * Split `module.func` at its last dot: `lib/api.handle` -> (`lib/api`, `handle`).
+ * @param {string} entrypoint
+ * @returns {{ moduleName: string, funcName: string }}
+ */
+function parseEntrypoint(entrypoint) {
+  const dot = entrypoint.lastIndexOf('.');
+  if (dot <= 0 || dot === entrypoint.length - 1) {
+    throw new ConfigError(`SLESS_ENTRYPOINT must look like "module.func", got ${JSON.stringify(entrypoint)}`);
+  }
+  return { moduleName: entrypoint.slice(0, dot), funcName: entrypoint.slice(dot + 1) };
+}
+
+/**
+ * Load the user's handler once. CommonJS is the documented form
+ * (`exports.handle = async (event) => ...`); an ES module (`.mjs`, or `.js` under
+ * `"type": "module"`) is imported instead when require() refuses it.
+ * Any failure propagates: the caller exits non-zero so the platform sees a crash.
+ * @param {Config} config
+ * @returns {Promise<(event: object, context: object) => unknown>}
+ */
+async function loadHandler(config) {
+  addDependencyDir(config.depsDir);
+  const { moduleName, funcName } = parseEntrypoint(config.entrypoint);
+  const modulePath = path.join(config.codeDir, moduleName);
+  /** @type {any} */
+  let mod;
+  try {
+    mod = require(modulePath);
+  } catch (err) {
+    if (/** @type {NodeJS.ErrnoException} */ (err).code !== 'ERR_REQUIRE_ESM') throw err;
+    mod = await import(pathToFileURL(require.resolve(modulePath)).href);
+  }
+  let func = mod == null ? undefined : mod[funcName];
+  if (func === undefined && mod && mod.default && typeof mod.default === 'object') {
+    func = mod.default[funcName]; // `export default { handle }` or a transpiled module
+  }
+  if (typeof func !== 'function') {
+    const found = func === undefined ? 'it is not exported' : `it is a ${typeof func}`;
+    throw new ConfigError(`${config.entrypoint}: ${modulePath} has no function "${funcName}" (${found})`);
+  }
+  const owner = func === mod[funcName] ? mod : mod.default;
+  return func.bind(owner);
+}
+
+/**
+ * @param {unknown} err
+ * @returns {{ error: string, type: string }}
+ */
+function describeError(err) {
+  if (err instanceof Error || (err !== null && typeof err === 'object' && 'message' in err)) {
+    const e = /** @type {Error} */ (err);
+    let type = typeof e.name === 'string' && e.name ? e.name : 'Error';
+    // `class NotFound extends Error {}` keeps name "Error"; its class name says more.
+    if (type === 'Error' && e.constructor && e.constructor.name && e.constructor.name !== 'Object') {
+      type = e.constructor.name;
+    }
+    return { error: String(e.message), type };
+  }
+  return { error: String(err), type: err === null ? 'null' : typeof err };
+}
+
+/** The handler did not settle within SLESS_TIMEOUT_SEC. */
+class TimeoutError extends Error {
+  /** @param {number} timeoutSec */
+  constructor(timeoutSec) {
+    super(`function timed out after ${timeoutSec}s`);
+    this.name = 'Timeout';
+  }
+}
+
+/**
+ * The second handler argument. `signal` aborts when the invocation times out,
+ * so async work can stop itself; it is created on first use only, because
+ * most handlers never look at it and the hot path should not pay for it.
+ */
+class InvocationContext {
+  /** @param {number} deadlineMs */
+  constructor(deadlineMs) {
+    /** Epoch milliseconds after which the caller has already been answered 504. */
+    this.deadlineMs = deadlineMs;
+    /** @type {AbortController | undefined} */
+    this._controller = undefined;
+  }
+
+  /** @returns {AbortSignal} */
+  get signal() {
+    if (!this._controller) this._controller = new AbortController();
+    return this._controller.signal;
+  }
+
+  /** @returns {number} milliseconds left before the timeout */
+  remainingMs() {
+    return Math.max(0, this.deadlineMs - Date.now());
+  }
+
+  /** @param {Error} reason */
+  _abort(reason) {
+    if (this._controller) this._controller.abort(reason);
+  }
+}
+
+/**
+ * Call the handler once with a timeout. A synchronous result settles at once
+ * (no timer is armed: nothing could interrupt a synchronous call anyway); a
+ * promise races a timer. After a timeout the handler's promise keeps running;
+ * its eventual rejection is logged and otherwise ignored.
+ * @param {(event: object, context: object) => unknown} handler
+ * @param {object} event
+ * @param {number} timeoutSec
+ * @returns {Promise<unknown>} rejects with the handler's error or a TimeoutError
+ */
+function invoke(handler, event, timeoutSec) {
+  const timeoutMs = timeoutSec * 1000;
+  const context = new InvocationContext(Date.now() + timeoutMs);
+  /** @type {unknown} */
+  let result;
+  try {
+    result = handler(event, context);
+  } catch (err) {
+    return Promise.reject(err);
+  }
+  if (!isThenable(result)) return Promise.resolve(result);
+  const pending = Promise.resolve(result);
+  return new Promise((resolve, reject) => {
+    let settled = false;
+    const timer = setTimeout(() => {
+      settled = true;
+      const err = new TimeoutError(timeoutSec);
+      context._abort(err);
+      pending.catch((late) => logError('handler failed after its timeout', late));
+      reject(err);
+    }, timeoutMs);
+    pending.then(
+      (value) => {
+        if (settled) return;
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (err) => {
+        if (settled) return;
+        clearTimeout(timer);
+        reject(err);
+      },
+    );
+  });
+}
+
+/**
+ * @param {unknown} value
+ * @returns {value is PromiseLike<unknown>}
+ */
+function isThenable(value) {
+  return value !== null && (typeof value === 'object' || typeof value === 'function')
+    && typeof (/** @type {any} */ (value).then) === 'function';
+}
+
+/**
+ * Log to stderr with the stack (never to the HTTP client).
+ * @param {string} what
+ * @param {unknown} err
+ */
+function logError(what, err) {
+  const detail = err instanceof Error && err.stack ? err.stack : String(err);
+  process.stderr.write(`sless-runtime: ${what}: ${detail}\n`);
+}
+
+/**
+ * Build the event from the raw request parts (the contract's "Event" section).
+ * @param {string} method
+ * @param {string} url request target as received (`/a/b?x=1`)
+ * @param {string[]} rawHeaders alternating names and values, as node:http gives them
+ * @param {Buffer} body
+ * @returns {Record<string, unknown>}
+ */
+function buildEvent(method, url, rawHeaders, body) {
+  /** @type {Record<string, unknown>} */
+  let event = {};
+  if (body.length > 0) {
+    if (!isUtf8(body)) {
+      event = { body: body.toString('base64'), isBase64Encoded: true };
+    } else {
+      const text = body.toString('utf8');
+      const parsed = looksLikeJsonObject(text) ? tryParseJson(text) : undefined;
+      if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)) {
+        event = /** @type {Record<string, unknown>} */ (parsed);
+      } else {
+        event = { body: text };
+      }
+    }
+  }
+  const { path: reqPath, query } = splitTarget(url);
+  const headers = headerObject(rawHeaders);
+  event._method = method.toUpperCase();
+  event._path = reqPath;
+  event._query = query;
+  event._headers = headers;
+  event._accept = typeof headers.accept === 'string' ? headers.accept : '';
+  return event;
+}
+
+/** @param {string} text */
+function looksLikeJsonObject(text) {
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x7b) return true; // '{'
+    if (c !== 0x20 && c !== 0x09 && c !== 0x0a && c !== 0x0d) return false;
+  }
+  return false;
+}
+
+/** @param {string} text */
+function tryParseJson(text) {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Path without the query, and the query as a plain object (a repeated key keeps
+ * its last value). Object.fromEntries defines own properties, so a key such as
+ * `__proto__` is data, never a prototype change.
+ * @param {string} url
+ * @returns {{ path: string, query: Record<string, string> }}
+ */
+function splitTarget(url) {
+  let target = url;
+  if (!target.startsWith('/') && target !== '*') {
+    try {
+      const parsed = new URL(target); // absolute-form request target
+      target = parsed.pathname + parsed.search;
+    } catch {
+      // leave it as received
+    }
+  }
+  const q = target.indexOf('?');
+  if (q === -1) return { path: target, query: {} };
+  return {
+    path: target.slice(0, q),
+    query: Object.fromEntries(new URLSearchParams(target.slice(q + 1))),
+  };
+}
+
+/**
+ * Lower-case names; a repeated header's values joined with ", " (node:http's own
+ * req.headers drops duplicates of some headers and joins cookies with "; ").
+ * @param {string[]} rawHeaders
+ * @returns {Record<string, string>}
+ */
+function headerObject(rawHeaders) {
+  /** @type {Map<string, string>} */
+  const map = new Map();
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i].toLowerCase();
+    const previous = map.get(name);
+    map.set(name, previous === undefined ? rawHeaders[i + 1] : `${previous}, ${rawHeaders[i + 1]}`);
+  }
+  return Object.fromEntries(map);
+}
+
+/**
+ * @typedef {object} HttpResult
+ * @property {number} status
+ * @property {Record<string, string | string[]>} headers
+ * @property {Buffer} body
+ */
+
+const TEXT = 'text/plain; charset=utf-8';
+const HTML = 'text/html; charset=utf-8';
+const JSON_TYPE = 'application/json';
+
+/**
+ * Map a handler's return value to a response (the contract's "Result mapping").
+ * Throws (TypeError/RangeError) for values that cannot be sent, e.g. a BigInt,
+ * a cycle, or a status outside 100..599; the server turns that into a 500.
+ * @param {unknown} result
+ * @returns {HttpResult}
+ */
+function toHttpResult(result) {
+  if (typeof result === 'string') {
+    return { status: 200, headers: { 'content-type': startsWithTag(result) ? HTML : TEXT }, body: Buffer.from(result) };
+  }
+  if (result !== null && typeof result === 'object' && !Array.isArray(result)
+      && Number.isInteger(/** @type {any} */ (result).statusCode)) {
+    return fromResponseDescription(/** @type {Record<string, unknown>} */ (result));
+  }
+  return { status: 200, headers: { 'content-type': JSON_TYPE }, body: Buffer.from(jsonText(result)) };
+}
+
+/** @param {string} s */
+function startsWithTag(s) {
+  return s.trimStart().startsWith('<');
+}
+
+/**
+ * JSON for any result; `undefined` (a handler that returns nothing) is null.
+ * @param {unknown} value
+ * @returns {string}
+ */
+function jsonText(value) {
+  const text = JSON.stringify(value === undefined ? null : value);
+  if (text === undefined) throw new TypeError(`cannot encode a ${typeof value} as JSON`);
+  return text;
+}
+
+/**
+ * @param {Record<string, unknown>} desc
+ * @returns {HttpResult}
+ */
+function fromResponseDescription(desc) {
+  const status = /** @type {number} */ (desc.statusCode);
+  if (status < 100 || status > 599) throw new RangeError(`statusCode out of range: ${status}`);
+  /** @type {Record<string, string | string[]>} */
+  const headers = {};
+  if (desc.headers !== undefined && desc.headers !== null) {
+    if (typeof desc.headers !== 'object' || Array.isArray(desc.headers)) {
+      throw new TypeError('headers must be an object of strings');
+    }
+    for (const [name, value] of Object.entries(desc.headers)) {
+      const key = name.toLowerCase();
+      if (key === 'content-length' || key === 'transfer-encoding') continue; // framing is ours
+      headers[key] = Array.isArray(value) ? value.map(String) : String(value);
+    }
+  }
+  const raw = desc.body;
+  let body;
+  if (raw === undefined || raw === null) {
+    body = Buffer.alloc(0);
+  } else if (typeof raw === 'string') {
+    body = desc.isBase64Encoded === true ? Buffer.from(raw, 'base64') : Buffer.from(raw);
+    if (!('content-type' in headers)) headers['content-type'] = TEXT;
+  } else {
+    body = Buffer.from(jsonText(raw));
+    if (!('content-type' in headers)) headers['content-type'] = JSON_TYPE;
+  }
+  return { status, headers, body };
+}
+
+/**
+ * The JSON error body every failure uses: {"error": ..., "type": ...}.
+ * @param {number} status
+ * @param {string} message
+ * @param {string} type
+ * @returns {HttpResult}
+ */
+function errorResult(status, message, type) {
+  return {
+    status,
+    headers: { 'content-type': JSON_TYPE },
+    body: Buffer.from(JSON.stringify({ error: message, type })),
+  };
+}
+
+/**
+ * Keep the process alive when user code leaves a stray rejection or throws from
+ * a callback: one bad invocation must not take down the others. The request
+ * that caused it, if still waiting, ends by its own timeout.
+ */
+function installProcessGuards() {
+  process.on('unhandledRejection', (reason) => logError('unhandled promise rejection', reason));
+  process.on('uncaughtException', (err) => logError('uncaught exception', err));
+}
+
+module.exports = {
+  ConfigError,
+  TimeoutError,
+  InvocationContext,
+  loadConfig,
+  loadHandler,
+  parseEntrypoint,
+  addDependencyDir,
+  invoke,
+  buildEvent,
+  toHttpResult,
+  errorResult,
+  describeError,
+  logError,
+  installProcessGuards,
+  jsonText,
+};
