@@ -1,0 +1,607 @@
+"""The runtime contract (runtimes/README.md), checked against every runtime.
+
+Each test starts the real runtime server (or runner) as a process on a loopback
+port with the shared test function of tests/runtimes/functions/<runtime>/ and
+talks plain HTTP to it. Timed assertions are generous: they separate "served
+concurrently" from "served one after another", not fast from slow.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import requests
+
+# Fixture types (see conftest.py); spelled out here so the module imports nothing from it.
+RuntimeServer = Any
+ServerFactory = Callable[..., Any]
+RunnerFactory = Callable[..., Any]
+LoadFailure = Callable[..., str]
+
+MIB = 1024 * 1024
+
+#: Expected "type" of a handler failure (None: any non-empty string).
+ERROR_TYPE = {"python3.11": "ValueError", "nodejs20": "Error", "go1.23": None}
+CRASH_TYPE = {"python3.11": "ZeroDivisionError", "nodejs20": "TypeError", "go1.23": "panic"}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def assert_error_body(resp: requests.Response, status: int, type_: str | None = None) -> dict[str, Any]:
+    """The response is ``status`` with a JSON {"error", "type"} body and no stack trace."""
+    assert resp.status_code == status, resp.text
+    assert resp.headers["Content-Type"].startswith("application/json")
+    body = resp.json()
+    assert isinstance(body, dict)
+    assert isinstance(body.get("error"), str) and body["error"]
+    assert isinstance(body.get("type"), str) and body["type"]
+    if type_ is not None:
+        assert body["type"] == type_
+    assert "Traceback" not in resp.text and "    at " not in resp.text and "goroutine " not in resp.text
+    return body
+
+
+def assert_serving(server: RuntimeServer) -> None:
+    """The server still answers a normal request."""
+    resp = requests.get(f"{server.url}/text", timeout=10)
+    assert resp.status_code == 200
+    assert resp.text == "hello"
+
+
+def raw_request(port: int, data: bytes, timeout: float = 10.0) -> tuple[socket.socket, bytes]:
+    """Send raw bytes and read until the headers of the response are in."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    sock.sendall(data)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    return sock, buf
+
+
+def read_until_closed(sock: socket.socket, timeout: float = 10.0) -> bytes:
+    """Read until the peer closes (EOF or reset); fails if it keeps the connection open."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+    except ConnectionResetError:
+        return data
+    except TimeoutError:
+        pytest.fail("the server kept the connection open")
+
+
+def status_of(head: bytes) -> int:
+    """Status code from raw response bytes."""
+    return int(head.split(b"\r\n", 1)[0].split(b" ")[1])
+
+
+def body_of(head_and_body: bytes) -> bytes:
+    """Body part of a raw response."""
+    return head_and_body.split(b"\r\n\r\n", 1)[1]
+
+
+# --------------------------------------------------------------------------- event
+
+
+def test_json_body_becomes_event_with_reserved_keys(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    payload = {"a": 1, "nested": {"b": [1, "x"]}, "_method": "spoofed", "_path": "/spoofed"}
+    resp = requests.post(f"{server.url}/echo?x=1", json=payload, headers={"Accept": "application/json"}, timeout=10)
+    assert resp.status_code == 200
+    assert resp.headers["Content-Type"].startswith("application/json")
+    event = resp.json()
+    assert event["a"] == 1
+    assert event["nested"] == {"b": [1, "x"]}
+    assert event["_method"] == "POST"
+    assert event["_path"] == "/echo"
+    assert event["_query"] == {"x": "1"}
+    assert event["_accept"] == "application/json"
+    assert event["_headers"]["content-type"] == "application/json"
+    assert "body" not in event
+
+
+def test_text_body_becomes_event_body(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    resp = requests.post(f"{server.url}/echo", data="hello world", headers={"Content-Type": "text/plain"}, timeout=10)
+    event = resp.json()
+    assert event["body"] == "hello world"
+    assert event["_method"] == "POST"
+    assert "isBase64Encoded" not in event or event["isBase64Encoded"] is False
+
+
+@pytest.mark.parametrize("body", ["[1, 2]", "42", '"str"', "{not json", "null"])
+def test_non_object_json_body_is_passed_as_text(runtime: str, start_server: ServerFactory, body: str) -> None:
+    server = start_server(runtime)
+    resp = requests.post(f"{server.url}/echo", data=body, headers={"Content-Type": "application/json"}, timeout=10)
+    assert resp.json()["body"] == body
+
+
+def test_empty_body_has_no_body_key(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    event = requests.get(f"{server.url}/echo", timeout=10).json()
+    assert "body" not in event
+    assert event["_method"] == "GET"
+
+
+def test_query_headers_and_path_in_event(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    conn = server.connection()
+    conn.putrequest("GET", "/a/b/echo?x=1&y=two&x=3&sp=a+b&enc=%2F%20&flag", skip_accept_encoding=True)
+    conn.putheader("X-Custom", "Value-1")
+    conn.putheader("X-Multi", "a")
+    conn.putheader("X-Multi", "b")
+    conn.endheaders()
+    resp = conn.getresponse()
+    assert resp.status == 200
+    event = json.loads(resp.read())
+    conn.close()
+    assert event["_path"] == "/a/b/echo"
+    assert event["_query"] == {"x": "3", "y": "two", "sp": "a b", "enc": "/ ", "flag": ""}
+    headers = event["_headers"]
+    assert headers["x-custom"] == "Value-1"
+    assert headers["x-multi"] == "a, b"
+    assert all(k == k.lower() for k in headers)
+    assert event["_accept"] == ""
+
+
+def test_case_from_event_wins_over_path(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    resp = requests.post(f"{server.url}/echo", json={"case": "text"}, timeout=10)
+    assert resp.text == "hello"
+
+
+@pytest.mark.parametrize("method", ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+def test_all_methods_reach_the_handler(runtime: str, start_server: ServerFactory, method: str) -> None:
+    server = start_server(runtime)
+    resp = requests.request(method, f"{server.url}/echo", timeout=10)
+    assert resp.status_code == 200
+    assert resp.json()["_method"] == method
+
+
+@pytest.mark.parametrize("path", ["/text", "/echo", "/status"])
+def test_head_has_get_headers_and_no_body(runtime: str, start_server: ServerFactory, path: str) -> None:
+    server = start_server(runtime)
+    get = requests.get(f"{server.url}{path}", timeout=10)
+    conn = server.connection()
+    conn.request("HEAD", path)
+    resp = conn.getresponse()
+    assert resp.status == get.status_code
+    assert resp.getheader("Content-Type") == get.headers["Content-Type"]
+    if path != "/echo":  # the echoed event differs (method), so its length may differ
+        assert resp.getheader("Content-Length") == get.headers["Content-Length"]
+    assert resp.read() == b""
+    # The connection is still usable after a HEAD (no stray body bytes on the wire).
+    conn.request("GET", "/text")
+    again = conn.getresponse()
+    assert again.read() == b"hello"
+    conn.close()
+
+
+# --------------------------------------------------------------------------- bodies
+
+
+def test_one_mib_multibyte_text_is_byte_exact(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    unit = "aé€😀ß\n"  # 1-, 2-, 3- and 4-byte UTF-8 sequences
+    text = (unit * (MIB // len(unit.encode()) + 1))
+    data = text.encode()[:MIB]
+    data = data[: len(data.decode("utf-8", errors="ignore").encode())]  # cut on a character boundary
+    resp = requests.post(f"{server.url}/raw", data=data, headers={"Content-Type": "text/plain"}, timeout=30)
+    assert resp.status_code == 200
+    assert resp.headers["Content-Type"] == "text/plain; charset=utf-8"
+    assert resp.content == data
+    assert int(resp.headers["Content-Length"]) == len(data)
+
+
+def test_one_mib_binary_round_trips_via_base64(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    data = b"\xff\xfe\x00" + os.urandom(MIB - 3)
+    resp = requests.post(
+        f"{server.url}/raw", data=data, headers={"Content-Type": "application/octet-stream"}, timeout=30
+    )
+    assert resp.status_code == 200
+    assert resp.headers["Content-Type"] == "application/octet-stream"
+    assert resp.content == data
+
+
+def test_binary_body_is_base64_in_event(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    data = b"\x80\x81abc\xff"
+    event = requests.post(f"{server.url}/echo", data=data, timeout=10).json()
+    assert event["isBase64Encoded"] is True
+    assert base64.b64decode(event["body"]) == data
+
+
+def test_chunked_request_body_is_read(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+
+    def chunks() -> Any:
+        yield b'{"a": '
+        yield b'"chunked"}'
+
+    resp = requests.post(f"{server.url}/echo", data=chunks(), timeout=10)
+    assert resp.status_code == 200
+    assert resp.json()["a"] == "chunked"
+
+
+# --------------------------------------------------------------------------- results
+
+
+@pytest.mark.parametrize(
+    ("case", "content_type", "body"),
+    [
+        ("text", "text/plain; charset=utf-8", b"hello"),
+        ("html", "text/html; charset=utf-8", b"<h1>hi</h1>"),
+    ],
+)
+def test_string_results(runtime: str, start_server: ServerFactory, case: str, content_type: str, body: bytes) -> None:
+    server = start_server(runtime)
+    resp = requests.get(f"{server.url}/{case}", timeout=10)
+    assert resp.status_code == 200
+    assert resp.headers["Content-Type"] == content_type
+    assert resp.content == body
+
+
+def test_html_detection_skips_leading_whitespace(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    resp = requests.post(f"{server.url}/raw", data="  \n<p>x</p>", timeout=10)
+    assert resp.headers["Content-Type"] == "text/html; charset=utf-8"
+    assert resp.text == "  \n<p>x</p>"
+
+
+@pytest.mark.parametrize(("case", "value"), [("number", 42), ("list", [1, 2, 3]), ("null", None)])
+def test_json_results(runtime: str, start_server: ServerFactory, case: str, value: Any) -> None:
+    server = start_server(runtime)
+    resp = requests.get(f"{server.url}/{case}", timeout=10)
+    assert resp.status_code == 200
+    assert resp.headers["Content-Type"].startswith("application/json")
+    assert resp.json() == value
+
+
+def test_response_description(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    resp = requests.get(f"{server.url}/status", timeout=10)
+    assert resp.status_code == 201
+    assert resp.headers["X-Test"] == "yes"
+    assert resp.headers["Content-Type"].startswith("application/json")
+    assert resp.json() == {"created": True}
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_handler_error_is_500_and_server_keeps_serving(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    body = assert_error_body(requests.get(f"{server.url}/error", timeout=10), 500, ERROR_TYPE[runtime])
+    assert body["error"] == "boom"
+    assert_serving(server)
+
+
+def test_crash_is_500_and_server_keeps_serving(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    for _ in range(3):
+        assert_error_body(requests.get(f"{server.url}/crash", timeout=10), 500, CRASH_TYPE[runtime])
+    assert_serving(server)
+    assert server.proc.poll() is None
+
+
+def test_timeout_is_504_and_server_keeps_serving(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime, env={"SLESS_TIMEOUT_SEC": "1.5"})
+    started = time.monotonic()
+    resp = requests.get(f"{server.url}/slow?s=6", timeout=30)
+    elapsed = time.monotonic() - started
+    body = assert_error_body(resp, 504, "Timeout")
+    assert body["error"] == "function timed out after 1.5s"
+    assert 1.3 <= elapsed < 5.5, elapsed
+    assert_serving(server)
+    ok = requests.get(f"{server.url}/slow?s=0.1", timeout=30)
+    assert ok.status_code == 200 and ok.json() == {"slept": 0.1}
+
+
+def test_reserved_prefix(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    health = requests.get(f"{server.url}/_/health", timeout=10)
+    assert health.status_code == 200
+    assert health.json() == {"status": "ok"}
+    for path in ("/_/other", "/_/echo", "/_/health/x"):
+        assert_error_body(requests.get(f"{server.url}{path}", timeout=10), 404)
+
+
+# --------------------------------------------------------------------------- body limits
+
+
+def test_oversize_content_length_is_413_without_reading_it(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime, env={"SLESS_MAX_BODY_BYTES": "1000"})
+    # Announce 100 MiB but send only 10 bytes: the answer must come without the rest.
+    head = (
+        f"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+        f"Content-Length: {100 * MIB}\r\n\r\n"
+    ).encode()
+    sock, resp = raw_request(server.port, head + b"0123456789")
+    try:
+        assert status_of(resp) == 413
+        rest = read_until_closed(sock)
+        body = json.loads(body_of(resp + rest))
+        assert body["type"] == "PayloadTooLarge"
+    finally:
+        sock.close()
+    assert_serving(server)
+
+
+def test_oversize_body_with_requests(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime, env={"SLESS_MAX_BODY_BYTES": "1000"})
+    assert_error_body(requests.post(f"{server.url}/echo", data=b"x" * 1001, timeout=10), 413, "PayloadTooLarge")
+    at_limit = requests.post(f"{server.url}/raw", data=b"y" * 1000, timeout=10)
+    assert at_limit.status_code == 200 and at_limit.content == b"y" * 1000
+
+
+def test_oversize_chunked_is_413(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime, env={"SLESS_MAX_BODY_BYTES": "1000"})
+    head = b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    chunk = b"258\r\n" + b"z" * 600 + b"\r\n"  # 0x258 = 600 bytes; two chunks exceed 1000
+    # No terminating chunk: the server must answer once the count passes the limit.
+    sock, resp = raw_request(server.port, head + chunk + chunk)
+    try:
+        assert status_of(resp) == 413
+        rest = read_until_closed(sock)
+        assert json.loads(body_of(resp + rest))["type"] == "PayloadTooLarge"
+    finally:
+        sock.close()
+    assert_serving(server)
+
+
+# --------------------------------------------------------------------------- concurrency
+
+
+def test_slow_request_does_not_block_fast_ones(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    results: dict[str, Any] = {}
+
+    def slow() -> None:
+        results["slow"] = requests.get(f"{server.url}/slow?s=4", timeout=30)
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    for _ in range(5):
+        assert_serving(server)
+    assert time.monotonic() - started < 3.0
+    assert thread.is_alive(), "the slow request finished too early to prove anything"
+    thread.join(30)
+    assert results["slow"].status_code == 200
+
+
+def test_slow_requests_run_in_parallel(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def slow() -> None:
+        resp = requests.get(f"{server.url}/slow?s=2", timeout=60)
+        with lock:
+            statuses.append(resp.status_code)
+
+    threads = [threading.Thread(target=slow) for _ in range(8)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    elapsed = time.monotonic() - started
+    assert statuses == [200] * 8
+    assert elapsed < 8.0, f"8 x 2 s took {elapsed:.1f}s: not concurrent"
+
+
+def test_keep_alive_reuses_one_connection(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    conn = server.connection()
+    conn.request("GET", "/text")
+    assert conn.getresponse().read() == b"hello"
+    sock = conn.sock
+    latencies = []
+    for i in range(200):
+        started = time.perf_counter()
+        if i % 2:
+            body = json.dumps({"i": i}).encode()
+            conn.request("POST", "/echo", body=body, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            assert json.loads(resp.read())["i"] == i
+        else:
+            conn.request("GET", "/text")
+            resp = conn.getresponse()
+            assert resp.read() == b"hello"
+        latencies.append(time.perf_counter() - started)
+        assert resp.status == 200
+        assert conn.sock is sock, f"connection was not kept alive (request {i})"
+    conn.close()
+    latencies.sort()
+    # A delayed-ACK/Nagle stall costs ~40 ms per request; generous for a busy machine.
+    assert latencies[len(latencies) // 2] < 0.02, f"median {latencies[len(latencies) // 2] * 1000:.1f} ms"
+
+
+def test_keep_alive_after_errors(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    conn = server.connection()
+    for path, status in [("/error", 500), ("/crash", 500), ("/_/nope", 404), ("/status", 201), ("/text", 200)]:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == status
+    conn.close()
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def test_env_case_reads_process_environment(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime, env={"MY_SETTING": "from-env"})
+    assert requests.get(f"{server.url}/env?name=MY_SETTING", timeout=10).json() == {"value": "from-env"}
+    assert requests.get(f"{server.url}/env?name=SURELY_UNSET_VAR", timeout=10).json() == {"value": None}
+
+
+# --------------------------------------------------------------------------- shutdown
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_sigterm_drains_in_flight_request(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime, env={"SLESS_DRAIN_SEC": "20"})
+    results: dict[str, Any] = {}
+
+    def slow() -> None:
+        results["slow"] = requests.get(f"{server.url}/slow?s=3", timeout=30)
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    time.sleep(0.7)
+    server.proc.send_signal(signal.SIGTERM)
+    refused_while_draining = False
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline and thread.is_alive():
+        if _refused(server.port):
+            refused_while_draining = thread.is_alive()
+            break
+        time.sleep(0.1)
+    thread.join(30)
+    assert results["slow"].status_code == 200
+    assert results["slow"].json() == {"slept": 3}
+    assert server.proc.wait(timeout=15) == 0
+    assert refused_while_draining, "new connections were still accepted while draining"
+    assert _refused(server.port)
+
+
+def test_sigterm_with_idle_keep_alive_exits_promptly(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime, env={"SLESS_DRAIN_SEC": "20"})
+    conn = server.connection()
+    conn.request("GET", "/text")
+    assert conn.getresponse().read() == b"hello"  # leaves an idle keep-alive connection
+    started = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=15) == 0
+    assert time.monotonic() - started < 5.0
+    conn.close()
+
+
+def test_sigterm_drain_deadline(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime, env={"SLESS_DRAIN_SEC": "1"})
+
+    def slow() -> None:
+        try:
+            requests.get(f"{server.url}/slow?s=30", timeout=40)
+        except requests.RequestException:
+            pass
+
+    thread = threading.Thread(target=slow, daemon=True)
+    thread.start()
+    time.sleep(0.7)
+    started = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=15) == 0
+    assert time.monotonic() - started < 8.0
+
+
+# --------------------------------------------------------------------------- start-up
+
+
+def _broken_function(runtime: str, root: Path) -> Path:
+    code = root / "broken"
+    code.mkdir()
+    if runtime == "python3.11":
+        (code / "handler.py").write_text("raise RuntimeError('broken at import')\n")
+    elif runtime == "nodejs20":
+        (code / "handler.js").write_text("throw new Error('broken at import');\n")
+    else:
+        (code / "handler.go").write_text("package function\n\nfunc Handle( {\n")
+    return code
+
+
+def test_missing_entrypoint_exits_non_zero(runtime: str, load_failure: LoadFailure) -> None:
+    entry = "NoSuchFunc" if runtime == "go1.23" else "handler.no_such_func"
+    load_failure(runtime, env={"SLESS_ENTRYPOINT": entry})
+
+
+def test_missing_module_exits_non_zero(runtime: str, load_failure: LoadFailure) -> None:
+    if runtime == "go1.23":
+        pytest.skip("Go entrypoints name a function, not a module")
+    load_failure(runtime, env={"SLESS_ENTRYPOINT": "no_such_module.handle"})
+
+
+def test_broken_code_exits_non_zero(runtime: str, load_failure: LoadFailure, tmp_path: Path) -> None:
+    assert "broken" in load_failure(runtime, _broken_function(runtime, tmp_path)) or runtime == "go1.23"
+
+
+# --------------------------------------------------------------------------- runner
+
+
+def test_runner_success(runtime: str, run_runner: RunnerFactory) -> None:
+    proc = run_runner(runtime, {"case": "echo", "a": [1, "é"]})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.endswith("\n")
+    assert json.loads(proc.stdout) == {"case": "echo", "a": [1, "é"]}
+
+
+@pytest.mark.parametrize(
+    ("case", "value"), [("text", "hello"), ("html", "<h1>hi</h1>"), ("number", 42), ("null", None)]
+)
+def test_runner_prints_json(runtime: str, run_runner: RunnerFactory, case: str, value: Any) -> None:
+    proc = run_runner(runtime, {"case": case})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == value
+
+
+def test_runner_sees_environment(runtime: str, run_runner: RunnerFactory) -> None:
+    proc = run_runner(runtime, {"case": "env", "name": "JOB_SETTING"}, env={"JOB_SETTING": "42x"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"value": "42x"}
+
+
+@pytest.mark.parametrize("case", ["error", "crash"])
+def test_runner_failure(runtime: str, run_runner: RunnerFactory, case: str) -> None:
+    proc = run_runner(runtime, {"case": case})
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    if case == "error":
+        assert "boom" in proc.stderr
+    else:
+        assert proc.stderr.strip()
+
+
+def test_runner_timeout(runtime: str, run_runner: RunnerFactory) -> None:
+    started = time.monotonic()
+    proc = run_runner(runtime, {"case": "slow", "seconds": 20}, env={"SLESS_TIMEOUT_SEC": "1"})
+    assert proc.returncode == 124
+    assert "function timed out after 1s" in proc.stderr
+    assert time.monotonic() - started < 10.0
+
+
+@pytest.mark.parametrize("event", ["{not json", "[1, 2"])
+def test_runner_bad_event(runtime: str, run_runner: RunnerFactory, event: str) -> None:
+    proc = run_runner(runtime, event)
+    assert proc.returncode == 2
+    assert proc.stderr.strip()
+    assert proc.stdout == ""
