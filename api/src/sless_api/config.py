@@ -1,0 +1,61 @@
+"""The API's one typed configuration, read from the environment (every variable is in the README's table)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+MIB = 1024 * 1024
+
+
+def _int(env: Mapping[str, str], key: str, default: int) -> int:
+    raw = env.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{key} must be an integer, got {raw!r}") from exc
+
+
+def _float(env: Mapping[str, str], key: str, default: float) -> float:
+    raw = env.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{key} must be a number, got {raw!r}") from exc
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    backend: str
+    data_dir: Path
+    database_url: str
+    max_upload_bytes: int
+    max_timeout_sec: int
+    max_body_bytes: int
+    proxy_timeout_margin_sec: float
+    idle_timeout_sec: float
+    rabbitmq_url: str | None
+    public_url: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, data_dir: Path | None = None) -> ApiConfig:
+        env = os.environ if env is None else env
+        data = data_dir or Path(env.get("SLESS_DATA_DIR") or Path.home() / ".local/share/sless")
+        return cls(
+            backend=env.get("SLESS_BACKEND", "standalone"),
+            data_dir=data,
+            database_url=env.get("SLESS_DATABASE_URL") or f"sqlite:///{data / 'invocations.db'}",
+            max_upload_bytes=_int(env, "SLESS_MAX_UPLOAD_BYTES", 32 * MIB),
+            max_timeout_sec=_int(env, "SLESS_MAX_TIMEOUT_SEC", 900),
+            max_body_bytes=_int(env, "SLESS_MAX_BODY_BYTES", 6 * MIB),
+            proxy_timeout_margin_sec=_float(env, "SLESS_PROXY_TIMEOUT_MARGIN_SEC", 5.0),
+            idle_timeout_sec=_float(env, "SLESS_IDLE_TIMEOUT_SEC", 300.0),
+            rabbitmq_url=env.get("SLESS_RABBITMQ_URL") or None,
+            public_url=env.get("SLESS_PUBLIC_URL", ""),
+        )

@@ -1,0 +1,150 @@
+"""The interface between the API and a backend (standalone or Kubernetes).
+
+Resources and the invoke proxy speak only to this protocol, so the same REST surface, validation and
+error mapping serve both backends, and a backend is swapped by configuration alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from sless_core.models import FunctionSpec, JobSpec, TriggerSpec
+
+
+class PlatformError(Exception):
+    """Base of the errors a backend reports; the API maps each to one status code."""
+
+    status = 500
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class NotFound(PlatformError):
+    status = 404
+
+
+class Conflict(PlatformError):
+    status = 409
+
+
+class Unsupported(PlatformError):
+    status = 422
+
+
+class Unavailable(PlatformError):
+    """The function exists but cannot serve now (it failed to start, it is building)."""
+
+    status = 503
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+@dataclass
+class FunctionRecord:
+    namespace: str
+    spec: FunctionSpec
+    phase: str = "Pending"
+    message: str = "waiting for code: upload a zip"
+    code_hash: str | None = None
+    image: str | None = None
+    created_at: float = field(default_factory=time.time)
+    last_built_at: float | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        body = self.spec.to_dict()
+        body.update(
+            namespace=self.namespace,
+            phase=self.phase,
+            message=self.message,
+            code_hash=self.code_hash,
+            image=self.image,
+            created_at=iso(self.created_at),
+            last_built_at=iso(self.last_built_at),
+        )
+        return body
+
+
+@dataclass
+class TriggerRecord:
+    namespace: str
+    spec: TriggerSpec
+    created_at: float = field(default_factory=time.time)
+    last_fired_at: float | None = None
+    message: str = ""
+
+    def to_api(self, base_url: str = "") -> dict[str, Any]:
+        body = self.spec.to_dict()
+        body.update(namespace=self.namespace, created_at=iso(self.created_at),
+                    last_fired_at=iso(self.last_fired_at), message=self.message)
+        if self.spec.type == "http":
+            body["url"] = f"{base_url}/fn/{self.namespace}/{self.spec.function}"
+        return body
+
+
+@dataclass
+class JobRecord:
+    namespace: str
+    spec: JobSpec
+    phase: str = "Pending"
+    message: str = ""
+    started_at: float | None = None
+    completed_at: float | None = None
+    created_at: float = field(default_factory=time.time)
+
+    def to_api(self) -> dict[str, Any]:
+        body = self.spec.to_dict()
+        body.update(namespace=self.namespace, phase=self.phase, message=self.message,
+                    started_at=iso(self.started_at), completed_at=iso(self.completed_at),
+                    created_at=iso(self.created_at))
+        return body
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where and how the proxy may call a function; resolved without a backend round trip per call."""
+
+    namespace: str
+    function: str
+    timeout_sec: float
+    auth: str  # "public" or "token"
+
+
+class Platform(Protocol):
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+
+    async def ensure_namespace(self, namespace: str) -> bool: ...
+
+    async def list_functions(self, namespace: str) -> list[FunctionRecord]: ...
+    async def get_function(self, namespace: str, name: str) -> FunctionRecord: ...
+    async def create_function(self, namespace: str, spec: FunctionSpec) -> FunctionRecord: ...
+    async def update_function(self, namespace: str, name: str, patch: dict[str, Any]) -> FunctionRecord: ...
+    async def delete_function(self, namespace: str, name: str) -> None: ...
+    async def upload_code(self, namespace: str, name: str, zip_path: Path, code_hash: str) -> FunctionRecord: ...
+    async def get_source(self, namespace: str, name: str) -> list[dict[str, Any]]: ...
+
+    async def list_triggers(self, namespace: str) -> list[TriggerRecord]: ...
+    async def get_trigger(self, namespace: str, name: str) -> TriggerRecord: ...
+    async def create_trigger(self, namespace: str, spec: TriggerSpec) -> TriggerRecord: ...
+    async def patch_trigger(self, namespace: str, name: str, patch: dict[str, Any]) -> TriggerRecord: ...
+    async def delete_trigger(self, namespace: str, name: str) -> None: ...
+
+    async def create_job(self, namespace: str, spec: JobSpec) -> JobRecord: ...
+    async def get_job(self, namespace: str, name: str) -> JobRecord: ...
+    async def rerun_job(self, namespace: str, name: str, run_id: int) -> JobRecord: ...
+    async def delete_job(self, namespace: str, name: str) -> None: ...
+
+    async def route(self, namespace: str, name: str) -> Route: ...
+    def upstream(self, route: Route) -> contextlib.AbstractAsyncContextManager[str]: ...
+

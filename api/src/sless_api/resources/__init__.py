@@ -1,0 +1,1 @@
+"""Falcon resources, one module per REST resource."""

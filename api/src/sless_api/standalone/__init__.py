@@ -1,0 +1,1 @@
+"""The embedded backend: SQLite state, local builds, supervised runtime processes, in-process cron."""

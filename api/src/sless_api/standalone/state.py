@@ -1,0 +1,197 @@
+"""Desired and observed state of the standalone backend, in SQLite under the data directory.
+
+Everything needed to bring functions back after a restart lives here (specs, phases, where the built
+artifact is), so `sless up` restarted on the same data dir serves the same functions without re-upload.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sless_api.platform import FunctionRecord, JobRecord, TriggerRecord
+from sless_core.models import FunctionSpec, JobSpec, TriggerSpec
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS namespaces (name TEXT PRIMARY KEY, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS functions (
+  namespace TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL, phase TEXT NOT NULL, message TEXT NOT NULL,
+  code_hash TEXT, image TEXT, created_at REAL NOT NULL, last_built_at REAL, artifact TEXT,
+  PRIMARY KEY (namespace, name));
+CREATE TABLE IF NOT EXISTS triggers (
+  namespace TEXT NOT NULL, name TEXT NOT NULL, function TEXT NOT NULL, spec TEXT NOT NULL, created_at REAL NOT NULL,
+  last_fired_at REAL, message TEXT NOT NULL DEFAULT '', PRIMARY KEY (namespace, name));
+CREATE TABLE IF NOT EXISTS jobs (
+  namespace TEXT NOT NULL, name TEXT NOT NULL, function TEXT NOT NULL, spec TEXT NOT NULL, phase TEXT NOT NULL,
+  message TEXT NOT NULL, started_at REAL, completed_at REAL, created_at REAL NOT NULL, PRIMARY KEY (namespace, name));
+"""
+
+
+class StateStore:
+    """A small, synchronous store: every call is a short local transaction, cheap enough for the event loop."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+        self._lock = threading.RLock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _rows(self, sql: str, *args: Any) -> list[sqlite3.Row]:
+        with self._lock:
+            return list(self._db.execute(sql, args))
+
+    # namespaces
+    def ensure_namespace(self, namespace: str, now: float) -> bool:
+        with self._tx() as db:
+            cur = db.execute("INSERT OR IGNORE INTO namespaces VALUES (?, ?)", (namespace, now))
+            return cur.rowcount == 1
+
+    # functions
+    @staticmethod
+    def _function(row: sqlite3.Row) -> FunctionRecord:
+        return FunctionRecord(
+            namespace=row["namespace"], spec=FunctionSpec.from_dict(json.loads(row["spec"])), phase=row["phase"],
+            message=row["message"], code_hash=row["code_hash"], image=row["image"],
+            created_at=row["created_at"], last_built_at=row["last_built_at"],
+        )
+
+    def list_functions(self, namespace: str | None = None) -> list[FunctionRecord]:
+        if namespace is None:
+            return [self._function(r) for r in self._rows("SELECT * FROM functions ORDER BY namespace, name")]
+        rows = self._rows("SELECT * FROM functions WHERE namespace = ? ORDER BY name", namespace)
+        return [self._function(r) for r in rows]
+
+    def get_function(self, namespace: str, name: str) -> FunctionRecord | None:
+        rows = self._rows("SELECT * FROM functions WHERE namespace = ? AND name = ?", namespace, name)
+        return self._function(rows[0]) if rows else None
+
+    def insert_function(self, rec: FunctionRecord) -> bool:
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT OR IGNORE INTO functions VALUES (?,?,?,?,?,?,?,?,?,NULL)",
+                (rec.namespace, rec.spec.name, json.dumps(rec.spec.to_dict()), rec.phase, rec.message,
+                 rec.code_hash, rec.image, rec.created_at, rec.last_built_at),
+            )
+            return cur.rowcount == 1
+
+    def save_function(self, rec: FunctionRecord) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE functions SET spec=?, phase=?, message=?, code_hash=?, image=?, last_built_at=? "
+                "WHERE namespace=? AND name=?",
+                (json.dumps(rec.spec.to_dict()), rec.phase, rec.message, rec.code_hash, rec.image,
+                 rec.last_built_at, rec.namespace, rec.spec.name),
+            )
+
+    def set_artifact(self, namespace: str, name: str, artifact: dict[str, Any] | None) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE functions SET artifact=? WHERE namespace=? AND name=?",
+                       (json.dumps(artifact) if artifact else None, namespace, name))
+
+    def get_artifact(self, namespace: str, name: str) -> dict[str, Any] | None:
+        rows = self._rows("SELECT artifact FROM functions WHERE namespace=? AND name=?", namespace, name)
+        if not rows or rows[0]["artifact"] is None:
+            return None
+        value: dict[str, Any] = json.loads(rows[0]["artifact"])
+        return value
+
+    def delete_function(self, namespace: str, name: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM functions WHERE namespace=? AND name=?", (namespace, name))
+            db.execute("DELETE FROM triggers WHERE namespace=? AND function=?", (namespace, name))
+            db.execute("DELETE FROM jobs WHERE namespace=? AND function=?", (namespace, name))
+
+    # triggers
+    @staticmethod
+    def _trigger(row: sqlite3.Row) -> TriggerRecord:
+        return TriggerRecord(namespace=row["namespace"], spec=TriggerSpec.from_dict(json.loads(row["spec"])),
+                             created_at=row["created_at"], last_fired_at=row["last_fired_at"],
+                             message=row["message"])
+
+    def list_triggers(self, namespace: str | None = None, function: str | None = None) -> list[TriggerRecord]:
+        sql, args = "SELECT * FROM triggers WHERE 1=1", []
+        if namespace is not None:
+            sql, args = sql + " AND namespace = ?", [*args, namespace]
+        if function is not None:
+            sql, args = sql + " AND function = ?", [*args, function]
+        return [self._trigger(r) for r in self._rows(sql + " ORDER BY namespace, name", *args)]
+
+    def get_trigger(self, namespace: str, name: str) -> TriggerRecord | None:
+        rows = self._rows("SELECT * FROM triggers WHERE namespace=? AND name=?", namespace, name)
+        return self._trigger(rows[0]) if rows else None
+
+    def insert_trigger(self, rec: TriggerRecord) -> bool:
+        with self._tx() as db:
+            cur = db.execute("INSERT OR IGNORE INTO triggers VALUES (?,?,?,?,?,?,?)",
+                             (rec.namespace, rec.spec.name, rec.spec.function, json.dumps(rec.spec.to_dict()),
+                              rec.created_at, rec.last_fired_at, rec.message))
+            return cur.rowcount == 1
+
+    def save_trigger(self, rec: TriggerRecord) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE triggers SET function=?, spec=?, last_fired_at=?, message=? "
+                       "WHERE namespace=? AND name=?",
+                       (rec.spec.function, json.dumps(rec.spec.to_dict()), rec.last_fired_at, rec.message,
+                        rec.namespace, rec.spec.name))
+
+    def delete_trigger(self, namespace: str, name: str) -> bool:
+        with self._tx() as db:
+            return db.execute("DELETE FROM triggers WHERE namespace=? AND name=?", (namespace, name)).rowcount == 1
+
+    # jobs
+    @staticmethod
+    def _job(row: sqlite3.Row) -> JobRecord:
+        spec = json.loads(row["spec"])
+        return JobRecord(namespace=row["namespace"], spec=JobSpec(**spec), phase=row["phase"],
+                         message=row["message"], started_at=row["started_at"],
+                         completed_at=row["completed_at"], created_at=row["created_at"])
+
+    def list_jobs(self, namespace: str | None = None) -> list[JobRecord]:
+        if namespace is None:
+            return [self._job(r) for r in self._rows("SELECT * FROM jobs")]
+        return [self._job(r) for r in self._rows("SELECT * FROM jobs WHERE namespace=? ORDER BY name", namespace)]
+
+    def get_job(self, namespace: str, name: str) -> JobRecord | None:
+        rows = self._rows("SELECT * FROM jobs WHERE namespace=? AND name=?", namespace, name)
+        return self._job(rows[0]) if rows else None
+
+    def insert_job(self, rec: JobRecord) -> bool:
+        with self._tx() as db:
+            cur = db.execute("INSERT OR IGNORE INTO jobs VALUES (?,?,?,?,?,?,?,?,?)",
+                             (rec.namespace, rec.spec.name, rec.spec.function, json.dumps(rec.spec.to_dict()),
+                              rec.phase, rec.message, rec.started_at, rec.completed_at, rec.created_at))
+            return cur.rowcount == 1
+
+    def save_job(self, rec: JobRecord) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET spec=?, phase=?, message=?, started_at=?, completed_at=? "
+                       "WHERE namespace=? AND name=?",
+                       (json.dumps(rec.spec.to_dict()), rec.phase, rec.message, rec.started_at,
+                        rec.completed_at, rec.namespace, rec.spec.name))
+
+    def delete_job(self, namespace: str, name: str) -> bool:
+        with self._tx() as db:
+            return db.execute("DELETE FROM jobs WHERE namespace=? AND name=?", (namespace, name)).rowcount == 1

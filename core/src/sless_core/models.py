@@ -1,0 +1,288 @@
+"""The resource model (Function, Trigger, FunctionJob) and its validation.
+
+Parsing is the validation: ``*.from_user(dict)`` either returns a well-formed spec or raises
+``ValidationError`` naming the field, so no half-checked dict travels further into the platform.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from croniter import croniter
+
+from sless_core.errors import ValidationError
+from sless_core.naming import validate_name
+
+RUNTIMES = ("python3.11", "nodejs20", "go1.23")
+DEFAULT_ENTRYPOINT = {"python3.11": "handler.handle", "nodejs20": "handler.handle", "go1.23": "Handle"}
+MEMORY_MIN_MB, MEMORY_MAX_MB, MEMORY_DEFAULT_MB = 64, 8192, 128
+TIMEOUT_DEFAULT_SEC = 30
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_MAX_VARS, ENV_MAX_VALUE = 100, 32 * 1024
+# The platform sets these in every function's environment; a user value would silently break the runtime.
+RESERVED_ENV = ("PORT", "SLESS_", "HOME", "PATH")
+PY_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+GO_ENTRY = re.compile(r"^[A-Z][A-Za-z0-9_]*$")
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+MAX_EVENT_BYTES = 256 * 1024
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    BUILDING = "Building"
+    READY = "Ready"
+    FAILED = "Failed"
+
+
+class JobPhase(StrEnum):
+    RECORDED = "Recorded"
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class TriggerType(StrEnum):
+    HTTP = "http"
+    CRON = "cron"
+    EVENT = "event"
+
+
+def _require_dict(body: object) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ValidationError("the request body must be a JSON object")
+    return body
+
+
+def _reject_unknown(body: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise ValidationError(f"unknown field(s): {', '.join(unknown)}", field=unknown[0])
+
+
+def _int_in(body: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{key} must be an integer", field=key)
+    if not low <= value <= high:
+        raise ValidationError(f"{key} must be between {low} and {high}", field=key)
+    return value
+
+
+def _bool(body: dict[str, Any], key: str, default: bool) -> bool:
+    value = body.get(key, default)
+    if not isinstance(value, bool):
+        raise ValidationError(f"{key} must be true or false", field=key)
+    return value
+
+
+def validate_env_vars(value: object) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError("env_vars must be an object of strings", field="env_vars")
+    if len(value) > ENV_MAX_VARS:
+        raise ValidationError(f"at most {ENV_MAX_VARS} env_vars", field="env_vars")
+    for key, val in value.items():
+        if not ENV_NAME.match(key):
+            raise ValidationError(f"invalid environment variable name {key!r}", field="env_vars")
+        if key == "PORT" or any(key.startswith(p) for p in RESERVED_ENV[1:]):
+            raise ValidationError(f"environment variable {key!r} is reserved by the platform", field="env_vars")
+        if not isinstance(val, str) or len(val) > ENV_MAX_VALUE:
+            raise ValidationError(f"env_vars[{key}] must be a string of at most {ENV_MAX_VALUE} characters",
+                                  field="env_vars")
+    return {k: value[k] for k in sorted(value)}
+
+
+def validate_entrypoint(runtime: str, value: object) -> str:
+    if value is None:
+        return DEFAULT_ENTRYPOINT[runtime]
+    pattern = GO_ENTRY if runtime == "go1.23" else PY_ENTRY
+    if not isinstance(value, str) or not pattern.match(value):
+        expected = "an exported Go function name, e.g. Handle" if runtime == "go1.23" else "module.function"
+        raise ValidationError(f"entrypoint must be {expected}", field="entrypoint")
+    return value
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """A reference to a tenant secret's key, delivered to the function as an environment variable."""
+
+    name: str
+    key: str
+    env: str
+
+
+def validate_secret_refs(value: object) -> list[SecretRef]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValidationError("secrets must be a list of {name, key, env}", field="secrets")
+    refs = []
+    for item in value:
+        if not isinstance(item, dict) or set(item) != {"name", "key", "env"}:
+            raise ValidationError("each secret reference is exactly {name, key, env}", field="secrets")
+        validate_name(item["name"], "secrets.name")
+        if not isinstance(item["key"], str) or not ENV_NAME.match(item["key"]):
+            raise ValidationError("secrets.key must be a simple identifier", field="secrets")
+        validate_env_vars({item["env"]: ""})
+        refs.append(SecretRef(item["name"], item["key"], item["env"]))
+    return refs
+
+
+@dataclass
+class FunctionSpec:
+    """What a tenant asks for; status fields live beside it in the backend's record."""
+
+    name: str
+    runtime: str
+    entrypoint: str
+    memory_mb: int = MEMORY_DEFAULT_MB
+    timeout_sec: int = TIMEOUT_DEFAULT_SEC
+    env_vars: dict[str, str] = field(default_factory=dict)
+    secrets: list[SecretRef] = field(default_factory=list)
+
+    FIELDS = frozenset({"name", "runtime", "entrypoint", "memory_mb", "timeout_sec", "env_vars", "secrets"})
+
+    @classmethod
+    def from_user(cls, body: object, max_timeout: int, name: str | None = None) -> FunctionSpec:
+        data = _require_dict(body)
+        _reject_unknown(data, set(cls.FIELDS))
+        if name is not None and data.get("name", name) != name:
+            raise ValidationError("name in the body differs from the name in the path", field="name")
+        runtime = data.get("runtime")
+        if runtime not in RUNTIMES:
+            raise ValidationError(f"runtime must be one of {', '.join(RUNTIMES)}", field="runtime")
+        return cls(
+            name=validate_name(data.get("name", name)),
+            runtime=runtime,
+            entrypoint=validate_entrypoint(runtime, data.get("entrypoint")),
+            memory_mb=_int_in(data, "memory_mb", MEMORY_DEFAULT_MB, MEMORY_MIN_MB, MEMORY_MAX_MB),
+            timeout_sec=_int_in(data, "timeout_sec", TIMEOUT_DEFAULT_SEC, 1, max_timeout),
+            env_vars=validate_env_vars(data.get("env_vars")),
+            secrets=validate_secret_refs(data.get("secrets")),
+        )
+
+    def updated(self, patch: object, max_timeout: int) -> FunctionSpec:
+        """The spec with ``patch`` applied; a changed runtime resets a default entrypoint."""
+        data = _require_dict(patch)
+        merged = self.to_dict()
+        if "runtime" in data and "entrypoint" not in data and self.entrypoint == DEFAULT_ENTRYPOINT[self.runtime]:
+            merged.pop("entrypoint")
+        merged.update(data)
+        return FunctionSpec.from_user(merged, max_timeout, name=self.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FunctionSpec:
+        """Trusting constructor for records we stored ourselves."""
+        values = dict(data)
+        values["secrets"] = [SecretRef(**s) for s in values.get("secrets", [])]
+        return cls(**{k: v for k, v in values.items() if k in cls.FIELDS})
+
+
+def validate_cron(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError("schedule is required for cron triggers", field="schedule")
+    schedule = " ".join(value.split())
+    if len(schedule.split(" ")) != 5 or not croniter.is_valid(schedule):
+        raise ValidationError(
+            f"schedule {value!r} is not a valid 5-field cron expression (minute hour day month weekday)",
+            field="schedule",
+        )
+    return schedule
+
+
+@dataclass
+class TriggerSpec:
+    name: str
+    type: str
+    function: str
+    enabled: bool = True
+    schedule: str | None = None
+    queue: str | None = None
+    auth: str = "public"
+
+    FIELDS = frozenset({"name", "type", "function", "enabled", "schedule", "queue", "auth"})
+
+    @classmethod
+    def from_user(cls, body: object) -> TriggerSpec:
+        data = _require_dict(body)
+        _reject_unknown(data, set(cls.FIELDS))
+        kind = data.get("type")
+        if kind not in tuple(TriggerType):
+            raise ValidationError("type must be one of http, cron, event", field="type")
+        auth = data.get("auth", "public")
+        if auth not in ("public", "token"):
+            raise ValidationError("auth must be public or token", field="auth")
+        schedule = validate_cron(data.get("schedule")) if kind == TriggerType.CRON else None
+        queue = None
+        if kind == TriggerType.EVENT:
+            queue = data.get("queue")
+            if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
+                raise ValidationError("queue is required for event triggers: 1-200 of [A-Za-z0-9_.:-]",
+                                      field="queue")
+        for key, kinds in (("schedule", (TriggerType.CRON,)), ("queue", (TriggerType.EVENT,))):
+            if data.get(key) is not None and kind not in kinds:
+                raise ValidationError(f"{key} applies only to {kinds[0].value} triggers", field=key)
+        return cls(
+            name=validate_name(data.get("name")),
+            type=kind,
+            function=validate_name(data.get("function"), "function"),
+            enabled=_bool(data, "enabled", True),
+            schedule=schedule,
+            queue=queue,
+            auth=auth,
+        )
+
+    def patched(self, patch: object) -> TriggerSpec:
+        data = _require_dict(patch)
+        for fixed in ("name", "type"):
+            if fixed in data and data[fixed] != getattr(self, fixed):
+                raise ValidationError(f"{fixed} cannot be changed; delete and re-create the trigger", field=fixed)
+        merged = self.to_dict()
+        merged.update(data)
+        return TriggerSpec.from_user({k: v for k, v in merged.items() if v is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TriggerSpec:
+        return cls(**{k: v for k, v in data.items() if k in cls.FIELDS})
+
+
+@dataclass
+class JobSpec:
+    name: str
+    function: str
+    event: dict[str, Any]
+    run_id: int = 1
+
+    FIELDS = frozenset({"name", "function", "event", "run_id"})
+
+    @classmethod
+    def from_user(cls, body: object) -> JobSpec:
+        import json
+
+        data = _require_dict(body)
+        _reject_unknown(data, set(cls.FIELDS))
+        event = data.get("event", {})
+        if not isinstance(event, dict):
+            raise ValidationError("event must be a JSON object", field="event")
+        if len(json.dumps(event)) > MAX_EVENT_BYTES:
+            raise ValidationError(f"event must be at most {MAX_EVENT_BYTES} bytes of JSON", field="event")
+        return cls(
+            name=validate_name(data.get("name")),
+            function=validate_name(data.get("function"), "function"),
+            event=event,
+            run_id=_int_in(data, "run_id", 1, 0, 2**31 - 1),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,1 @@
+"""The sless Kopf operator: reconciles Function, Trigger and FunctionJob resources."""
