@@ -1,0 +1,461 @@
+"""Local build step of the standalone backend: dependencies and Go binaries, cached by hash.
+
+A deploy must not reinstall dependencies when only the code changed, so every
+dependency set lives in a directory keyed by the sha256 of its manifest
+(``requirements.txt``, ``package.json`` + ``package-lock.json``); Go compiles the
+user's code and its modules into one binary, so its output is keyed by code hash
+and entrypoint instead, while the module download cache and build cache are
+shared by all Go builds.
+
+Every cache entry is built in a staging directory on the same file system and
+renamed into place under an exclusive lock file, so a crash leaves no half
+entry and two concurrent builds of the same key never see each other's work:
+the second one waits for the lock and then finds the entry ready.
+
+The builder is synchronous; the standalone backend calls it from a worker thread.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+Progress = Callable[[str], None]
+
+PYTHON = "python3.11"
+NODE = "nodejs20"
+GO = "go1.23"
+
+#: Bumped when the cache layout changes, so old entries are never misread.
+CACHE_FORMAT = "1"
+#: Lines of the build log kept in BuildFailed (the Function's status message).
+LOG_TAIL_LINES = 50
+#: Environment variables of the platform process that functions and build tools may see.
+#: Anything else (SLESS_* secrets, database URLs) stays out of their environment.
+_PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+
+#: Build-log phrases that mean "the network failed", not "the request is wrong".
+#: pip prints "No matching distribution" both for a bad name and after network
+#: retries, so a network phrase anywhere in the log wins.
+_TRANSIENT = re.compile(
+    "|".join(
+        [
+            r"connection (?:reset|refused|aborted|broken)",
+            r"ConnectionResetError",
+            r"RemoteDisconnected",
+            r"IncompleteRead",
+            r"Read timed out",
+            r"ReadTimeoutError",
+            r"ConnectTimeoutError",
+            r"NewConnectionError",
+            r"Max retries exceeded",
+            r"Temporary failure in name resolution",
+            r"\b(?:ECONNRESET|ECONNREFUSED|ETIMEDOUT|EAI_AGAIN|ESOCKETTIMEDOUT|ERR_SOCKET_TIMEOUT)\b",
+            r"socket hang up",
+            r"npm (?:ERR!|error) network",
+            r"\bE(?:429|500|502|503|504)\b",
+            r"\b(?:429 Too Many Requests|500 Internal Server Error|502 Bad Gateway|503 Service Unavailable"
+            r"|504 Gateway Time-?out)\b",
+            r"i/o timeout",
+            r"TLS handshake timeout",
+            r"unexpected EOF",
+        ]
+    ),
+    re.IGNORECASE,
+)
+
+
+class BuildFailed(Exception):  # noqa: N818 -- the name is part of the backend's interface
+    """A build that cannot succeed as is; ``log_tail`` says why (last ~50 log lines)."""
+
+    def __init__(self, log_tail: str) -> None:
+        super().__init__(log_tail)
+        self.log_tail = log_tail
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """What to build: unpacked code of one function version."""
+
+    runtime: str
+    code_dir: Path
+    entrypoint: str
+    code_hash: str
+
+
+@dataclass(frozen=True)
+class BuildArtifact:
+    """A built function version: everything needed to start its server or runner."""
+
+    runtime: str
+    code_dir: Path
+    deps_dir: Path | None
+    bin_dir: Path | None
+    entrypoint: str
+    code_hash: str
+
+    def server_command(self) -> tuple[list[str], dict[str, str]]:
+        """argv and the complete environment of the HTTP server process.
+
+        The environment is complete on purpose: callers add PORT, SLESS_HOST,
+        SLESS_TIMEOUT_SEC and the function's own variables, but must not merge
+        the platform's environment in (it holds secrets).
+        """
+        return self._command("server"), self.environment()
+
+    def runner_command(self) -> tuple[list[str], dict[str, str]]:
+        """argv and the complete environment of the one-shot runner (see server_command)."""
+        return self._command("runner"), self.environment()
+
+    def environment(self) -> dict[str, str]:
+        """The contract's variables plus the few host variables a process needs to work."""
+        env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
+        env["SLESS_CODE_DIR"] = str(self.code_dir)
+        env["SLESS_ENTRYPOINT"] = self.entrypoint
+        if self.deps_dir is not None:
+            env["SLESS_DEPS_DIR"] = str(self.deps_dir)
+        return env
+
+    def _command(self, kind: str) -> list[str]:
+        if self.runtime == PYTHON:
+            # -S: no site-packages of the host interpreter, so a function sees the
+            # standard library, its code and its deps dir, exactly as in its image.
+            return [str(python_interpreter()), "-S", str(find_runtimes_dir() / PYTHON / f"{kind}.py")]
+        if self.runtime == NODE:
+            return [node_binary(), str(find_runtimes_dir() / NODE / f"{kind}.js")]
+        if self.runtime == GO:
+            if self.bin_dir is None:
+                raise ValueError("a Go artifact needs bin_dir")
+            return [str(self.bin_dir / kind)]
+        raise ValueError(f"unknown runtime {self.runtime!r}")
+
+
+def find_runtimes_dir() -> Path:
+    """The repository's ``runtimes/`` folder: $SLESS_RUNTIMES_DIR, else found above this package."""
+    override = os.environ.get("SLESS_RUNTIMES_DIR")
+    if override:
+        return Path(override)
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / "runtimes"
+        if (candidate / PYTHON).is_dir() or (candidate / NODE).is_dir():
+            return candidate
+    raise RuntimeError("cannot find the runtimes/ folder; set SLESS_RUNTIMES_DIR")
+
+
+def python_interpreter() -> Path:
+    """The Python 3.11 that runs functions and installs their dependencies.
+
+    $SLESS_PYTHON wins. Otherwise the interpreter behind this process when it is
+    3.11: its base executable, not the virtualenv's (platform packages must not
+    leak into functions) and not a pyenv shim (which adds ~100 ms per start).
+    Failing that, python3.11 from PATH, then this interpreter.
+    """
+    override = os.environ.get("SLESS_PYTHON")
+    if override:
+        return Path(override)
+    if sys.version_info[:2] == (3, 11):
+        return Path(getattr(sys, "_base_executable", "") or sys.executable)
+    found = shutil.which("python3.11")
+    return Path(found) if found else Path(sys.executable)
+
+
+def node_binary() -> str:
+    """The node executable ($SLESS_NODE or node on PATH)."""
+    return os.environ.get("SLESS_NODE") or "node"
+
+
+def tool_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for build tools: the host's minus the platform's own SLESS_* settings.
+
+    pip, npm and go need the host's proxy, registry and certificate settings, but
+    a package's install script must not read the platform's secrets.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLESS_")}
+    env.update(extra or {})
+    return env
+
+
+def sha256_hex(*parts: bytes) -> str:
+    """sha256 of length-prefixed parts (so part boundaries cannot be shifted)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def tail_lines(text: str, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of ``text``."""
+    return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+
+
+def is_transient(log: str) -> bool:
+    """Whether a failed tool's log points at the network rather than the input."""
+    return _TRANSIENT.search(log) is not None
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL a process group led by ``pid`` (ignoring one that is already gone)."""
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+@dataclass
+class _ToolRun:
+    returncode: int | None  # None: killed at the timeout
+    log: str
+    duration_s: float
+
+
+def _run_tool(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_sec: float) -> _ToolRun:
+    """Run a build tool with stdout+stderr in one log; kill its whole group at the timeout."""
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as log:
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return _ToolRun(127, f"cannot start {argv[0]}: {exc}", 0.0)
+        try:
+            returncode: int | None = proc.wait(timeout=timeout_sec)
+        except subprocess.TimeoutExpired:
+            kill_group(proc.pid)
+            proc.wait()
+            returncode = None
+        # Leftover children (a compiler server, a postinstall daemon) die with the build.
+        kill_group(proc.pid)
+        log.seek(0)
+        text = log.read().decode("utf-8", errors="replace")
+    return _ToolRun(returncode, text, time.monotonic() - started)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on ``path`` (works across processes and threads)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _meaningful_requirements(manifest: bytes) -> bool:
+    """Whether a requirements.txt names anything (blank/comment-only files install nothing)."""
+    for raw in manifest.decode("utf-8", errors="replace").splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            return True
+    return False
+
+
+class Builder:
+    """Builds function versions into a cache directory; safe to share between threads and processes."""
+
+    def __init__(
+        self,
+        cache_dir: Path,
+        *,
+        timeout_sec: float = 600.0,
+        retry_delays: Sequence[float] = (2.0, 8.0),
+        go_cache: Path | None = None,
+        go_mod_cache: Path | None = None,
+    ) -> None:
+        """``retry_delays``: backoff before each retry of a transient failure (its length = retries).
+
+        ``go_cache``/``go_mod_cache`` default to folders under ``cache_dir``; both
+        are content-addressed and locked by Go itself, so they may be shared.
+        """
+        self.cache_dir = Path(cache_dir)
+        self.timeout_sec = timeout_sec
+        self.retry_delays = tuple(retry_delays)
+        self.go_cache = go_cache or self.cache_dir / "go" / "build-cache"
+        self.go_mod_cache = go_mod_cache or self.cache_dir / "go" / "mod-cache"
+
+    # -- public -------------------------------------------------------------------------------
+
+    def build(self, req: BuildRequest, progress: Progress | None = None) -> BuildArtifact:
+        """Install dependencies / compile as the runtime needs; raises BuildFailed with the log tail."""
+        say: Progress = progress or (lambda _line: None)
+        code_dir = Path(req.code_dir).resolve()
+        if not code_dir.is_dir():
+            raise BuildFailed(f"code directory {code_dir} does not exist")
+        deps_dir: Path | None = None
+        bin_dir: Path | None = None
+        if req.runtime == PYTHON:
+            deps_dir = self._python_deps(code_dir, say)
+        elif req.runtime == NODE:
+            deps_dir = self._node_deps(code_dir, say)
+        elif req.runtime == GO:
+            bin_dir = self._go_binary(code_dir, req, say)
+        else:
+            raise ValueError(f"unknown runtime {req.runtime!r}")
+        return BuildArtifact(req.runtime, code_dir, deps_dir, bin_dir, req.entrypoint, req.code_hash)
+
+    # -- per runtime ----------------------------------------------------------------------------
+
+    def _python_deps(self, code_dir: Path, say: Progress) -> Path | None:
+        manifest_path = code_dir / "requirements.txt"
+        if not manifest_path.is_file():
+            say("dependencies: none (no requirements.txt)")
+            return None
+        manifest = manifest_path.read_bytes()
+        if not _meaningful_requirements(manifest):
+            say("dependencies: none (requirements.txt is empty)")
+            return None
+        key = sha256_hex(CACHE_FORMAT.encode(), PYTHON.encode(), manifest)
+        python = python_interpreter()
+
+        def install(staging: Path) -> None:
+            argv = [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--target",
+                str(staging),
+                "-r",
+                str(manifest_path),
+                "--no-input",
+                "--disable-pip-version-check",
+                "--no-warn-script-location",
+            ]
+            # cwd = the code, so "-r other.txt" and "./local-pkg" lines resolve against it.
+            self._run_with_retries("pip", argv, code_dir, tool_env({"PYTHONNOUSERSITE": "1"}), say)
+
+        return self._cached_entry(
+            "deps", PYTHON, key, start_line="installing dependencies (pip)...", make=install, say=say
+        )
+
+    def _node_deps(self, code_dir: Path, say: Progress) -> Path | None:
+        manifest_path = code_dir / "package.json"
+        if not manifest_path.is_file():
+            say("dependencies: none (no package.json)")
+            return None
+        lock_path = code_dir / "package-lock.json"
+        lock = lock_path.read_bytes() if lock_path.is_file() else b""
+        key = sha256_hex(CACHE_FORMAT.encode(), NODE.encode(), manifest_path.read_bytes(), lock)
+        npm = shutil.which("npm")
+        if npm is None:
+            raise BuildFailed("npm is not installed on this host (needed for package.json)")
+
+        def install(staging: Path) -> None:
+            shutil.copyfile(manifest_path, staging / "package.json")
+            if lock_path.is_file():
+                shutil.copyfile(lock_path, staging / "package-lock.json")
+            argv = [npm, "install", "--omit=dev", "--no-audit", "--no-fund", "--no-progress"]
+            self._run_with_retries("npm", argv, staging, tool_env({"NODE_ENV": "production"}), say)
+            (staging / "node_modules").mkdir(exist_ok=True)  # a package.json without dependencies
+
+        entry = self._cached_entry(
+            "deps", NODE, key, start_line="installing dependencies (npm)...", make=install, say=say
+        )
+        return entry / "node_modules"
+
+    def _go_binary(self, code_dir: Path, req: BuildRequest, say: Progress) -> Path:
+        build_sh = find_runtimes_dir() / GO / "build.sh"
+        if shutil.which("go") is None:
+            raise BuildFailed("go is not installed on this host")
+        key = sha256_hex(CACHE_FORMAT.encode(), GO.encode(), req.code_hash.encode(), req.entrypoint.encode())
+        goflags = " ".join(filter(None, [os.environ.get("GOFLAGS", ""), "-modcacherw"]))
+        env = tool_env(
+            {
+                "GOCACHE": str(self.go_cache),
+                "GOMODCACHE": str(self.go_mod_cache),
+                "GOTOOLCHAIN": "local",
+                "GOFLAGS": goflags,
+                "SLESS_ENTRYPOINT": req.entrypoint,
+            }
+        )
+
+        def compile_into(staging: Path) -> None:
+            argv = [str(build_sh), str(code_dir), str(staging)]
+            self._run_with_retries("go build", argv, code_dir, env, say)
+            missing = [name for name in ("server", "runner") if not (staging / name).is_file()]
+            if missing:
+                raise BuildFailed(f"build.sh succeeded but did not produce {', '.join(missing)}")
+
+        return self._cached_entry("bin", GO, key, start_line="compiling (go)...", make=compile_into, say=say)
+
+    # -- shared machinery ---------------------------------------------------------------------
+
+    def _cached_entry(
+        self,
+        kind: str,
+        runtime: str,
+        key: str,
+        *,
+        start_line: str,
+        make: Callable[[Path], None],
+        say: Progress,
+    ) -> Path:
+        """The cache entry ``kind/runtime/key``, made by ``make(staging)`` unless it exists."""
+        final = self.cache_dir / kind / runtime / key
+        label = "dependencies" if kind == "deps" else "binary"
+        if final.is_dir():
+            say(f"{label}: cached ({key[:12]})")
+            return final
+        tmp_root = self.cache_dir / "tmp"
+        tmp_root.mkdir(parents=True, exist_ok=True)
+        with _locked(self.cache_dir / "locks" / f"{kind}-{runtime}-{key}.lock"):
+            if final.is_dir():  # another build finished it while we waited for the lock
+                say(f"{label}: cached ({key[:12]})")
+                return final
+            prefix = f"{kind}-{runtime}-{key}."
+            for stale in tmp_root.glob(prefix + "*"):  # left by a crashed build; we hold the lock
+                shutil.rmtree(stale, ignore_errors=True)
+            staging = Path(tempfile.mkdtemp(prefix=prefix, dir=tmp_root))
+            try:
+                say(start_line)
+                started = time.monotonic()
+                make(staging)
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(staging, final)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            say(f"{label}: done in {time.monotonic() - started:.1f}s")
+        return final
+
+    def _run_with_retries(
+        self, tool: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], say: Progress
+    ) -> None:
+        """Run ``argv``; retry transient (network) failures with backoff, fail fast otherwise."""
+        attempts = len(self.retry_delays) + 1
+        for attempt in range(1, attempts + 1):
+            run = _run_tool(argv, cwd, env, self.timeout_sec)
+            if run.returncode == 0:
+                return
+            if run.returncode is None:
+                raise BuildFailed(
+                    tail_lines(run.log + f"\n{tool} timed out after {self.timeout_sec:g}s and was killed")
+                )
+            if attempt < attempts and is_transient(run.log):
+                delay = self.retry_delays[attempt - 1]
+                say(
+                    f"{tool} failed with a network error; retrying in {delay:g}s "
+                    f"(attempt {attempt + 1}/{attempts})"
+                )
+                time.sleep(delay)
+                continue
+            raise BuildFailed(tail_lines(run.log + f"\n{tool} failed with exit code {run.returncode}"))

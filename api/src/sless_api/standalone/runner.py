@@ -1,0 +1,177 @@
+"""One-shot runs of a function (FunctionJob, cron) in the standalone backend.
+
+The runtime's own runner enforces SLESS_TIMEOUT_SEC (exit 124); this module is
+the backstop for a runner that cannot stop itself (a Node handler stuck in a
+synchronous loop, a Go handler ignoring its context): after the timeout plus a
+margin the whole process group is killed. Whatever the outcome, anything the
+function left running in its process group dies with the run, so a finished
+job never leaves processes (or pipes held open) behind.
+
+Output is captured through bounded buffers, so a function that prints
+gigabytes cannot exhaust the platform's memory; the result message follows
+the FunctionJob contract: stdout (the JSON result) on success, stderr (the
+traceback) on failure, cut to ~2000 characters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import IO, Any
+
+from sless_api.standalone.builder import BuildArtifact, kill_group
+
+#: Length limit of RunResult.output (the FunctionJob's message).
+MAX_OUTPUT_CHARS = 2000
+#: Seconds the runner gets beyond the function's timeout before it is killed.
+KILL_MARGIN_SEC = 5.0
+#: Exit status of a runtime runner whose handler hit SLESS_TIMEOUT_SEC.
+EXIT_TIMEOUT = 124
+#: Bytes kept from each end of a stream (enough for MAX_OUTPUT_CHARS of any UTF-8).
+_KEEP_BYTES = 64 * 1024
+#: Seconds to wait for the output pipes to close once the process group is dead.
+_DRAIN_SEC = 5.0
+TRUNCATION_MARK = "[... truncated ...]"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Outcome of one run; ``output`` is the job's message (result JSON or error text)."""
+
+    ok: bool
+    output: str
+    exit_code: int | None  # negative: killed by that signal; None: could not start
+    duration_s: float
+    timed_out: bool = False
+
+
+class _Capture(threading.Thread):
+    """Reads a pipe to EOF keeping its first and last _KEEP_BYTES bytes."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        super().__init__(daemon=True)
+        self._fd = stream.fileno()
+        self._stream = stream
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def run(self) -> None:
+        try:
+            while chunk := os.read(self._fd, 65536):
+                self.total += len(chunk)
+                if len(self.head) < _KEEP_BYTES:
+                    self.head += chunk[: _KEEP_BYTES - len(self.head)]
+                self.tail += chunk
+                if len(self.tail) > 2 * _KEEP_BYTES:
+                    del self.tail[: len(self.tail) - _KEEP_BYTES]
+        except OSError:
+            pass
+        finally:
+            self._stream.close()
+
+    def first_text(self) -> tuple[str, bool]:
+        """The start of the stream as text, and whether more followed."""
+        return self.head.decode("utf-8", errors="replace"), self.total > len(self.head)
+
+    def last_text(self) -> tuple[str, bool]:
+        """The end of the stream as text, and whether something came before it."""
+        return self.tail.decode("utf-8", errors="replace"), self.total > len(self.tail)
+
+
+def keep_start(text: str, cut_before: bool = False, limit: int = MAX_OUTPUT_CHARS) -> str:
+    """``text`` cut to ``limit`` chars keeping its start (a JSON result reads from the front)."""
+    if len(text) <= limit and not cut_before:
+        return text
+    return text[: limit - len(TRUNCATION_MARK) - 1] + "\n" + TRUNCATION_MARK
+
+
+def keep_end(text: str, cut_before: bool = False, limit: int = MAX_OUTPUT_CHARS) -> str:
+    """``text`` cut to ``limit`` chars keeping its end (a traceback's last lines say what failed)."""
+    if len(text) <= limit and not cut_before:
+        return text
+    return TRUNCATION_MARK + "\n" + text[-(limit - len(TRUNCATION_MARK) - 1) :]
+
+
+def _wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait up to ``timeout`` for the process to exit WITHOUT reaping it.
+
+    While it is an unreaped zombie its pid cannot be reused, so killing its
+    process group afterwards cannot hit an unrelated process.
+    """
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3: reap, then kill the group (tiny race)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        readable, _, _ = select.select([pidfd], [], [], max(timeout, 0.0))
+        return bool(readable)
+    finally:
+        os.close(pidfd)
+
+
+def run_once(
+    artifact: BuildArtifact,
+    event: dict[str, Any],
+    timeout_sec: float,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> RunResult:
+    """Run the function once with ``event``; synchronous (call it from a worker thread).
+
+    ``env``: the function's own variables (the contract's SLESS_* always win).
+    """
+    argv, base_env = artifact.runner_command()
+    full_env = {**base_env, **(env or {})}
+    full_env.update(base_env)
+    full_env["SLESS_EVENT"] = json.dumps(event)
+    full_env["SLESS_TIMEOUT_SEC"] = f"{timeout_sec:g}"
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=artifact.code_dir,
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:  # e.g. E2BIG: the event does not fit into the environment
+        return RunResult(False, keep_end(f"cannot start the runner: {exc}"), None, 0.0)
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = _Capture(proc.stdout), _Capture(proc.stderr)
+    out.start()
+    err.start()
+    exited = _wait_exit(proc, timeout_sec + KILL_MARGIN_SEC)
+    kill_group(proc.pid)  # the stuck runner, or whatever it left behind
+    exit_code = proc.wait()
+    duration = time.monotonic() - started
+    out.join(_DRAIN_SEC)
+    err.join(_DRAIN_SEC)
+
+    if exited and exit_code == 0:
+        text, more = out.first_text()
+        return RunResult(True, keep_start(text.rstrip("\n"), more), 0, duration)
+    text, earlier = err.last_text()
+    text = text.rstrip("\n")
+    if not exited:
+        note = (
+            f"[sless] runner killed after {duration:.1f}s: it did not stop at its "
+            f"{timeout_sec:g}s timeout (+{KILL_MARGIN_SEC:g}s margin)"
+        )
+        text = f"{text}\n{note}" if text else note
+    elif not text:
+        text = f"[sless] runner exited with code {exit_code} and no error output"
+    timed_out = not exited or exit_code == EXIT_TIMEOUT
+    return RunResult(False, keep_end(text, earlier), exit_code, duration, timed_out)
