@@ -1,0 +1,31 @@
+"""Code storage: uploaded archives and build contexts, in S3/MinIO or a local folder."""
+
+from sless_api.storage.base import CodeStore
+from sless_api.storage.factory import store_from_env
+from sless_api.storage.keys import (
+    InvalidKeyError,
+    ObjectNotFoundError,
+    StorageError,
+    context_key,
+    function_prefixes,
+    validate_key,
+    validate_prefix,
+    zip_key,
+)
+from sless_api.storage.local import LocalCodeStore
+from sless_api.storage.s3 import S3CodeStore
+
+__all__ = [
+    "CodeStore",
+    "InvalidKeyError",
+    "LocalCodeStore",
+    "ObjectNotFoundError",
+    "S3CodeStore",
+    "StorageError",
+    "context_key",
+    "function_prefixes",
+    "store_from_env",
+    "validate_key",
+    "validate_prefix",
+    "zip_key",
+]
