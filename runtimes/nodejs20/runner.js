@@ -29,7 +29,7 @@ function writeAndExit(stream, text, code) {
 
 /**
  * @param {string | undefined} raw
- * @returns {object}
+ * @returns {object | undefined} undefined when it is unusable (the exit is already under way)
  */
 function parseEvent(raw) {
   if (raw === undefined || raw.trim() === '') return {};

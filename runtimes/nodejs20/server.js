@@ -271,8 +271,10 @@ async function main() {
       `sless-runtime nodejs20: ${config.entrypoint} from ${config.codeDir} on http://${config.host}:${config.port}\n`,
     );
   });
-  process.once('SIGTERM', () => drain('SIGTERM'));
-  process.once('SIGINT', () => drain('SIGINT'));
+  // `on`, not `once`: a repeated signal must not fall back to the default
+  // action (death by signal, a non-zero exit) in the middle of a drain.
+  process.on('SIGTERM', () => drain('SIGTERM'));
+  process.on('SIGINT', () => drain('SIGINT'));
 }
 
 if (require.main === module) {
