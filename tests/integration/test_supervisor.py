@@ -1,0 +1,528 @@
+"""The standalone backend's process supervisor against the real Python runtime.
+
+Every test starts real runtime servers (runtimes/python3.11/server.py) on
+loopback ports through the supervisor and talks HTTP to them, and every test
+ends by checking that no child process of ours is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import pytest
+from sless_api.standalone import supervisor as supervisor_module
+from sless_api.standalone.supervisor import NotDeployed, ProcessSpec, StartFailed, Supervisor
+
+REPO = Path(__file__).resolve().parents[2]
+SERVER = REPO / "runtimes" / "python3.11" / "server.py"
+
+pytestmark = pytest.mark.skipif(not SERVER.is_file(), reason="runtimes/python3.11/server.py not written yet")
+
+HANDLER = """\
+import os
+import time
+
+
+def handle(event):
+    query = event.get("_query") or {}
+    if "sleep" in query:
+        time.sleep(float(query["sleep"]))
+    if "spam" in query:
+        print("x" * int(query["spam"]), flush=True)
+    return {"version": os.environ["FN_VERSION"], "pid": os.getpid()}
+"""
+
+BROKEN_HANDLER = """\
+import no_such_module_for_sless_tests
+
+
+def handle(event):
+    return "unreachable"
+"""
+
+SLOW_IMPORT_HANDLER = """\
+import time
+
+time.sleep(60)
+
+
+def handle(event):
+    return "late"
+"""
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def write_function(root: Path, name: str, source: str) -> Path:
+    code = root / name
+    code.mkdir(parents=True, exist_ok=True)
+    (code / "handler.py").write_text(source)
+    return code
+
+
+@pytest.fixture
+def code(tmp_path: Path) -> Path:
+    """A tiny function answering with its version and pid, optionally sleeping or printing."""
+    return write_function(tmp_path, "fn", HANDLER)
+
+
+def spec(code_dir: Path, version: str) -> ProcessSpec:
+    """The Python runtime serving ``code_dir``; the version is visible in every response."""
+    env = {
+        "SLESS_CODE_DIR": str(code_dir),
+        "FN_VERSION": version,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    }
+    return ProcessSpec(argv=[sys.executable, str(SERVER)], env=env, cwd=code_dir, version=version)
+
+
+def child_pids() -> set[int]:
+    """Live or unreaped children of this test process, from /proc."""
+    me = os.getpid()
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[1]) == me:
+            found.add(int(entry.name))
+    return found
+
+
+def is_child(pid: int) -> bool:
+    return pid in child_pids()
+
+
+def run_scenario(
+    tmp_path: Path, scenario: Callable[[Supervisor], Awaitable[T]], timeout: float = 180.0, **options: Any
+) -> T:
+    """Run ``scenario`` with a fresh supervisor; close it and check no child process survives."""
+    before = child_pids()
+
+    async def main() -> T:
+        sup = Supervisor(log_dir=tmp_path / "logs", **options)
+        try:
+            return await asyncio.wait_for(scenario(sup), timeout)
+        finally:
+            await sup.close()
+
+    result = asyncio.run(main())
+    assert child_pids() - before == set(), "runtime processes survived Supervisor.close()"
+    return result
+
+
+async def get(session: aiohttp.ClientSession, base_url: str, **query: str) -> dict[str, Any]:
+    async with session.get(base_url + "/", params=query) as response:
+        text = await response.text()
+        assert response.status == 200, f"{response.status}: {text}"
+        body: dict[str, Any] = await response.json()
+        return body
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def log_text(tmp_path: Path, key: str = "fn") -> str:
+    return (tmp_path / "logs" / f"{key}.log").read_text(errors="replace")
+
+
+def starts(tmp_path: Path, key: str = "fn") -> int:
+    return log_text(tmp_path, key).count("starting version")
+
+
+def direct_start_seconds(code_dir: Path) -> float:
+    """Baseline: the runtime started by a bare Popen and polled by a tight blocking loop."""
+    port = supervisor_module.free_port()
+    env = {**spec(code_dir, "base").env, "PORT": str(port), "SLESS_HOST": "127.0.0.1"}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        while True:
+            assert proc.poll() is None, "runtime exited during the baseline start"
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+                    conn.sendall(b"GET /_/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    if conn.recv(64).split()[1:2] == [b"200"]:
+                        return time.perf_counter() - t0
+            except OSError:
+                pass
+            time.sleep(0.001)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+# ---------------------------------------------------------------------- tests
+
+
+def test_unknown_key_is_not_deployed(tmp_path: Path) -> None:
+    async def scenario(sup: Supervisor) -> None:
+        with pytest.raises(NotDeployed):
+            await sup.endpoint("nothing")
+        with pytest.raises(NotDeployed):
+            sup.status("nothing")
+        await sup.remove("nothing")  # forgetting what is not there is fine
+
+    run_scenario(tmp_path, scenario)
+
+
+def test_lazy_cold_start_then_reuse(tmp_path: Path, code: Path) -> None:
+    async def scenario(sup: Supervisor) -> list[float]:
+        await sup.deploy("fn", spec(code, "v1"))
+        status = sup.status("fn")
+        assert status["state"] == "stopped" and status["pid"] is None, "deploy() must not start lazily"
+
+        t0 = time.perf_counter()
+        url = await sup.endpoint("fn")
+        cold = [time.perf_counter() - t0]
+        async with aiohttp.ClientSession() as session:
+            first = await get(session, url)
+            t1 = time.perf_counter()
+            again = await sup.endpoint("fn")
+            warm = time.perf_counter() - t1
+            second = await get(session, again)
+        assert again == url
+        assert first == second == {"version": "v1", "pid": sup.status("fn")["pid"]}
+        status = sup.status("fn")
+        assert status["state"] == "running" and status["restarts"] == 0 and status["last_error"] is None
+        assert starts(tmp_path) == 1
+
+        # More cold starts, for the measurement only.
+        for i in range(4):
+            await sup.deploy(f"m{i}", spec(code, "v1"))
+            t0 = time.perf_counter()
+            await sup.endpoint(f"m{i}")
+            cold.append(time.perf_counter() - t0)
+        print(f"\nwarm endpoint(): {warm * 1e6:.0f} us")
+        return cold
+
+    cold = run_scenario(tmp_path, scenario)
+    baseline = [direct_start_seconds(code) for _ in range(3)]
+    print(
+        f"cold start through Supervisor.endpoint(): median {statistics.median(cold) * 1000:.0f} ms "
+        f"(all: {', '.join(f'{c * 1000:.0f}' for c in cold)} ms); "
+        f"bare Popen + 1 ms health poll: median {statistics.median(baseline) * 1000:.0f} ms"
+    )
+
+
+def test_concurrent_first_calls_share_one_process(tmp_path: Path, code: Path) -> None:
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", spec(code, "v1"))
+        async with aiohttp.ClientSession() as session:
+
+            async def call() -> dict[str, Any]:
+                async with sup.lease("fn") as url:
+                    return await get(session, url)
+
+            results = await asyncio.gather(*(call() for _ in range(20)))
+        assert len({r["pid"] for r in results}) == 1
+        assert starts(tmp_path) == 1
+
+    run_scenario(tmp_path, scenario)
+
+
+def test_crash_is_restarted_on_next_call_then_backs_off(tmp_path: Path, code: Path) -> None:
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", spec(code, "v1"))
+        async with aiohttp.ClientSession() as session:
+            first = await get(session, await sup.endpoint("fn"))
+            os.kill(first["pid"], signal.SIGKILL)
+            await eventually(lambda: sup.status("fn")["state"] != "running", what="the crash to be noticed")
+            status = sup.status("fn")
+            assert status["state"] == "crashed"
+            assert "exited unexpectedly with code -9" in status["last_error"]
+
+            second = await get(session, await sup.endpoint("fn"))
+            assert second["pid"] != first["pid"] and second["version"] == "v1"
+            assert sup.status("fn")["restarts"] == 1
+
+            # A second crash soon after: the next start waits, and calls fail fast meanwhile.
+            os.kill(second["pid"], signal.SIGKILL)
+            await eventually(lambda: sup.status("fn")["state"] != "running", what="the second crash")
+            t0 = time.perf_counter()
+            with pytest.raises(StartFailed) as failed:
+                await sup.endpoint("fn")
+            assert time.perf_counter() - t0 < 5.0, "a call during backoff must fail fast, not hang"
+            assert "not restarting" in str(failed.value)
+            assert "exited unexpectedly with code -9" in str(failed.value)
+            status = sup.status("fn")
+            assert status["state"] == "backoff" and status["retry_in_sec"] > 0
+
+            await asyncio.sleep(status["retry_in_sec"] + 0.05)
+            third = await get(session, await sup.endpoint("fn"))
+            assert third["pid"] not in (first["pid"], second["pid"])
+            assert sup.status("fn")["restarts"] == 2
+
+    run_scenario(tmp_path, scenario, backoff_base_sec=0.5)
+
+
+def test_import_error_fails_start_with_its_text_then_backs_off(tmp_path: Path, code: Path) -> None:
+    broken = write_function(tmp_path, "broken", BROKEN_HANDLER)
+
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", spec(broken, "v1"))
+        with pytest.raises(StartFailed) as first:
+            await sup.endpoint("fn")
+        assert "no_such_module_for_sless_tests" in str(first.value)
+        assert "during start-up" in str(first.value)
+
+        t0 = time.perf_counter()
+        with pytest.raises(StartFailed) as second:
+            await sup.endpoint("fn")
+        assert time.perf_counter() - t0 < 5.0
+        assert "not restarting" in str(second.value)
+        assert "no_such_module_for_sless_tests" in str(second.value)
+        assert starts(tmp_path) == 1, "no new process may be started during backoff"
+        status = sup.status("fn")
+        assert status["state"] == "backoff" and status["failures"] == 1 and status["pid"] is None
+
+        await asyncio.sleep(status["retry_in_sec"] + 0.05)
+        with pytest.raises(StartFailed, match="no_such_module_for_sless_tests"):
+            await sup.endpoint("fn")
+        assert starts(tmp_path) == 2
+        status = sup.status("fn")
+        assert status["failures"] == 2 and status["restarts"] == 1
+        assert status["retry_in_sec"] > 0.6, "the delay doubles (0.5 s, then 1 s)"
+
+        # A fixed version starts at once: a new version does not inherit the backoff.
+        await sup.deploy("fn", spec(code, "v2"))
+        async with aiohttp.ClientSession() as session:
+            assert (await get(session, await sup.endpoint("fn")))["version"] == "v2"
+        assert sup.status("fn")["failures"] == 0
+
+    run_scenario(tmp_path, scenario, backoff_base_sec=0.5)
+
+
+def test_start_timeout_kills_the_process(tmp_path: Path) -> None:
+    hanging = write_function(tmp_path, "hanging", SLOW_IMPORT_HANDLER)
+
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", spec(hanging, "v1"))
+        before = child_pids()
+        with pytest.raises(StartFailed, match="not healthy within 1s"):
+            await sup.endpoint("fn")
+        assert child_pids() <= before, "the process that never became healthy must be killed"
+
+    run_scenario(tmp_path, scenario, start_timeout_sec=1.0)
+
+
+def test_idle_process_is_stopped_and_started_again(tmp_path: Path, code: Path) -> None:
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", spec(code, "v1"))
+        async with aiohttp.ClientSession() as session:
+            async with sup.lease("fn") as url:
+                # A leased call lasting longer than the idle timeout is not cut.
+                slow = await get(session, url, sleep="1.5")
+            pid = slow["pid"]
+            await eventually(lambda: sup.status("fn")["state"] == "stopped", what="the idle reaper")
+            await eventually(lambda: not is_child(pid), what="the idle process to exit")
+            status = sup.status("fn")
+            assert status["failures"] == 0 and status["last_error"] is None, "scale to zero is no failure"
+            assert f"pid {pid} stopped (exit code 0)" in log_text(tmp_path)
+
+            again = await get(session, await sup.endpoint("fn"))
+            assert again["pid"] != pid and again["version"] == "v1"
+
+    run_scenario(tmp_path, scenario, idle_timeout_sec=0.5)
+
+
+def test_redeploy_under_load_has_zero_failed_requests(tmp_path: Path, code: Path) -> None:
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", spec(code, "v1"), eager=True)
+        first_pid = sup.status("fn")["pid"]
+        stop = asyncio.Event()
+        seen: list[str] = []
+        failures: list[str] = []
+
+        async with aiohttp.ClientSession() as session:
+
+            async def worker() -> None:
+                for _ in range(5000):
+                    if stop.is_set():
+                        return
+                    try:
+                        async with sup.lease("fn") as url:
+                            body = await get(session, url)
+                        seen.append(body["version"])
+                    except Exception as exc:
+                        failures.append(repr(exc))
+
+            workers = [asyncio.create_task(worker()) for _ in range(4)]
+            await asyncio.sleep(0.5)
+            await sup.deploy("fn", spec(code, "v2"))
+            second_pid = sup.status("fn")["pid"]
+            await asyncio.sleep(0.5)
+            await sup.deploy("fn", spec(code, "v3"))
+            await asyncio.sleep(0.5)
+            stop.set()
+            await asyncio.gather(*workers)
+
+            assert failures == []
+            assert set(seen) == {"v1", "v2", "v3"}, f"versions seen: {sorted(set(seen))}"
+            assert len(seen) >= 30, f"only {len(seen)} requests: no real load"
+            after = await get(session, await sup.endpoint("fn"))
+            assert after["version"] == "v3"
+            status = sup.status("fn")
+            assert status["version"] == status["running_version"] == "v3"
+            assert status["restarts"] == 0 and status["failures"] == 0
+
+        # The replaced processes drained and exited on their own (SIGTERM, exit code 0).
+        await eventually(lambda: not is_child(first_pid) and not is_child(second_pid), what="old processes")
+        log = log_text(tmp_path)
+        assert f"pid {first_pid} stopped (exit code 0)" in log
+        assert f"pid {second_pid} stopped (exit code 0)" in log
+        print(f"\nredeploy under load: {len(seen)} requests, 0 failures")
+
+    run_scenario(tmp_path, scenario)
+
+
+def test_slow_in_flight_requests_survive_redeploy(tmp_path: Path, code: Path) -> None:
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", spec(code, "v1"), eager=True)
+        old_pid = sup.status("fn")["pid"]
+        async with aiohttp.ClientSession() as session:
+
+            async def leased() -> dict[str, Any]:
+                async with sup.lease("fn") as url:
+                    return await get(session, url, sleep="1")
+
+            # Not leased: only the runtime's own SIGTERM drain protects this one.
+            bare_url = await sup.endpoint("fn")
+            calls = [asyncio.create_task(leased()), asyncio.create_task(get(session, bare_url, sleep="3"))]
+            await asyncio.sleep(0.4)
+            await sup.deploy("fn", spec(code, "v2"))
+            fresh = await get(session, await sup.endpoint("fn"))
+            assert fresh["version"] == "v2" and fresh["pid"] != old_pid
+
+            leased_result, bare_result = await asyncio.gather(*calls)
+            assert leased_result == bare_result == {"version": "v1", "pid": old_pid}
+        await eventually(lambda: not is_child(old_pid), what="the old process to exit")
+        assert f"pid {old_pid} stopped (exit code 0)" in log_text(tmp_path)
+
+    run_scenario(tmp_path, scenario)
+
+
+def test_leased_url_stays_reachable_across_redeploy(tmp_path: Path, code: Path) -> None:
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", spec(code, "v1"), eager=True)
+        old_pid = sup.status("fn")["pid"]
+        async with sup.lease("fn") as url:
+            await sup.deploy("fn", spec(code, "v2"))
+            await asyncio.sleep(0.5)  # ample time for a SIGTERM to close the old listener
+            async with aiohttp.ClientSession() as fresh:  # a new connection, not a pooled one
+                body = await get(fresh, url)
+            assert body == {"version": "v1", "pid": old_pid}
+            assert is_child(old_pid)
+        await eventually(lambda: not is_child(old_pid), what="the old process to exit after the lease")
+
+    run_scenario(tmp_path, scenario)
+
+
+def test_remove_stops_and_forgets(tmp_path: Path, code: Path) -> None:
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", spec(code, "v1"), eager=True)
+        pid = sup.status("fn")["pid"]
+        assert is_child(pid)
+        await sup.remove("fn")
+        assert not is_child(pid)
+        with pytest.raises(NotDeployed):
+            await sup.endpoint("fn")
+        with pytest.raises(NotDeployed):
+            sup.status("fn")
+
+    run_scenario(tmp_path, scenario)
+
+
+def test_close_stops_everything_including_starts_in_progress(tmp_path: Path, code: Path) -> None:
+    async def scenario(sup: Supervisor) -> None:
+        for key in ("a", "b", "c"):
+            await sup.deploy(key, spec(code, key), eager=True)
+        pids = [sup.status(key)["pid"] for key in ("a", "b", "c")]
+        await sup.deploy("d", spec(code, "d"))
+        async with aiohttp.ClientSession() as session:
+            in_flight = asyncio.create_task(get(session, await sup.endpoint("a"), sleep="1"))
+            await asyncio.sleep(0.3)
+            starting = asyncio.create_task(sup.endpoint("d"))
+            await asyncio.sleep(0)
+            t0 = time.perf_counter()
+            await sup.close()
+            print(f"\nclose() of 4 processes: {(time.perf_counter() - t0) * 1000:.0f} ms")
+            assert (await in_flight)["version"] == "a", "close() drains in-flight requests"
+        with pytest.raises(NotDeployed):
+            await starting
+        assert not any(is_child(pid) for pid in pids)
+        with pytest.raises(NotDeployed):
+            await sup.endpoint("a")
+
+    run_scenario(tmp_path, scenario)
+
+
+def test_port_taken_meanwhile_is_retried(tmp_path: Path, code: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        taken = blocker.getsockname()[1]
+        real_free_port = supervisor_module.free_port
+        handed_out: list[int] = []
+
+        def first_one_taken(exclude: set[int] | frozenset[int] = frozenset()) -> int:
+            # Reproduces the race deterministically: the first port is taken by
+            # another program between our probe and the runtime's bind.
+            port = taken if not handed_out else real_free_port(exclude)
+            handed_out.append(port)
+            return port
+
+        monkeypatch.setattr(supervisor_module, "free_port", first_one_taken)
+
+        async def scenario(sup: Supervisor) -> None:
+            await sup.deploy("fn", spec(code, "v1"))
+            url = await sup.endpoint("fn")
+            assert url != f"http://127.0.0.1:{taken}"
+            async with aiohttp.ClientSession() as session:
+                assert (await get(session, url))["version"] == "v1"
+            assert handed_out[0] == taken and len(handed_out) == 2
+            assert "in use" in log_text(tmp_path).lower()
+            assert sup.status("fn")["failures"] == 0, "a lost port race is not a failure of the function"
+
+        run_scenario(tmp_path, scenario)
+
+
+def test_output_goes_to_a_size_capped_log(tmp_path: Path, code: Path) -> None:
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", spec(code, "v1"))
+        async with aiohttp.ClientSession() as session:
+            url = await sup.endpoint("fn")
+            for _ in range(6):
+                await get(session, url, spam="1500")
+        logs = tmp_path / "logs"
+        await eventually(lambda: (logs / "fn.log.1").exists(), what="log rotation")
+        assert (logs / "fn.log").stat().st_size <= 4000 + 1600
+        assert "x" * 1500 in (logs / "fn.log").read_text() + (logs / "fn.log.1").read_text()
+
+    run_scenario(tmp_path, scenario, log_max_bytes=4000)
