@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 GROUP = "sless.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -15,3 +17,39 @@ LABEL_JOB = "sless.dev/job"
 LABEL_RUN = "sless.dev/run-id"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 MANAGED_BY = "sless"
+
+
+def function_spec_to_cr(spec: dict[str, Any], code_hash: str | None = None,
+                        context_key: str | None = None) -> dict[str, Any]:
+    """The API's snake_case function spec as the CR's camelCase ``spec`` (the name goes to metadata)."""
+    body: dict[str, Any] = {
+        "runtime": spec["runtime"],
+        "entrypoint": spec["entrypoint"],
+        "memoryMb": spec["memory_mb"],
+        "timeoutSec": spec["timeout_sec"],
+        "envVars": dict(sorted(spec.get("env_vars", {}).items())),
+        "secrets": list(spec.get("secrets", [])),
+    }
+    if code_hash:
+        body["codeHash"] = code_hash
+    if context_key:
+        body["contextKey"] = context_key
+    return body
+
+
+def function_spec_from_cr(name: str, cr_spec: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`function_spec_to_cr`, for validation with ``FunctionSpec.from_user``."""
+    body: dict[str, Any] = {"name": name, "runtime": cr_spec.get("runtime")}
+    for cr_key, key in (("entrypoint", "entrypoint"), ("memoryMb", "memory_mb"), ("timeoutSec", "timeout_sec"),
+                        ("envVars", "env_vars"), ("secrets", "secrets")):
+        if cr_spec.get(cr_key) is not None:
+            body[key] = cr_spec[cr_key]
+    return body
+
+
+def trigger_spec_to_cr(spec: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in spec.items() if k != "name" and v is not None}
+
+
+def job_spec_to_cr(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"function": spec["function"], "runId": spec["run_id"], "event": spec.get("event", {})}
