@@ -1,0 +1,318 @@
+"""Token verification against a real JWKS server on loopback: caching, rotation, floods, outages."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+
+from sless_api.auth import AuthConfig, AuthError, TokenVerifier
+
+SUB = "019cc268-6c6a-781e-8613-4bed4ec7cd20"
+SUB_NS = "sless-ffd1f598c169b0ae"
+
+
+class JwksServer:
+    """A JWKS endpoint whose key set, status and delay the test changes; it counts the requests it gets."""
+
+    def __init__(self) -> None:
+        self.keys: list[dict[str, Any]] = []
+        self.status = 200
+        self.body: bytes | None = None  # overrides the JSON key set when set
+        self.delay = 0.0
+        self.requests = 0
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                with server._lock:
+                    server.requests += 1
+                    status, body, delay = server.status, server.body, server.delay
+                    payload = body if body is not None else json.dumps({"keys": server.keys}).encode()
+                if delay:
+                    time.sleep(delay)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, fmt: str, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/.well-known/jwks.json"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def publish(self, *jwks: dict[str, Any]) -> None:
+        with self._lock:
+            self.keys = list(jwks)
+
+    def count(self) -> int:
+        with self._lock:
+            return self.requests
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=10)
+
+
+def rsa_jwk(key: rsa.RSAPrivateKey, kid: str | None) -> dict[str, Any]:
+    jwk = RSAAlgorithm.to_jwk(key.public_key(), as_dict=True)
+    jwk.update({"use": "sig", "alg": "RS256"})
+    if kid is not None:
+        jwk["kid"] = kid
+    return jwk
+
+
+def ec_jwk(key: ec.EllipticCurvePrivateKey, kid: str) -> dict[str, Any]:
+    jwk = ECAlgorithm.to_jwk(key.public_key(), as_dict=True)
+    jwk["kid"] = kid
+    return jwk
+
+
+def token(key: Any, alg: str, kid: str | None, sub: str = SUB, ttl: int = 300) -> str:
+    now = int(time.time())
+    headers = {"kid": kid} if kid is not None else None
+    return jwt.encode({"sub": sub, "iat": now, "exp": now + ttl}, key, algorithm=alg, headers=headers)
+
+
+@pytest.fixture(scope="module")
+def key_a() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+@pytest.fixture(scope="module")
+def key_b() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+@pytest.fixture(scope="module")
+def key_ec() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+@pytest.fixture
+def server() -> Iterator[JwksServer]:
+    srv = JwksServer()
+    yield srv
+    srv.stop()
+
+
+def verifier_for(server: JwksServer, **overrides: Any) -> TokenVerifier:
+    return TokenVerifier(AuthConfig(jwks_url=server.url, **overrides))
+
+
+def test_verifies_with_kid_and_caches(
+    server: JwksServer, key_a: rsa.RSAPrivateKey, key_ec: ec.EllipticCurvePrivateKey
+) -> None:
+    server.publish(rsa_jwk(key_a, "a"), ec_jwk(key_ec, "e"))
+    verifier = verifier_for(server)
+    assert verifier.allowed_algorithms == {"RS256", "ES256"}
+    for _ in range(20):
+        got = verifier.verify(token(key_a, "RS256", "a"))
+        assert (got.sub, got.namespace) == (SUB, SUB_NS)
+        assert verifier.verify(token(key_ec, "ES256", "e")).namespace == SUB_NS
+    assert server.count() == 1
+
+
+def test_async_verify(server: JwksServer, key_a: rsa.RSAPrivateKey) -> None:
+    server.publish(rsa_jwk(key_a, "a"))
+    verifier = verifier_for(server)
+    got = asyncio.run(verifier.verify_async(token(key_a, "RS256", "a")))
+    assert got.namespace == SUB_NS
+
+
+def test_kid_must_match_key_and_algorithm(
+    server: JwksServer, key_a: rsa.RSAPrivateKey, key_b: rsa.RSAPrivateKey, key_ec: ec.EllipticCurvePrivateKey
+) -> None:
+    server.publish(rsa_jwk(key_a, "a"), ec_jwk(key_ec, "e"))
+    verifier = verifier_for(server)
+    with pytest.raises(AuthError, match="bad token signature"):
+        verifier.verify(token(key_b, "RS256", "a"))  # kid of a, signed by b
+    with pytest.raises(AuthError, match="unknown signing key"):
+        verifier.verify(token(key_a, "RS256", "e"))  # the kid names an EC key
+
+
+def test_symmetric_keys_in_jwks_are_never_used(server: JwksServer, key_a: rsa.RSAPrivateKey) -> None:
+    secret = "shared-secret-published-by-mistake-0123456789"
+    oct_key = {
+        "kty": "oct",
+        "kid": "h",
+        "k": jwt.utils.base64url_encode(secret.encode()).decode(),
+        "alg": "HS256",
+    }
+    server.publish(oct_key, rsa_jwk(key_a, "a"))
+    verifier = verifier_for(server)
+    with pytest.raises(AuthError, match="algorithm"):
+        verifier.verify(token(secret, "HS256", "h"))
+    assert verifier.verify(token(key_a, "RS256", "a")).sub == SUB
+
+
+def test_token_without_kid_needs_an_unambiguous_key(
+    server: JwksServer, key_a: rsa.RSAPrivateKey, key_b: rsa.RSAPrivateKey
+) -> None:
+    server.publish(rsa_jwk(key_a, None))
+    assert verifier_for(server).verify(token(key_a, "RS256", None)).sub == SUB
+    server.publish(rsa_jwk(key_a, "a"), rsa_jwk(key_b, "b"))
+    with pytest.raises(AuthError, match="unknown signing key"):
+        verifier_for(server).verify(token(key_a, "RS256", None))
+
+
+def test_rotation_refetches_once_then_succeeds(
+    server: JwksServer, key_a: rsa.RSAPrivateKey, key_b: rsa.RSAPrivateKey
+) -> None:
+    server.publish(rsa_jwk(key_a, "a"))
+    verifier = verifier_for(server, jwks_min_refetch_sec=0.2)
+    assert verifier.verify(token(key_a, "RS256", "a")).sub == SUB
+    assert server.count() == 1
+    server.publish(rsa_jwk(key_a, "a"), rsa_jwk(key_b, "b"))
+    time.sleep(0.4)
+    assert verifier.verify(token(key_b, "RS256", "b")).sub == SUB
+    assert server.count() == 2
+    for _ in range(10):
+        verifier.verify(token(key_b, "RS256", "b"))
+        verifier.verify(token(key_a, "RS256", "a"))
+    assert server.count() == 2
+
+
+def test_rotation_inside_the_refetch_window_waits(
+    server: JwksServer, key_a: rsa.RSAPrivateKey, key_b: rsa.RSAPrivateKey
+) -> None:
+    server.publish(rsa_jwk(key_a, "a"))
+    verifier = verifier_for(server)  # default: at most one refetch per 10 s
+    verifier.verify(token(key_a, "RS256", "a"))
+    server.publish(rsa_jwk(key_b, "b"))
+    with pytest.raises(AuthError, match="unknown signing key"):
+        verifier.verify(token(key_b, "RS256", "b"))
+    assert server.count() == 1
+
+
+def test_unknown_kid_flood_is_bounded(server: JwksServer, key_a: rsa.RSAPrivateKey) -> None:
+    server.publish(rsa_jwk(key_a, "a"))
+    verifier = verifier_for(server)
+    forged = [token(key_a, "RS256", uuid.uuid4().hex) for _ in range(50)]
+    failures: list[str] = []
+    errors: list[BaseException] = []
+
+    def flood() -> None:
+        for _ in range(5):
+            for t in forged:
+                try:
+                    verifier.verify(t)
+                except AuthError as exc:
+                    failures.append(exc.message)
+                except BaseException as exc:
+                    errors.append(exc)
+
+    threads = [threading.Thread(target=flood) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+    assert len(failures) == 8 * 5 * 50
+    assert set(failures) == {"unknown signing key"}
+    assert server.count() <= 2
+    # The real key still works after the flood.
+    assert verifier.verify(token(key_a, "RS256", "a")).sub == SUB
+
+
+@pytest.mark.slow
+def test_flood_refetches_at_most_once_per_interval(server: JwksServer, key_a: rsa.RSAPrivateKey) -> None:
+    server.publish(rsa_jwk(key_a, "a"))
+    interval = 0.5
+    verifier = verifier_for(server, jwks_min_refetch_sec=interval)
+    started = time.monotonic()
+    attempts = 0
+    while time.monotonic() - started < 2.5:
+        attempts += 1
+        with pytest.raises(AuthError):
+            verifier.verify(token(key_a, "RS256", uuid.uuid4().hex))
+    elapsed = time.monotonic() - started
+    count = server.count()
+    assert attempts > 20
+    assert count >= 2  # an unknown kid does trigger a refetch once the window has passed
+    assert count <= elapsed / interval + 2
+
+
+def test_cache_expiry_drops_removed_keys(
+    server: JwksServer, key_a: rsa.RSAPrivateKey, key_b: rsa.RSAPrivateKey
+) -> None:
+    server.publish(rsa_jwk(key_a, "a"), rsa_jwk(key_b, "b"))
+    verifier = verifier_for(server, jwks_cache_sec=0.3, jwks_min_refetch_sec=0.1)
+    verifier.verify(token(key_a, "RS256", "a"))
+    server.publish(rsa_jwk(key_b, "b"))  # a is revoked
+    time.sleep(0.5)
+    with pytest.raises(AuthError, match="unknown signing key"):
+        verifier.verify(token(key_a, "RS256", "a"))
+    assert verifier.verify(token(key_b, "RS256", "b")).sub == SUB
+    assert server.count() >= 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_jwks_server_down_is_an_auth_error(key_a: rsa.RSAPrivateKey) -> None:
+    verifier = TokenVerifier(AuthConfig(jwks_url=f"http://127.0.0.1:{free_port()}/jwks.json"))
+    started = time.monotonic()
+    for _ in range(3):
+        with pytest.raises(AuthError, match="signing keys are unavailable"):
+            verifier.verify(token(key_a, "RS256", "a"))
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [(500, b"oops"), (200, b"<html>not json</html>"), (200, b'{"no": "keys"}'), (200, b"[]"), (404, b"{}")],
+)
+def test_bad_jwks_responses_are_auth_errors(
+    server: JwksServer, key_a: rsa.RSAPrivateKey, status: int, body: bytes
+) -> None:
+    server.status, server.body = status, body
+    with pytest.raises(AuthError, match="signing keys are unavailable"):
+        verifier_for(server).verify(token(key_a, "RS256", "a"))
+
+
+def test_outage_after_a_good_fetch_keeps_known_keys(server: JwksServer, key_a: rsa.RSAPrivateKey) -> None:
+    server.publish(rsa_jwk(key_a, "a"))
+    verifier = verifier_for(server, jwks_cache_sec=0.2, jwks_min_refetch_sec=0.1)
+    verifier.verify(token(key_a, "RS256", "a"))
+    server.status, server.body = 503, b"down"
+    time.sleep(0.4)
+    assert verifier.verify(token(key_a, "RS256", "a")).sub == SUB  # stale but known key
+    assert server.count() == 2
+    # The failing server is not hammered: further requests inside the window do not refetch.
+    for _ in range(20):
+        verifier.verify(token(key_a, "RS256", "a"))
+    assert server.count() <= 3
+
+
+@pytest.mark.slow
+def test_hanging_jwks_server_times_out(server: JwksServer, key_a: rsa.RSAPrivateKey) -> None:
+    server.publish(rsa_jwk(key_a, "a"))
+    server.delay = 8.0
+    verifier = verifier_for(server)
+    started = time.monotonic()
+    with pytest.raises(AuthError, match="signing keys are unavailable"):
+        verifier.verify(token(key_a, "RS256", "a"))
+    elapsed = time.monotonic() - started
+    assert 4.0 <= elapsed < 7.9
