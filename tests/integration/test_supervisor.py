@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 import pytest
+
 from sless_api.standalone import supervisor as supervisor_module
 from sless_api.standalone.supervisor import NotDeployed, ProcessSpec, StartFailed, Supervisor
 
@@ -442,6 +443,57 @@ def test_leased_url_stays_reachable_across_redeploy(tmp_path: Path, code: Path) 
         await eventually(lambda: not is_child(old_pid), what="the old process to exit after the lease")
 
     run_scenario(tmp_path, scenario)
+
+
+def test_failed_redeploy_keeps_the_old_version_serving(tmp_path: Path, code: Path) -> None:
+    broken = write_function(tmp_path, "broken", BROKEN_HANDLER)
+
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", spec(code, "v1"), eager=True)
+        old_pid = sup.status("fn")["pid"]
+        with pytest.raises(StartFailed, match="no_such_module_for_sless_tests"):
+            await sup.deploy("fn", spec(broken, "v2"))
+        async with aiohttp.ClientSession() as session:
+            assert await get(session, await sup.endpoint("fn")) == {"version": "v1", "pid": old_pid}
+        status = sup.status("fn")
+        assert status["state"] == "running" and status["running_version"] == "v1"
+        assert status["version"] == "v2" and "no_such_module_for_sless_tests" in status["last_error"]
+
+    run_scenario(tmp_path, scenario)
+
+
+def test_runtimes_die_with_a_killed_platform_process(tmp_path: Path, code: Path) -> None:
+    platform = f"""
+import asyncio, os, sys
+from pathlib import Path
+from sless_api.standalone.supervisor import ProcessSpec, Supervisor
+
+async def main():
+    sup = Supervisor(log_dir=Path({str(tmp_path / "logs")!r}))
+    await sup.deploy("fn", ProcessSpec({[sys.executable, str(SERVER)]!r}, {spec(code, "v1").env!r},
+                                       Path({str(code)!r}), "v1"), eager=True)
+    print(sup.status("fn")["pid"], flush=True)
+    await asyncio.sleep(60)
+
+asyncio.run(main())
+"""
+    proc = subprocess.Popen([sys.executable, "-c", platform], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        runtime_pid = int(proc.stdout.readline())
+        assert Path(f"/proc/{runtime_pid}").exists()
+    finally:
+        proc.kill()  # no chance to clean up: only the kernel's parent-death signal is left
+        proc.wait(timeout=30)
+
+    def gone() -> bool:
+        try:
+            stat = Path(f"/proc/{runtime_pid}/stat").read_text()
+        except OSError:
+            return True
+        return stat[stat.rindex(")") + 2] == "Z"  # exited; only the reaping is left to init
+
+    asyncio.run(eventually(gone, what="the orphaned runtime to exit"))
 
 
 def test_remove_stops_and_forgets(tmp_path: Path, code: Path) -> None:
