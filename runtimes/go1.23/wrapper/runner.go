@@ -1,0 +1,60 @@
+package slessrt
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// Exit codes of the runner, shared with the Python and Node runners.
+const (
+	exitOK       = 0
+	exitFailed   = 1
+	exitBadEvent = 2
+	exitTimeout  = 124
+)
+
+// runOnce is the job/cron mode: one event from SLESS_EVENT, one call, the JSON
+// result on stdout.
+func runOnce(cfg Config, h Handler, stdout, stderr io.Writer) int {
+	event, err := decodeEvent(cfg.Event)
+	if err != nil {
+		fmt.Fprintf(stderr, "sless: SLESS_EVENT is not a JSON object: %v\n", err)
+		return exitBadEvent
+	}
+	result, fail := invoke(context.Background(), h, event, cfg)
+	if fail != nil {
+		if fail.kind == kindTimeout {
+			fmt.Fprintln(stderr, fail.message)
+			return exitTimeout
+		}
+		if fail.kind != kindPanic { // a panic was logged with its stack already
+			fmt.Fprintf(stderr, "sless: function failed: %s: %s\n", fail.kind, fail.message)
+		}
+		return exitFailed
+	}
+	data, err := marshalJSON(result)
+	if err != nil {
+		fmt.Fprintf(stderr, "sless: cannot encode the result as JSON: %v\n", err)
+		return exitFailed
+	}
+	if _, err := stdout.Write(append(data, '\n')); err != nil {
+		fmt.Fprintf(stderr, "sless: cannot write the result: %v\n", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+func decodeEvent(raw string) (map[string]any, error) {
+	trimmed := bytes.TrimLeft([]byte(raw), " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return nil, fmt.Errorf("expected an object, got %.40q", raw)
+	}
+	var event map[string]any
+	if err := json.Unmarshal(trimmed, &event); err != nil {
+		return nil, err
+	}
+	return event, nil
+}

@@ -1,0 +1,3 @@
+module example.com/sless/testfunction
+
+go 1.23

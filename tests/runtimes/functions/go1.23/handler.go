@@ -1,0 +1,115 @@
+// Package function is the shared runtime test function: one case per contract
+// behaviour, picked by event["case"] or the last segment of the request path.
+package function
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Handle dispatches on the case name.
+func Handle(ctx context.Context, event map[string]any) (any, error) {
+	switch name := caseName(event); name {
+	case "echo":
+		return event, nil
+	case "text":
+		return "hello", nil
+	case "html":
+		return "<h1>hi</h1>", nil
+	case "number":
+		return 42, nil
+	case "list":
+		return []any{1, 2, 3}, nil
+	case "null":
+		return nil, nil
+	case "status":
+		return map[string]any{
+			"statusCode": 201,
+			"headers":    map[string]any{"X-Test": "yes"},
+			"body":       map[string]any{"created": true},
+		}, nil
+	case "raw":
+		return raw(event), nil
+	case "error":
+		return nil, errors.New("boom")
+	case "crash":
+		return crash(), nil
+	case "slow":
+		return slow(ctx, event)
+	case "env":
+		return map[string]any{"value": env(event)}, nil
+	default:
+		return nil, fmt.Errorf("unknown case %q", name)
+	}
+}
+
+func caseName(event map[string]any) string {
+	if name, ok := event["case"].(string); ok {
+		return name
+	}
+	path, _ := event["_path"].(string)
+	return path[strings.LastIndexByte(path, '/')+1:]
+}
+
+func raw(event map[string]any) any {
+	if encoded, _ := event["isBase64Encoded"].(bool); encoded {
+		return map[string]any{
+			"statusCode":      200,
+			"isBase64Encoded": true,
+			"body":            event["body"],
+			"headers":         map[string]any{"Content-Type": "application/octet-stream"},
+		}
+	}
+	return event["body"]
+}
+
+type node struct{ value int }
+
+// crash dereferences a nil pointer: the platform's original Go crash (go-nil).
+func crash() int {
+	var n *node
+	return n.value
+}
+
+// slow sleeps like the other runtimes' test functions but, as Go handlers
+// should, gives up when ctx is cancelled.
+func slow(ctx context.Context, event map[string]any) (any, error) {
+	seconds, err := strconv.ParseFloat(queryOr(event, "s", "seconds"), 64)
+	if err != nil {
+		return nil, fmt.Errorf("slow needs seconds: %w", err)
+	}
+	select {
+	case <-time.After(time.Duration(seconds * float64(time.Second))):
+		return map[string]any{"slept": seconds}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func env(event map[string]any) any {
+	if value, ok := os.LookupEnv(queryOr(event, "name", "name")); ok {
+		return value
+	}
+	return nil
+}
+
+// queryOr reads the query parameter, else the event field, as a string.
+func queryOr(event map[string]any, param, field string) string {
+	if query, ok := event["_query"].(map[string]any); ok {
+		if v, ok := query[param].(string); ok && v != "" {
+			return v
+		}
+	}
+	switch v := event[field].(type) {
+	case string:
+		return v
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	return ""
+}
