@@ -113,9 +113,7 @@ class GoBuilder:
             raise RuntimeError(f"go build failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
         return out
 
-    def try_build(
-        self, code_dir: Path, env: Mapping[str, str]
-    ) -> tuple[Path, subprocess.CompletedProcess[str] | None]:
+    def try_build(self, code_dir: Path, env: Mapping[str, str]) -> tuple[Path, subprocess.CompletedProcess[str] | None]:
         """Build (or reuse) and return (OUT_DIR, the build process or None when cached)."""
         key = (str(code_dir.resolve()), env.get("SLESS_ENTRYPOINT", ""))
         if key in self.cache:
@@ -298,7 +296,12 @@ def run_runner(go_build: GoBuilder) -> RunnerFactory:
         full_env = base_env(code, extra)
         cmd = runner_command(runtime, code, full_env, go_build)
         return subprocess.run(
-            cmd, env=full_env, capture_output=True, text=True, timeout=timeout, check=False,
+            cmd,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
             stdin=subprocess.DEVNULL,
         )
 

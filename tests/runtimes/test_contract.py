@@ -9,15 +9,16 @@ concurrently" from "served one after another", not fast from slow.
 from __future__ import annotations
 
 import base64
-import http.client
+import contextlib
 import json
 import os
 import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import requests
@@ -201,7 +202,7 @@ def test_head_has_get_headers_and_no_body(runtime: str, start_server: ServerFact
 def test_one_mib_multibyte_text_is_byte_exact(runtime: str, start_server: ServerFactory) -> None:
     server = start_server(runtime)
     unit = "aé€😀ß\n"  # 1-, 2-, 3- and 4-byte UTF-8 sequences
-    text = (unit * (MIB // len(unit.encode()) + 1))
+    text = unit * (MIB // len(unit.encode()) + 1)
     data = text.encode()[:MIB]
     data = data[: len(data.decode("utf-8", errors="ignore").encode())]  # cut on a character boundary
     resp = requests.post(f"{server.url}/raw", data=data, headers={"Content-Type": "text/plain"}, timeout=30)
@@ -332,8 +333,7 @@ def test_oversize_content_length_is_413_without_reading_it(runtime: str, start_s
     server = start_server(runtime, env={"SLESS_MAX_BODY_BYTES": "1000"})
     # Announce 100 MiB but send only 10 bytes: the answer must come without the rest.
     head = (
-        f"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
-        f"Content-Length: {100 * MIB}\r\n\r\n"
+        f"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: {100 * MIB}\r\n\r\n"
     ).encode()
     sock, resp = raw_request(server.port, head + b"0123456789")
     try:
@@ -511,10 +511,8 @@ def test_sigterm_drain_deadline(runtime: str, start_server: ServerFactory) -> No
     server = start_server(runtime, env={"SLESS_DRAIN_SEC": "1"})
 
     def slow() -> None:
-        try:
+        with contextlib.suppress(requests.RequestException):
             requests.get(f"{server.url}/slow?s=30", timeout=40)
-        except requests.RequestException:
-            pass
 
     thread = threading.Thread(target=slow, daemon=True)
     thread.start()

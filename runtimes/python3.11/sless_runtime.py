@@ -1,0 +1,263 @@
+"""What the Python HTTP server and the one-shot runner share.
+
+Configuration from the environment, loading the user's handler, building the
+event from a request, mapping a handler result to an HTTP response, and the
+JSON error bodies. Keeping these in one module means a function behaves the
+same behind HTTP and as a job. Standard library only: this file is copied into
+the runtime image next to server.py and runner.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import importlib
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl
+
+Handler = Callable[[dict[str, Any]], Any]
+
+TEXT_TYPE = "text/plain; charset=utf-8"
+HTML_TYPE = "text/html; charset=utf-8"
+JSON_TYPE = "application/json"
+
+#: Response headers the server computes itself; a handler cannot set them.
+FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
+
+
+class LoadError(Exception):
+    """The handler named by SLESS_ENTRYPOINT cannot be loaded."""
+
+
+class ResultError(Exception):
+    """A handler result that cannot be turned into a response (bad statusCode, headers, JSON)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """The runtime's settings; every field comes from one documented environment variable."""
+
+    port: int = 8080
+    host: str = "0.0.0.0"
+    code_dir: str = "/app/function"
+    entrypoint: str = "handler.handle"
+    deps_dir: str | None = None
+    timeout_sec: float = 30.0
+    max_body_bytes: int = 6291456
+    drain_sec: float = 25.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
+        """Read the configuration; raises ValueError naming the variable on a bad value."""
+        env = os.environ if env is None else env
+
+        def get(name: str, default: str) -> str:
+            value = env.get(name, "").strip()
+            return value or default
+
+        def number(name: str, default: str, kind: Callable[[str], Any], minimum: float) -> Any:
+            raw = get(name, default)
+            try:
+                value = kind(raw)
+            except ValueError:
+                raise ValueError(f"{name}={raw!r} is not a valid number") from None
+            if not value >= minimum:  # written so that NaN is rejected too
+                raise ValueError(f"{name}={raw!r} must be >= {minimum}")
+            return value
+
+        return cls(
+            port=number("PORT", "8080", int, 0),
+            host=get("SLESS_HOST", "0.0.0.0"),
+            code_dir=get("SLESS_CODE_DIR", "/app/function"),
+            entrypoint=get("SLESS_ENTRYPOINT", "handler.handle"),
+            deps_dir=get("SLESS_DEPS_DIR", "") or None,
+            timeout_sec=number("SLESS_TIMEOUT_SEC", "30", float, 0.001),
+            max_body_bytes=number("SLESS_MAX_BODY_BYTES", "6291456", int, 0),
+            drain_sec=number("SLESS_DRAIN_SEC", "25", float, 0),
+        )
+
+
+def format_seconds(seconds: float) -> str:
+    """Seconds as people write them: 30 -> "30", 1.5 -> "1.5" (same text in every runtime)."""
+    return str(int(seconds)) if seconds == int(seconds) else repr(seconds)
+
+
+def timeout_message(seconds: float) -> str:
+    """The message of a timed-out invocation (HTTP 504 body and runner stderr)."""
+    return f"function timed out after {format_seconds(seconds)}s"
+
+
+def load_handler(config: Config) -> Handler:
+    """Import ``module.func`` from the code directory; raises LoadError with the reason.
+
+    The code directory goes first on sys.path (then the dependency directory), so
+    the user's modules win over everything else; the runtime's own directory is
+    removed by the entry scripts before this runs, so user modules named like ours
+    (``server``, ``runner``) are theirs.
+    """
+    module_name, _, func_name = config.entrypoint.rpartition(".")
+    if not module_name or not func_name:
+        raise LoadError(f"SLESS_ENTRYPOINT={config.entrypoint!r} must look like module.function")
+    for path in reversed([p for p in (config.code_dir, config.deps_dir) if p]):
+        if path in sys.path:
+            sys.path.remove(path)
+        sys.path.insert(0, path)
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException as exc:  # any failure at import time, SystemExit included
+        raise LoadError(f"cannot import {module_name!r} from {config.code_dir}:\n{traceback.format_exc()}") from exc
+    func = getattr(module, func_name, None)
+    if func is None:
+        raise LoadError(f"module {module_name!r} has no attribute {func_name!r}")
+    if not callable(func):
+        raise LoadError(f"{config.entrypoint} is not callable")
+    return func  # type: ignore[no-any-return]
+
+
+def build_event(method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+    """The event for one request (contract: JSON object body, or body text/base64, plus _ keys).
+
+    ``headers`` already has lower-case names with repeated headers joined by ", ".
+    """
+    event: dict[str, Any] = {}
+    if body:
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            event = {"body": base64.b64encode(body).decode("ascii"), "isBase64Encoded": True}
+        else:
+            parsed = _json_object(text)
+            event = parsed if parsed is not None else {"body": text}
+    event["_method"] = method.upper()
+    event["_path"] = path
+    event["_query"] = dict(parse_qsl(query, keep_blank_values=True)) if query else {}
+    event["_headers"] = headers
+    event["_accept"] = headers.get("accept", "")
+    return event
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """The body as a JSON object, or None when it is anything else."""
+    if not text.lstrip(" \t\r\n").startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def to_json(value: Any) -> bytes:
+    """Compact UTF-8 JSON (the same bytes Node's JSON.stringify gives); strict about NaN."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise ResultError(f"result is not JSON-serializable: {exc}") from exc
+
+
+@dataclass
+class Response:
+    """A response ready to send: status, headers (name, value) and the full body."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+def encode_result(result: Any) -> Response:
+    """Map a handler result to a response (contract: "Result mapping")."""
+    if isinstance(result, str):
+        kind = HTML_TYPE if result.lstrip().startswith("<") else TEXT_TYPE
+        return Response(200, [("Content-Type", kind)], result.encode("utf-8", "surrogatepass"))
+    if isinstance(result, dict) and _is_int(result.get("statusCode")):
+        return _from_description(result)
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        return Response(200, [("Content-Type", "application/octet-stream")], bytes(result))
+    return Response(200, [("Content-Type", JSON_TYPE)], to_json(result))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _from_description(desc: dict[str, Any]) -> Response:
+    status: int = desc["statusCode"]
+    if not 200 <= status <= 599:
+        raise ResultError(f"statusCode {status} is out of range 200-599")
+    headers: list[tuple[str, str]] = []
+    raw_headers = desc.get("headers")
+    if raw_headers is not None:
+        if not isinstance(raw_headers, dict):
+            raise ResultError("headers must be an object of strings")
+        for raw_name, raw_value in raw_headers.items():
+            name, value = str(raw_name), str(raw_value)
+            if not _valid_header(name, value):
+                raise ResultError(f"invalid response header {name!r}")
+            if name.lower() not in FRAMING_HEADERS:
+                headers.append((name, value))
+    has_type = any(name.lower() == "content-type" for name, _ in headers)
+    body = desc.get("body")
+    if body is None:
+        data = b""
+    elif isinstance(body, str):
+        if desc.get("isBase64Encoded") is True:
+            try:
+                data = base64.b64decode(body, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise ResultError(f"body is not valid base64: {exc}") from exc
+        else:
+            data = body.encode("utf-8", "surrogatepass")
+        if not has_type:
+            headers.append(("Content-Type", TEXT_TYPE))
+    else:
+        data = to_json(body)
+        if not has_type:
+            headers.append(("Content-Type", JSON_TYPE))
+    return Response(status, headers, data)
+
+
+def _valid_header(name: str, value: str) -> bool:
+    """A header that cannot split or corrupt the response (RFC 9110 token name, latin-1 value)."""
+    if not name or not name.isascii() or any(c in _NOT_TOKEN or c < "!" for c in name):
+        return False
+    if "\r" in value or "\n" in value or "\0" in value:
+        return False
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+_NOT_TOKEN = frozenset('"(),/:;<=>?@[\\]{}\x7f')
+
+
+def error_response(status: int, message: str, type_: str) -> Response:
+    """The JSON error body every failure uses: {"error": ..., "type": ...}."""
+    return Response(status, [("Content-Type", JSON_TYPE)], to_json({"error": message, "type": type_}))
+
+
+def exception_response(exc: BaseException) -> Response:
+    """500 for a failed invocation: the exception's message and class name, never the traceback."""
+    return error_response(500, str(exc) or type(exc).__name__, type(exc).__name__)
+
+
+def log(message: str) -> None:
+    """One line (or a traceback) on stderr, prefixed so it stands out in mixed logs."""
+    try:
+        sys.stderr.write(f"sless-runtime: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def log_exception(what: str, exc: BaseException) -> None:
+    """Log ``what`` with the exception's traceback on stderr."""
+    detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    log(f"{what}:\n{detail.rstrip()}")
