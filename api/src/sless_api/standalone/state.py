@@ -132,7 +132,7 @@ class StateStore:
                              message=row["message"])
 
     def list_triggers(self, namespace: str | None = None, function: str | None = None) -> list[TriggerRecord]:
-        sql, args = "SELECT * FROM triggers WHERE 1=1", []
+        sql, args = "SELECT * FROM triggers WHERE 1=1", list[str]()
         if namespace is not None:
             sql, args = sql + " AND namespace = ?", [*args, namespace]
         if function is not None:

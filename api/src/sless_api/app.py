@@ -1,0 +1,155 @@
+"""The application factory: wires config, auth, storage, the invocation log and a backend into one ASGI app.
+
+``/fn/...`` goes straight to the bare proxy handler; everything else is the Falcon REST API. The
+lifespan starts the backend (and its cron) inside the server's event loop and stops it on shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import falcon
+import falcon.asgi
+
+from sless_api.auth import AuthConfig, TokenVerifier
+from sless_api.config import ApiConfig
+from sless_api.http import (
+    TenantAuth,
+    handle_platform_error,
+    handle_unexpected,
+    handle_validation_error,
+    serialize_error,
+)
+from sless_api.invocations import InvocationLog, log_from_url
+from sless_api.platform import Platform, PlatformError
+from sless_api.proxy import Invoker, ProxyApp
+from sless_api.resources import functions, jobs, namespaces, probes, triggers
+from sless_api.storage import store_from_env
+from sless_core.errors import ValidationError
+
+log = logging.getLogger("sless.app")
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+@dataclass
+class Services:
+    """What the app owns, so tests and `sless up` can reach the same objects."""
+
+    config: ApiConfig
+    platform: Platform
+    invocations: InvocationLog | None
+    invoker: Invoker
+    verifier: TokenVerifier | None
+    background: list[Any] = field(default_factory=list)
+
+
+def make_verifier(env: MutableMapping[str, str] | None = None) -> TokenVerifier | None:
+    try:
+        return TokenVerifier(AuthConfig.from_env(env))
+    except ValueError as exc:
+        log.warning("no token verification configured (%s): /v1 answers 503 until it is", exc)
+        return None
+
+
+def build_rest(services: Services) -> falcon.asgi.App[Any, Any]:
+    app = falcon.asgi.App(middleware=[TenantAuth(services.verifier)])
+    app.set_error_serializer(serialize_error)
+    app.add_error_handler(Exception, handle_unexpected)
+    app.add_error_handler(PlatformError, handle_platform_error)
+    app.add_error_handler(ValidationError, handle_validation_error)
+    app.req_options.strip_url_path_trailing_slash = True
+    cfg, platform = services.config, services.platform
+    base = "/v1/namespaces/{ns}"
+    app.add_route("/health", probes.Health())
+    app.add_route("/ready", probes.Ready(services))
+    app.add_route("/v1/whoami", namespaces.WhoAmI())
+    app.add_route(f"{base}/ensure", namespaces.Ensure(platform))
+    app.add_route(f"{base}/functions", functions.Functions(platform, cfg.max_timeout_sec))
+    app.add_route(f"{base}/functions/{{name}}", functions.Function(platform, cfg.max_timeout_sec))
+    app.add_route(f"{base}/functions/{{name}}/upload",
+                  functions.Upload(platform, cfg.max_upload_bytes, cfg.data_dir / "tmp"))
+    app.add_route(f"{base}/functions/{{name}}/source", functions.Source(platform))
+    app.add_route(f"{base}/functions/{{name}}/invocations", functions.Invocations(platform, services.invocations))
+    app.add_route(f"{base}/triggers", triggers.Triggers(platform, cfg.public_url))
+    app.add_route(f"{base}/triggers/{{name}}", triggers.Trigger(platform, cfg.public_url))
+    app.add_route(f"{base}/jobs", jobs.Jobs(platform))
+    app.add_route(f"{base}/jobs/{{name}}", jobs.Job(platform))
+    return app
+
+
+def build_services(config: ApiConfig) -> Services:
+    invocations = log_from_url(config.database_url)
+    if config.backend == "standalone":
+        from sless_api.standalone.platform import StandalonePlatform
+
+        store = store_from_env(os.environ, config.data_dir / "objects")
+        platform: Platform = StandalonePlatform(config, store, invocations)
+    else:
+        raise SystemExit(f"unknown SLESS_BACKEND {config.backend!r}: use standalone or kubernetes")
+    invoker = Invoker(platform, invocations, config.proxy_timeout_margin_sec)
+    return Services(config, platform, invocations, invoker, make_verifier())
+
+
+class SlessApp:
+    """The ASGI entry point."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.rest = build_rest(services)
+        self.proxy = ProxyApp(services.invoker, services.verifier, services.config.max_body_bytes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http" and scope["path"].startswith("/fn/"):
+            await self.proxy(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+        else:
+            await self.rest(cast(dict[str, Any], scope), receive, send)
+
+    async def startup(self) -> None:
+        services = self.services
+        await services.platform.start()
+        if services.config.backend == "standalone":
+            from sless_api.standalone.platform import StandalonePlatform
+            from sless_api.standalone.scheduler import CronScheduler
+
+            assert isinstance(services.platform, StandalonePlatform)
+            cron = CronScheduler(services.platform, services.invoker)
+            cron.start()
+            services.background.append(cron)
+
+    async def shutdown(self) -> None:
+        for item in self.services.background:
+            await item.close()
+        await self.services.invoker.close()
+        await self.services.platform.close()
+        if self.services.invocations is not None:
+            self.services.invocations.close(5.0)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:
+                    log.exception("start-up failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def create_app(config: ApiConfig | None = None) -> SlessApp:
+    return SlessApp(build_services(config or ApiConfig.from_env()))

@@ -1,0 +1,257 @@
+"""The ``sless`` command: run the platform standalone, mint development tokens, deploy and call functions."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import secrets
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+DEFAULT_URL = "http://127.0.0.1:8090"
+TERMINAL_PHASES = ("Ready", "Failed")
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("SLESS_DATA_DIR") or Path.home() / ".local/share/sless")
+
+
+def local_secret(data_dir: Path) -> str:
+    """The HS256 secret of a standalone install: from the environment, else one generated once per data dir."""
+    if os.environ.get("SLESS_JWT_SECRET"):
+        return os.environ["SLESS_JWT_SECRET"]
+    path = data_dir / "jwt-secret"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from sless_api.app import create_app
+    from sless_api.config import ApiConfig
+
+    data_dir = Path(args.data_dir).resolve()
+    os.environ["SLESS_DATA_DIR"] = str(data_dir)
+    if not (os.environ.get("SLESS_JWT_PUBLIC_KEY") or os.environ.get("SLESS_JWKS_URL")):
+        os.environ["SLESS_JWT_SECRET"] = local_secret(data_dir)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = ApiConfig.from_env(data_dir=data_dir)
+    url = f"http://{args.host}:{args.port}"
+    print(f"sless standalone: serving on {url} (data in {data_dir})", file=sys.stderr)
+    print(f"  get a token:      sless token --sub you --data-dir {data_dir}", file=sys.stderr)
+    print(f"  deploy a folder:  sless deploy examples/hello-python --url {url}", file=sys.stderr)
+    print(f"  call it:          curl {url}/fn/<namespace>/hello-python", file=sys.stderr)
+    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning",
+                timeout_graceful_shutdown=30, lifespan="on")
+    return 0
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from sless_api.auth import issue_token
+
+    secret = local_secret(Path(args.data_dir))
+    extra = {"sless_admin": True} if args.admin else None
+    print(issue_token(secret, args.sub, args.ttl, issuer=os.environ.get("SLESS_JWT_ISSUER"),
+                      audience=os.environ.get("SLESS_JWT_AUDIENCE"), extra=extra))
+    return 0
+
+
+class Client:
+    """A thin REST client; every failure becomes one readable line on stderr and exit code 1."""
+
+    def __init__(self, url: str, token: str) -> None:
+        import requests
+
+        self.url = url.rstrip("/")
+        self.http = requests.Session()
+        self.http.headers["Authorization"] = f"Bearer {token}"
+        self._namespace: str | None = None
+
+    def namespace(self) -> str:
+        if self._namespace is None:
+            self._namespace = str(self.request("GET", "/v1/whoami")["namespace"])
+        return self._namespace
+
+    def request(self, method: str, path: str, ok: tuple[int, ...] = (200, 201, 202, 204), **kw: Any) -> Any:
+        resp = self.http.request(method, self.url + path, timeout=kw.pop("timeout", 60), **kw)
+        if resp.status_code not in ok:
+            try:
+                message = resp.json().get("error", resp.text)
+            except ValueError:
+                message = resp.text
+            raise CliError(f"{method} {path}: HTTP {resp.status_code}: {message}")
+        return resp.json() if resp.content and resp.headers.get("content-type", "").startswith(
+            "application/json") else None
+
+    def ns_path(self, rest: str) -> str:
+        return f"/v1/namespaces/{self.namespace()}{rest}"
+
+
+class CliError(Exception):
+    pass
+
+
+def client_from(args: argparse.Namespace) -> Client:
+    from sless_api.auth import issue_token
+
+    token = os.environ.get("SLESS_TOKEN") or issue_token(local_secret(Path(args.data_dir)), args.sub, 3600)
+    return Client(args.url, token)
+
+
+def zip_folder(folder: Path) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(folder.rglob("*")):
+            rel = path.relative_to(folder)
+            if path.is_file() and not any(p in ("node_modules", "__pycache__", ".git") for p in rel.parts):
+                zf.write(path, rel.as_posix())
+    return buf.getvalue()
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    manifest = folder / "sless.json"
+    if manifest.exists():
+        data: dict[str, Any] = json.loads(manifest.read_text())
+        return data
+    if (folder / "go.mod").exists() or list(folder.glob("*.go")):
+        return {"runtime": "go1.23"}
+    if (folder / "handler.js").exists() or (folder / "package.json").exists():
+        return {"runtime": "nodejs20"}
+    return {"runtime": "python3.11"}
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    folder = Path(args.folder)
+    manifest = read_manifest(folder)
+    name = args.name or manifest.pop("name", None) or folder.resolve().name
+    trigger = manifest.pop("trigger", {"type": "http"})
+    client = client_from(args)
+    client.request("POST", client.ns_path("/ensure"))
+    spec = {"name": name, **manifest}
+    created = client.request("POST", client.ns_path("/functions"), json=spec, ok=(201, 409))
+    if created is None or created.get("error"):
+        client.request("PUT", client.ns_path(f"/functions/{name}"), json=manifest)
+    archive = zip_folder(folder)
+    print(f"uploading {len(archive)} bytes of code for {name}...", file=sys.stderr)
+    client.request("POST", client.ns_path(f"/functions/{name}/upload"), files={"code": ("code.zip", archive)})
+    if trigger:
+        client.request("POST", client.ns_path("/triggers"), json={"name": name, "function": name, **trigger},
+                       ok=(201, 409))
+    record = wait_for_build(client, name, args.wait)
+    url = f"{client.url}/fn/{client.namespace()}/{name}"
+    print(json.dumps({"name": name, "phase": record["phase"], "url": url, "message": record["message"]}))
+    return 0 if record["phase"] == "Ready" else 1
+
+
+def wait_for_build(client: Client, name: str, timeout: float) -> dict[str, Any]:
+    deadline, last = time.monotonic() + timeout, ""
+    while True:
+        record: dict[str, Any] = client.request("GET", client.ns_path(f"/functions/{name}"))
+        line = f"{record['phase']}: {record['message']}"
+        if line != last:
+            print(f"  {line}", file=sys.stderr)
+            last = line
+        if record["phase"] in TERMINAL_PHASES or time.monotonic() > deadline:
+            return record
+        time.sleep(0.3)
+
+
+def cmd_invoke(args: argparse.Namespace) -> int:
+    client = client_from(args)
+    resp = client.http.post(f"{client.url}/fn/{client.namespace()}/{args.name}{args.path}",
+                            data=args.data.encode() if args.data else None,
+                            headers={"Content-Type": "application/json"} if args.data else {}, timeout=args.timeout)
+    sys.stdout.write(resp.text + ("" if resp.text.endswith("\n") else "\n"))
+    return 0 if resp.status_code < 400 else 1
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    client = client_from(args)
+    data = client.request("GET", client.ns_path(f"/functions/{args.name}/invocations?limit={args.limit}"))
+    for item in data["items"]:
+        print(json.dumps(item))
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    client = client_from(args)
+    for fn in client.request("GET", client.ns_path("/functions"))["items"]:
+        print(f"{fn['name']:30} {fn['runtime']:11} {fn['phase']:9} {fn['message'][:60]}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="sless", description="sless: serverless functions, self-hosted")
+    verbs = root.add_subparsers(dest="verb", required=True)
+    up = verbs.add_parser("up", help="run the platform standalone in the foreground")
+    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--port", type=int, default=8090)
+    up.add_argument("--data-dir", default=str(default_data_dir()))
+    up.set_defaults(run=cmd_up)
+    token = verbs.add_parser("token", help="print a token signed with the configured HS256 secret")
+    token.add_argument("--sub", required=True)
+    token.add_argument("--ttl", type=int, default=3600)
+    token.add_argument("--admin", action="store_true", help="may cross namespaces")
+    token.add_argument("--data-dir", default=str(default_data_dir()))
+    token.set_defaults(run=cmd_token)
+
+    def client_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--url", default=os.environ.get("SLESS_URL", DEFAULT_URL))
+        p.add_argument("--sub", default=os.environ.get("SLESS_SUB", "developer"),
+                       help="subject of the locally signed token (ignored when SLESS_TOKEN is set)")
+        p.add_argument("--data-dir", default=str(default_data_dir()))
+
+    deploy = verbs.add_parser("deploy", help="zip a folder, create or update the function, upload, wait")
+    deploy.add_argument("folder")
+    deploy.add_argument("--name")
+    deploy.add_argument("--wait", type=float, default=600)
+    client_args(deploy)
+    deploy.set_defaults(run=cmd_deploy)
+    invoke = verbs.add_parser("invoke", help="call a function over HTTP")
+    invoke.add_argument("name")
+    invoke.add_argument("--data", help="JSON body")
+    invoke.add_argument("--path", default="")
+    invoke.add_argument("--timeout", type=float, default=930)
+    client_args(invoke)
+    invoke.set_defaults(run=cmd_invoke)
+    logs = verbs.add_parser("logs", help="recent invocations of a function")
+    logs.add_argument("name")
+    logs.add_argument("--limit", type=int, default=20)
+    client_args(logs)
+    logs.set_defaults(run=cmd_logs)
+    ls = verbs.add_parser("ls", help="list functions")
+    client_args(ls)
+    ls.set_defaults(run=cmd_ls)
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except CliError as exc:
+        print(f"sless: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # requests' connection errors are OSErrors: one line, not a traceback
+        print(f"sless: cannot reach the API ({type(exc).__name__}): is `sless up` running at --url?",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

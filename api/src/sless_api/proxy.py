@@ -1,0 +1,234 @@
+"""The invoke proxy: ``ANY /fn/{ns}/{name}[/{path}]`` forwarded to the function's runtime.
+
+This is the hot path, so it is a bare ASGI handler (no framework routing per call), resolves routes
+from the backend's in-memory table, reuses pooled keep-alive upstream connections, streams the
+response back, and hands the invocation record to a bounded queue instead of writing it inline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+import aiohttp
+
+from sless_api.auth import AuthError, TokenVerifier, bearer_token
+from sless_api.invocations import Invocation, InvocationLog
+from sless_api.platform import NotFound, Platform, PlatformError, Route
+
+log = logging.getLogger("sless.proxy")
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+# RFC 9110 7.6.1 connection-specific fields, plus those that describe this hop's framing.
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
+    "te", "trailer", "trailers", "transfer-encoding", "upgrade", "host", "content-length",
+})
+
+
+def end_to_end(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Headers minus hop-by-hop ones, including any the Connection header names."""
+    pairs = list(headers)
+    named = {t.strip().lower() for k, v in pairs if k.lower() == "connection" for t in v.split(",")}
+    return [(k, v) for k, v in pairs if k.lower() not in HOP_BY_HOP and k.lower() not in named]
+
+
+@dataclass
+class InvokeResult:
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+    error: str | None = None
+
+
+def error_body(status: int, message: str) -> InvokeResult:
+    body = json.dumps({"error": message}).encode()
+    return InvokeResult(status, [("content-type", "application/json")], body, error=message)
+
+
+class Invoker:
+    """Calls functions through their routes; shared by the HTTP proxy, cron and event dispatchers."""
+
+    def __init__(self, platform: Platform, invocations: InvocationLog | None, timeout_margin_sec: float) -> None:
+        self.platform = platform
+        self.invocations = invocations
+        self.margin = timeout_margin_sec
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)
+            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                                  skip_auto_headers=("User-Agent", "Accept-Encoding",
+                                                                     "Content-Type"))
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def record(self, route_ns: str, name: str, method: str, path: str, status: int, started: float,
+               req_bytes: int, resp_bytes: int, trigger: str, error: str | None) -> None:
+        if self.invocations is None:
+            return
+        self.invocations.record(Invocation(
+            namespace=route_ns, function=name, method=method, path=path, status=status,
+            duration_ms=(time.monotonic() - started) * 1000, request_bytes=req_bytes,
+            response_bytes=resp_bytes, trigger=trigger, error=error, started_at=time.time()))
+
+    async def call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
+                   body: bytes, trigger: str) -> InvokeResult:
+        """One buffered invocation (cron, events, jobs through HTTP); recorded like a proxied call."""
+        started = time.monotonic()
+        result = await self._call(route, method, path_qs, headers, body)
+        self.record(route.namespace, route.function, method, path_qs.split("?", 1)[0], result.status, started,
+                    len(body), len(result.body), trigger, result.error)
+        return result
+
+    async def _call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
+                    body: bytes) -> InvokeResult:
+        try:
+            async with self.platform.upstream(route) as base_url, self.session.request(
+                method, base_url + path_qs, headers=headers, data=body,
+                timeout=aiohttp.ClientTimeout(total=route.timeout_sec + self.margin),
+                allow_redirects=False,
+            ) as resp:
+                data = await resp.read()
+                return InvokeResult(resp.status, end_to_end(resp.headers.items()), data,
+                                    error=None if resp.status < 500 else data[:500].decode("utf-8", "replace"))
+        except PlatformError as exc:
+            return error_body(exc.status, exc.message)
+        except TimeoutError:
+            return error_body(504, f"function did not answer within {route.timeout_sec}s")
+        except aiohttp.ClientError as exc:
+            return error_body(502, f"function unreachable: {type(exc).__name__}")
+
+
+class ProxyApp:
+    """The ASGI handler for ``/fn/...``."""
+
+    def __init__(self, invoker: Invoker, verifier: TokenVerifier | None, max_body_bytes: int) -> None:
+        self.invoker = invoker
+        self.verifier = verifier
+        self.max_body = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.monotonic()
+        method: str = scope["method"]
+        parts = scope["path"].split("/", 4)  # "", "fn", ns, name, rest
+        if len(parts) < 4 or not parts[2] or not parts[3]:
+            await self._send(send, error_body(404, "use /fn/{namespace}/{function}[/path]"))
+            return
+        ns, name = unquote(parts[2]), unquote(parts[3])
+        sub = "/" + (parts[4] if len(parts) > 4 else "")
+        query = scope.get("query_string", b"").decode("latin-1")
+        path_qs = sub + ("?" + query if query else "")
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        req_bytes, status, error, resp_bytes = 0, 500, None, 0
+        try:
+            route = await self.invoker.platform.route(ns, name)
+            if route.auth == "token":
+                await self._authorize(route, headers)
+            body = await self._read_body(receive, headers)
+            req_bytes = len(body)
+            status, resp_bytes, error = await self._forward(route, method, path_qs, headers, body, scope, send)
+        except _Reply as reply:
+            status, error = reply.result.status, reply.result.error
+            await self._send(send, reply.result)
+        except PlatformError as exc:
+            status, error = exc.status, exc.message
+            await self._send(send, error_body(exc.status, exc.message))
+        if status != 404 or error is None:
+            self.invoker.record(ns, name, method, sub, status, started, req_bytes, resp_bytes, "http", error)
+
+    async def _authorize(self, route: Route, headers: list[tuple[str, str]]) -> None:
+        if self.verifier is None:
+            raise _Reply(error_body(401, "this trigger requires a token, and no token verifier is configured"))
+        header = next((v for k, v in headers if k.lower() == "authorization"), None)
+        try:
+            claims = await asyncio.to_thread(self.verifier.verify, bearer_token(header))
+        except AuthError as exc:
+            raise _Reply(error_body(401, str(exc))) from exc
+        if claims.namespace != route.namespace and not claims.admin:
+            raise _Reply(error_body(403, "this token belongs to another tenant"))
+
+    async def _read_body(self, receive: Receive, headers: list[tuple[str, str]]) -> bytes:
+        declared = next((v for k, v in headers if k.lower() == "content-length"), None)
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            raise _Reply(error_body(413, f"request body exceeds {self.max_body} bytes"))
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Reply(error_body(499, "client disconnected"))
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                raise _Reply(error_body(413, f"request body exceeds {self.max_body} bytes"))
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(chunks)
+
+    async def _forward(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
+                       body: bytes, scope: Scope, send: Send) -> tuple[int, int, str | None]:
+        upstream_headers = end_to_end(headers)
+        client = scope.get("client")
+        if client:
+            upstream_headers.append(("X-Forwarded-For", client[0]))
+        upstream_headers.append(("X-Forwarded-Proto", scope.get("scheme", "http")))
+        invoker = self.invoker
+        try:
+            async with invoker.platform.upstream(route) as base_url, invoker.session.request(
+                method, base_url + path_qs, headers=upstream_headers, data=body if body else None,
+                timeout=aiohttp.ClientTimeout(total=route.timeout_sec + invoker.margin),
+                allow_redirects=False,
+            ) as resp:
+                out = [(k.lower().encode("latin-1"), v.encode("latin-1"))
+                       for k, v in end_to_end(resp.headers.items())]
+                if resp.content_length is not None and method != "HEAD":
+                    out.append((b"content-length", str(resp.content_length).encode()))
+                elif method == "HEAD" and "Content-Length" in resp.headers:
+                    out.append((b"content-length", resp.headers["Content-Length"].encode()))
+                first = await resp.content.readany() if method != "HEAD" else b""
+                await send({"type": "http.response.start", "status": resp.status, "headers": out})
+                sent = len(first)
+                chunk = first
+                while chunk:
+                    nxt = await resp.content.readany()
+                    await send({"type": "http.response.body", "body": chunk, "more_body": bool(nxt)})
+                    chunk = nxt
+                    sent += len(nxt)
+                if not first:
+                    await send({"type": "http.response.body", "body": b""})
+                return resp.status, sent, None if resp.status < 500 else f"function answered {resp.status}"
+        except TimeoutError:
+            raise _Reply(error_body(504, f"function did not answer within {route.timeout_sec}s")) from None
+        except aiohttp.ClientError as exc:
+            raise _Reply(error_body(502, f"function unreachable: {type(exc).__name__}")) from None
+
+    @staticmethod
+    async def _send(send: Send, result: InvokeResult) -> None:
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in result.headers]
+        headers.append((b"content-length", str(len(result.body)).encode()))
+        await send({"type": "http.response.start", "status": result.status, "headers": headers})
+        await send({"type": "http.response.body", "body": result.body})
+
+
+class _Reply(Exception):
+    def __init__(self, result: InvokeResult) -> None:
+        super().__init__(result.error)
+        self.result = result
+
+
+__all__ = ["HOP_BY_HOP", "InvokeResult", "Invoker", "NotFound", "ProxyApp", "end_to_end"]

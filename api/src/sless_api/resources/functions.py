@@ -1,0 +1,142 @@
+"""``/v1/namespaces/{ns}/functions``: create, read, update, delete, upload code, read source, invocations."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import falcon
+import falcon.asgi
+
+from sless_api.http import ApiError, json_body, page, query_int
+from sless_api.invocations import InvocationLog
+from sless_api.platform import FunctionRecord, Platform
+from sless_core.models import FunctionSpec
+from sless_core.naming import validate_name
+
+CHUNK = 256 * 1024
+
+
+class Functions:
+    def __init__(self, platform: Platform, max_timeout_sec: int) -> None:
+        self.platform = platform
+        self.max_timeout = max_timeout_sec
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str) -> None:
+        records = await self.platform.list_functions(ns)
+        resp.media = page(records, req, key=lambda r: r.spec.name, render=FunctionRecord.to_api)
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str) -> None:
+        spec = FunctionSpec.from_user(await json_body(req), self.max_timeout)
+        record = await self.platform.create_function(ns, spec)
+        resp.status = falcon.HTTP_201
+        resp.media = record.to_api()
+
+
+class Function:
+    def __init__(self, platform: Platform, max_timeout_sec: int) -> None:
+        self.platform = platform
+        self.max_timeout = max_timeout_sec
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
+        resp.media = (await self.platform.get_function(ns, validate_name(name))).to_api()
+
+    async def on_put(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
+        patch = await json_body(req)
+        if not isinstance(patch, dict):
+            raise ApiError(400, "the request body must be a JSON object")
+        record = await self.platform.update_function(ns, validate_name(name), patch)
+        resp.media = record.to_api()
+
+    async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
+        await self.platform.delete_function(ns, validate_name(name))
+        resp.status = falcon.HTTP_204
+
+
+class Upload:
+    """Streams the zip to a temporary file, counting bytes, so an oversize upload is refused without buffering it."""
+
+    def __init__(self, platform: Platform, max_upload_bytes: int, tmp_dir: Path) -> None:
+        self.platform = platform
+        self.max_bytes = max_upload_bytes
+        self.tmp_dir = tmp_dir
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
+        validate_name(name)
+        await self.platform.get_function(ns, name)
+        if req.content_length is not None and req.content_length > self.max_bytes + 64 * 1024:
+            raise ApiError(413, f"upload exceeds {self.max_bytes} bytes", limit=self.max_bytes)
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.tmp_dir, suffix=".zip")
+        path = Path(tmp)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                digest = await self._receive(req, out)
+            record = await self.platform.upload_code(ns, name, path, digest)
+        finally:
+            path.unlink(missing_ok=True)
+        resp.status = falcon.HTTP_202
+        resp.media = record.to_api()
+
+    async def _receive(self, req: falcon.asgi.Request, out: Any) -> str:
+        content_type = req.content_type or ""
+        if content_type.startswith("multipart/form-data"):
+            try:
+                form = await req.get_media()
+                async for part in form:
+                    if part.name == "code":
+                        return await self._copy(part.stream, out)
+            except falcon.MediaMalformedError as exc:
+                raise ApiError(400, "malformed multipart body") from exc
+            raise ApiError(400, "multipart field 'code' (the zip) is missing")
+        if content_type in ("application/zip", "application/octet-stream"):
+            return await self._copy(req.stream, out)
+        raise ApiError(415, "upload a zip as multipart/form-data field 'code' (or a raw application/zip body)")
+
+    async def _copy(self, stream: Any, out: Any) -> str:
+        digest, size = hashlib.sha256(), 0
+        while True:
+            chunk = await stream.read(CHUNK)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > self.max_bytes:
+                raise ApiError(413, f"upload exceeds {self.max_bytes} bytes", limit=self.max_bytes)
+            digest.update(chunk)
+            out.write(chunk)
+        if size == 0:
+            raise ApiError(400, "the uploaded zip is empty")
+        return digest.hexdigest()
+
+
+class Source:
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
+        files = await self.platform.get_source(ns, validate_name(name))
+        resp.media = {"files": files}
+
+
+class Invocations:
+    def __init__(self, platform: Platform, log: InvocationLog | None) -> None:
+        self.platform = platform
+        self.log = log
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
+        await self.platform.get_function(ns, validate_name(name))
+        limit = query_int(req, "limit", 50, 1, 500)
+        cursor = req.get_param("cursor")
+        before = int(cursor) if cursor and cursor.isdigit() else None
+        if cursor and before is None:
+            raise ApiError(400, "cursor is not one this API returned")
+        if self.log is None:
+            resp.media = {"items": [], "next_cursor": None}
+            return
+        items, next_cursor = await asyncio.to_thread(self.log.list, ns, name, limit, before)
+        resp.media = {"items": [i.to_dict() for i in items],
+                      "next_cursor": None if next_cursor is None else str(next_cursor)}

@@ -1,0 +1,40 @@
+"""``/v1/namespaces/{ns}/jobs``: one-shot runs of a function; ``run_id`` 0 records, a larger one runs again."""
+
+from __future__ import annotations
+
+import falcon
+import falcon.asgi
+
+from sless_api.http import ApiError, json_body
+from sless_api.platform import Platform
+from sless_core.models import JobSpec
+from sless_core.naming import validate_name
+
+
+class Jobs:
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str) -> None:
+        record = await self.platform.create_job(ns, JobSpec.from_user(await json_body(req)))
+        resp.status = falcon.HTTP_201
+        resp.media = record.to_api()
+
+
+class Job:
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
+        resp.media = (await self.platform.get_job(ns, validate_name(name))).to_api()
+
+    async def on_patch(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
+        body = await json_body(req)
+        if not isinstance(body, dict) or set(body) != {"run_id"} or not isinstance(body["run_id"], int) \
+                or isinstance(body["run_id"], bool) or body["run_id"] < 0:
+            raise ApiError(400, 'only {"run_id": <non-negative integer>} can be changed', field="run_id")
+        resp.media = (await self.platform.rerun_job(ns, validate_name(name), body["run_id"])).to_api()
+
+    async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
+        await self.platform.delete_job(ns, validate_name(name))
+        resp.status = falcon.HTTP_204

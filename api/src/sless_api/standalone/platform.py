@@ -1,0 +1,444 @@
+"""The standalone backend: the Platform interface over SQLite state, local builds and supervised processes.
+
+A function's life here: created (Pending) -> zip uploaded and unpacked -> Building (dependencies into a
+hash-keyed cache, Go compiled) -> Ready -> served by a runtime process that the supervisor starts on
+the first call and stops when idle. Routes live in memory, so the proxy never touches SQLite per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import shutil
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from sless_api.buildcontext import make_build_context
+from sless_api.config import ApiConfig
+from sless_api.invocations import Invocation, InvocationLog
+from sless_api.platform import (
+    Conflict,
+    FunctionRecord,
+    JobRecord,
+    NotFound,
+    Route,
+    TriggerRecord,
+    Unavailable,
+    Unsupported,
+)
+from sless_api.standalone.builder import BuildArtifact, Builder, BuildFailed, BuildRequest
+from sless_api.standalone.runner import run_once
+from sless_api.standalone.state import StateStore
+from sless_api.standalone.supervisor import NotDeployed, ProcessSpec, StartFailed, Supervisor
+from sless_api.storage import CodeStore, context_key, zip_key
+from sless_api.zipsafe import ZipLimits, extract_zip, read_source_files
+from sless_core.errors import ValidationError
+from sless_core.models import FunctionSpec, JobPhase, JobSpec, Phase, TriggerSpec, TriggerType
+
+log = logging.getLogger("sless.standalone")
+BASE_IMAGES = {"python3.11": "sless/python3.11", "nodejs20": "sless/nodejs20", "go1.23": "sless/go1.23"}
+REBUILD_FIELDS = ("runtime", "entrypoint")
+
+
+def _key(namespace: str, name: str) -> str:
+    return f"{namespace}.{name}"
+
+
+def artifact_to_dict(artifact: BuildArtifact) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(artifact).items()}
+
+
+def artifact_from_dict(data: dict[str, Any]) -> BuildArtifact:
+    values = dict(data)
+    for key in ("code_dir", "deps_dir", "bin_dir"):
+        if values.get(key) is not None:
+            values[key] = Path(values[key])
+    return BuildArtifact(**values)
+
+
+class StandalonePlatform:
+    def __init__(self, config: ApiConfig, store: CodeStore, invocations: InvocationLog | None) -> None:
+        self.config = config
+        self.store = store
+        self.invocations = invocations
+        data = config.data_dir
+        self.code_root = data / "functions"
+        self.state = StateStore(data / "state.db")
+        self.builder = Builder(data / "cache")
+        self.supervisor = Supervisor(idle_timeout_sec=config.idle_timeout_sec, log_dir=data / "logs")
+        self.zip_limits = ZipLimits()
+        self._routes: dict[tuple[str, str], Route] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self.cron: Any = None  # set by the app: the scheduler needs the invoker, which needs us
+
+    # lifecycle
+    async def start(self) -> None:
+        """Bring the previous run's functions back: Ready ones serve again, interrupted builds resume."""
+        for rec in self.state.list_functions():
+            if rec.phase == Phase.BUILDING and rec.code_hash:
+                self._spawn(f"build:{_key(rec.namespace, rec.spec.name)}", self._build(rec.namespace, rec.spec.name))
+            elif rec.phase == Phase.READY:
+                await self._sync_process(rec.namespace, rec.spec.name)
+        for job in self.state.list_jobs():
+            if job.phase in (JobPhase.PENDING, JobPhase.RUNNING):
+                job.phase, job.message, job.completed_at = JobPhase.FAILED, "interrupted by a restart", time.time()
+                self.state.save_job(job)
+
+    async def close(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        await self.supervisor.close()
+        self.state.close()
+
+    def _spawn(self, key: str, coro: Any) -> None:
+        old = self._tasks.get(key)
+        if old is not None and not old.done():
+            old.cancel()
+        task: asyncio.Task[None] = asyncio.create_task(coro)
+        self._tasks[key] = task
+        task.add_done_callback(lambda t: self._tasks.pop(key, None) if self._tasks.get(key) is t else None)
+
+    # namespaces
+    async def ensure_namespace(self, namespace: str) -> bool:
+        return self.state.ensure_namespace(namespace, time.time())
+
+    # functions
+    def _function(self, namespace: str, name: str) -> FunctionRecord:
+        rec = self.state.get_function(namespace, name)
+        if rec is None:
+            raise NotFound(f"function {name!r} not found")
+        return rec
+
+    async def list_functions(self, namespace: str) -> list[FunctionRecord]:
+        return self.state.list_functions(namespace)
+
+    async def get_function(self, namespace: str, name: str) -> FunctionRecord:
+        return self._function(namespace, name)
+
+    async def create_function(self, namespace: str, spec: FunctionSpec) -> FunctionRecord:
+        self.state.ensure_namespace(namespace, time.time())
+        rec = FunctionRecord(namespace=namespace, spec=spec)
+        if not self.state.insert_function(rec):
+            raise Conflict(f"function {spec.name!r} already exists",
+                           existing=self._function(namespace, spec.name).to_api())
+        return rec
+
+    async def update_function(self, namespace: str, name: str, patch: dict[str, Any]) -> FunctionRecord:
+        rec = self._function(namespace, name)
+        new_spec = rec.spec.updated(patch, self.config.max_timeout_sec)
+        rebuild = any(getattr(new_spec, f) != getattr(rec.spec, f) for f in REBUILD_FIELDS)
+        rec.spec = new_spec
+        if rebuild and rec.code_hash:
+            rec.phase, rec.message = Phase.BUILDING, "rebuild queued: runtime or entrypoint changed"
+            self.state.save_function(rec)
+            self._spawn(f"build:{_key(namespace, name)}", self._build(namespace, name))
+        else:
+            self.state.save_function(rec)
+            await self._sync_process(namespace, name)
+        return rec
+
+    async def delete_function(self, namespace: str, name: str) -> None:
+        self._function(namespace, name)
+        task = self._tasks.get(f"build:{_key(namespace, name)}")
+        if task is not None:
+            task.cancel()
+        self.state.delete_function(namespace, name)
+        self._routes.pop((namespace, name), None)
+        if self.cron is not None:
+            self.cron.refresh()
+        await self.supervisor.remove(_key(namespace, name))
+        await asyncio.to_thread(self._delete_files, namespace, name)
+
+    def _delete_files(self, namespace: str, name: str) -> None:
+        shutil.rmtree(self.code_root / namespace / name, ignore_errors=True)
+        self.store.delete_prefix(f"functions/{namespace}/{name}/")
+        self.store.delete_prefix(f"contexts/{namespace}/{name}/")
+
+    async def upload_code(self, namespace: str, name: str, zip_path: Path, code_hash: str) -> FunctionRecord:
+        rec = self._function(namespace, name)
+        if rec.code_hash == code_hash and rec.phase in (Phase.READY, Phase.BUILDING):
+            rec.message = f"{rec.message} (identical code uploaded: no rebuild)" if "identical" not in \
+                rec.message else rec.message
+            return rec
+        code_dir = self.code_root / namespace / name / code_hash
+        await asyncio.to_thread(self._store_code, rec, zip_path, code_dir, code_hash)
+        rec.code_hash, rec.phase, rec.message = code_hash, Phase.BUILDING, "build queued"
+        self.state.save_function(rec)
+        self._spawn(f"build:{_key(namespace, name)}", self._build(namespace, name))
+        return rec
+
+    def _store_code(self, rec: FunctionRecord, zip_path: Path, code_dir: Path, code_hash: str) -> None:
+        if not code_dir.exists():
+            code_dir.parent.mkdir(parents=True, exist_ok=True)
+            extract_zip(zip_path, code_dir, self.zip_limits)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{code_hash[:12]}"
+        self.store.put_file(zip_key(rec.namespace, rec.spec.name, stamp), zip_path)
+        context = make_build_context(code_dir, rec.spec.runtime, rec.spec.entrypoint,
+                                     BASE_IMAGES[rec.spec.runtime])
+        self.store.put_bytes(context_key(rec.namespace, rec.spec.name, stamp), context)
+
+    async def get_source(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        rec = self._function(namespace, name)
+        if not rec.code_hash:
+            return []
+        code_dir = self.code_root / namespace / name / rec.code_hash
+        return await asyncio.to_thread(read_source_files, code_dir)
+
+    async def _build(self, namespace: str, name: str) -> None:
+        rec = self._function(namespace, name)
+        code_hash = rec.code_hash
+        assert code_hash is not None
+        rec.phase, rec.message = Phase.BUILDING, "building"
+        self.state.save_function(rec)
+        last_progress = 0.0
+
+        def progress(line: str) -> None:
+            nonlocal last_progress
+            log.info("build %s/%s: %s", namespace, name, line)
+            now = time.monotonic()
+            if now - last_progress > 0.5:
+                last_progress = now
+                current = self.state.get_function(namespace, name)
+                if current is not None and current.code_hash == code_hash and current.phase == Phase.BUILDING:
+                    current.message = f"building: {line}"[:500]
+                    self.state.save_function(current)
+
+        request = BuildRequest(runtime=rec.spec.runtime, code_dir=self.code_root / namespace / name / code_hash,
+                               entrypoint=rec.spec.entrypoint, code_hash=code_hash)
+        try:
+            artifact = await asyncio.to_thread(self.builder.build, request, progress)
+        except BuildFailed as exc:
+            self._finish_build(namespace, name, code_hash, None, exc.log_tail)
+            return
+        except Exception as exc:  # a bug or a full disk must still end in a visible Failed phase
+            log.exception("build of %s/%s crashed", namespace, name)
+            self._finish_build(namespace, name, code_hash, None, f"build crashed: {type(exc).__name__}: {exc}")
+            return
+        self._finish_build(namespace, name, code_hash, artifact, "")
+        await self._sync_process(namespace, name, eager_swap=True)
+
+    def _finish_build(self, namespace: str, name: str, code_hash: str, artifact: BuildArtifact | None,
+                      failure: str) -> None:
+        current = self.state.get_function(namespace, name)
+        if current is None or current.code_hash != code_hash:
+            return  # deleted or superseded by a newer upload while building
+        if artifact is None:
+            current.phase, current.message = Phase.FAILED, f"build failed:\n{failure}"[-4000:]
+        else:
+            current.phase, current.message = Phase.READY, "ready"
+            current.last_built_at = time.time()
+            current.image = f"local:{current.spec.runtime}:{code_hash[:12]}"
+            self.state.set_artifact(namespace, name, artifact_to_dict(artifact))
+        self.state.save_function(current)
+
+    # processes and routes
+    def _process_spec(self, rec: FunctionRecord, artifact: BuildArtifact) -> ProcessSpec:
+        argv, env = artifact.server_command()
+        env = {**env, **rec.spec.env_vars, "SLESS_HOST": "127.0.0.1",
+               "SLESS_TIMEOUT_SEC": str(rec.spec.timeout_sec),
+               "SLESS_MAX_BODY_BYTES": str(self.config.max_body_bytes)}
+        version = hashlib.sha256(json.dumps([rec.code_hash, rec.spec.to_dict()], sort_keys=True).encode())
+        return ProcessSpec(argv=list(argv), env=env, cwd=artifact.code_dir, version=version.hexdigest()[:16])
+
+    async def _sync_process(self, namespace: str, name: str, eager_swap: bool = False) -> None:
+        """Make the supervisor and the route table agree with the state of one function."""
+        rec = self.state.get_function(namespace, name)
+        key = _key(namespace, name)
+        http = [t for t in self.state.list_triggers(namespace, name) if t.spec.type == TriggerType.HTTP
+                and t.spec.enabled]
+        artifact = self.state.get_artifact(namespace, name) if rec else None
+        if rec is None or not http or artifact is None:
+            self._routes.pop((namespace, name), None)
+            await self.supervisor.remove(key)
+            return
+        auth = "public" if any(t.spec.auth == "public" for t in http) else "token"
+        self._routes[(namespace, name)] = Route(namespace, name, float(rec.spec.timeout_sec), auth)
+        running = self._process_state(key) == "running"
+        await self.supervisor.deploy(key, self._process_spec(rec, artifact_from_dict(artifact)),
+                                     eager=eager_swap and running)
+
+    def _process_state(self, key: str) -> str:
+        try:
+            return str(self.supervisor.status(key)["state"])
+        except NotDeployed:
+            return "absent"
+
+    async def route(self, namespace: str, name: str) -> Route:
+        route = self._routes.get((namespace, name))
+        if route is not None:
+            return route
+        rec = self.state.get_function(namespace, name)
+        if rec is None:
+            raise NotFound(f"function {name!r} not found in {namespace}")
+        if rec.phase != Phase.READY:
+            raise NotFound(f"function {name!r} is not ready (phase {rec.phase})")
+        raise NotFound(f"function {name!r} has no enabled http trigger")
+
+    @contextlib.asynccontextmanager
+    async def upstream(self, route: Route) -> AsyncIterator[str]:
+        try:
+            async with self.supervisor.lease(_key(route.namespace, route.function)) as base_url:
+                yield base_url
+        except NotDeployed as exc:
+            raise NotFound(f"function {route.function!r} is not deployed") from exc
+        except StartFailed as exc:
+            raise Unavailable(f"function {route.function!r} failed to start: {exc}") from exc
+
+    # triggers
+    def _trigger(self, namespace: str, name: str) -> TriggerRecord:
+        rec = self.state.get_trigger(namespace, name)
+        if rec is None:
+            raise NotFound(f"trigger {name!r} not found")
+        return rec
+
+    async def list_triggers(self, namespace: str) -> list[TriggerRecord]:
+        return self.state.list_triggers(namespace)
+
+    async def get_trigger(self, namespace: str, name: str) -> TriggerRecord:
+        return self._trigger(namespace, name)
+
+    def _check_trigger(self, namespace: str, spec: TriggerSpec) -> None:
+        if spec.type == TriggerType.EVENT:
+            raise Unsupported("event triggers need RabbitMQ: set SLESS_RABBITMQ_URL (not supported by this "
+                              "installation yet)")
+        self._function(namespace, spec.function)
+
+    async def create_trigger(self, namespace: str, spec: TriggerSpec) -> TriggerRecord:
+        self._check_trigger(namespace, spec)
+        rec = TriggerRecord(namespace=namespace, spec=spec)
+        if not self.state.insert_trigger(rec):
+            raise Conflict(f"trigger {spec.name!r} already exists",
+                           existing=self._trigger(namespace, spec.name).to_api())
+        await self._trigger_changed(namespace, spec.function)
+        return rec
+
+    async def patch_trigger(self, namespace: str, name: str, patch: dict[str, Any]) -> TriggerRecord:
+        rec = self._trigger(namespace, name)
+        old_function = rec.spec.function
+        rec.spec = rec.spec.patched(patch)
+        self._check_trigger(namespace, rec.spec)
+        self.state.save_trigger(rec)
+        await self._trigger_changed(namespace, rec.spec.function)
+        if old_function != rec.spec.function:
+            await self._trigger_changed(namespace, old_function)
+        return rec
+
+    async def delete_trigger(self, namespace: str, name: str) -> None:
+        rec = self._trigger(namespace, name)
+        self.state.delete_trigger(namespace, name)
+        await self._trigger_changed(namespace, rec.spec.function)
+
+    async def _trigger_changed(self, namespace: str, function: str) -> None:
+        await self._sync_process(namespace, function)
+        if self.cron is not None:
+            self.cron.refresh()
+
+    def cron_triggers(self) -> list[TriggerRecord]:
+        return [t for t in self.state.list_triggers() if t.spec.type == TriggerType.CRON and t.spec.enabled]
+
+    def mark_fired(self, trigger: TriggerRecord, message: str) -> None:
+        current = self.state.get_trigger(trigger.namespace, trigger.spec.name)
+        if current is not None:
+            current.last_fired_at, current.message = time.time(), message
+            self.state.save_trigger(current)
+
+    async def cron_route(self, namespace: str, name: str) -> Route:
+        """Cron calls a Ready function whether or not it has an http trigger."""
+        rec = self._function(namespace, name)
+        artifact = self.state.get_artifact(namespace, name)
+        if rec.phase != Phase.READY or artifact is None:
+            raise Unavailable(f"function {name!r} is not ready (phase {rec.phase})")
+        key = _key(namespace, name)
+        if self._process_state(key) == "absent":
+            await self.supervisor.deploy(key, self._process_spec(rec, artifact_from_dict(artifact)))
+        return Route(namespace, name, float(rec.spec.timeout_sec), "public")
+
+    # jobs
+    def _job(self, namespace: str, name: str) -> JobRecord:
+        rec = self.state.get_job(namespace, name)
+        if rec is None:
+            raise NotFound(f"job {name!r} not found")
+        return rec
+
+    async def create_job(self, namespace: str, spec: JobSpec) -> JobRecord:
+        self._function(namespace, spec.function)
+        rec = JobRecord(namespace=namespace, spec=spec)
+        if spec.run_id == 0:
+            rec.phase, rec.message = JobPhase.RECORDED, "recorded: set run_id above 0 to run it"
+        if not self.state.insert_job(rec):
+            existing = self._job(namespace, spec.name)
+            raise Conflict(f"job {spec.name!r} already exists", existing=existing.to_api())
+        if spec.run_id > 0:
+            self._spawn(f"job:{_key(namespace, spec.name)}", self._run_job(namespace, spec.name))
+        return rec
+
+    async def get_job(self, namespace: str, name: str) -> JobRecord:
+        return self._job(namespace, name)
+
+    async def rerun_job(self, namespace: str, name: str, run_id: int) -> JobRecord:
+        rec = self._job(namespace, name)
+        if run_id == rec.spec.run_id:
+            return rec
+        if run_id < rec.spec.run_id:
+            raise ValidationError(f"run_id can only grow (now {rec.spec.run_id})", field="run_id")
+        if rec.phase in (JobPhase.PENDING, JobPhase.RUNNING):
+            raise Conflict(f"job {name!r} is still {rec.phase}", existing=rec.to_api())
+        rec.spec.run_id = run_id
+        rec.phase, rec.message, rec.started_at, rec.completed_at = JobPhase.PENDING, "", None, None
+        self.state.save_job(rec)
+        self._spawn(f"job:{_key(namespace, name)}", self._run_job(namespace, name))
+        return rec
+
+    async def delete_job(self, namespace: str, name: str) -> None:
+        self._job(namespace, name)
+        task = self._tasks.get(f"job:{_key(namespace, name)}")
+        if task is not None:
+            task.cancel()
+        self.state.delete_job(namespace, name)
+
+    async def _wait_ready(self, namespace: str, function: str, limit_sec: float = 900) -> FunctionRecord:
+        deadline = time.monotonic() + limit_sec
+        while True:
+            fn = self._function(namespace, function)
+            if fn.phase in (Phase.READY, Phase.FAILED) or time.monotonic() > deadline:
+                return fn
+            if fn.phase == Phase.PENDING and not fn.code_hash:
+                return fn
+            await asyncio.sleep(0.2)
+
+    async def _run_job(self, namespace: str, name: str) -> None:
+        rec = self._job(namespace, name)
+        try:
+            fn = await self._wait_ready(namespace, rec.spec.function)
+            artifact = self.state.get_artifact(namespace, rec.spec.function)
+            if fn.phase != Phase.READY or artifact is None:
+                raise Unavailable(f"function {fn.spec.name!r} is not ready (phase {fn.phase}): {fn.message}")
+            rec.phase, rec.started_at = JobPhase.RUNNING, time.time()
+            self.state.save_job(rec)
+            started = time.monotonic()
+            result = await asyncio.to_thread(run_once, artifact_from_dict(artifact), rec.spec.event,
+                                             float(fn.spec.timeout_sec), env=fn.spec.env_vars)
+            rec.phase = JobPhase.SUCCEEDED if result.ok else JobPhase.FAILED
+            rec.message = result.output
+            self._record_job(rec, result.ok, started, result.output)
+        except (NotFound, Unavailable) as exc:
+            rec.phase, rec.message = JobPhase.FAILED, exc.message
+        rec.completed_at = time.time()
+        if self.state.get_job(namespace, name) is not None:
+            self.state.save_job(rec)
+
+    def _record_job(self, rec: JobRecord, ok: bool, started: float, output: str) -> None:
+        if self.invocations is None:
+            return
+        self.invocations.record(Invocation(
+            namespace=rec.namespace, function=rec.spec.function, method="RUN", path=f"/jobs/{rec.spec.name}",
+            status=200 if ok else 500, duration_ms=(time.monotonic() - started) * 1000,
+            request_bytes=len(json.dumps(rec.spec.event)), response_bytes=len(output), trigger="job",
+            error=None if ok else output[-500:], started_at=time.time()))

@@ -1,0 +1,85 @@
+"""One-shot jobs with run_id semantics, and cron triggers firing on schedule."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.support.platform import Tenant
+
+pytestmark = pytest.mark.e2e
+
+JOB = """
+def handle(event):
+    if event.get('fail'):
+        raise ValueError('asked to fail: ' + 'x' * 5000)
+    return {'doubled': event.get('n', 0) * 2}
+"""
+
+
+def test_job_runs_and_reruns(tenant: Tenant) -> None:
+    tenant.deploy("worker", "python3.11", {"handler.py": JOB}, http=False)
+    created = tenant.api("POST", "/jobs", json={"name": "j1", "function": "worker", "event": {"n": 21},
+                                                "run_id": 1}, expect=201).json()
+    assert created["phase"] in ("Pending", "Running", "Succeeded")
+    done = tenant.wait_job("j1")
+    assert done["phase"] == "Succeeded" and '"doubled": 42' in done["message"]
+    assert done["started_at"] and done["completed_at"]
+
+    dup = tenant.api("POST", "/jobs", json={"name": "j1", "function": "worker", "event": {}}, expect=409).json()
+    assert dup["existing"]["phase"] == "Succeeded"
+
+    again = tenant.api("PATCH", "/jobs/j1", json={"run_id": 2}, expect=200).json()
+    assert again["run_id"] == 2
+    assert tenant.wait_job("j1")["phase"] == "Succeeded"
+    tenant.api("PATCH", "/jobs/j1", json={"run_id": 1}, expect=400)
+    tenant.api("DELETE", "/jobs/j1", expect=204)
+    tenant.api("GET", "/jobs/j1", expect=404)
+
+
+def test_run_id_zero_only_records(tenant: Tenant) -> None:
+    tenant.deploy("worker", "python3.11", {"handler.py": JOB}, http=False)
+    tenant.api("POST", "/jobs", json={"name": "rec", "function": "worker", "event": {"n": 1}, "run_id": 0},
+               expect=201)
+    time.sleep(1.0)
+    assert tenant.api("GET", "/jobs/rec", expect=200).json()["phase"] == "Recorded"
+    tenant.api("PATCH", "/jobs/rec", json={"run_id": 1}, expect=200)
+    assert tenant.wait_job("rec")["phase"] == "Succeeded"
+
+
+def test_failed_job_keeps_the_truncated_traceback(tenant: Tenant) -> None:
+    tenant.deploy("worker", "python3.11", {"handler.py": JOB}, http=False)
+    tenant.api("POST", "/jobs", json={"name": "bad", "function": "worker", "event": {"fail": True}}, expect=201)
+    done = tenant.wait_job("bad")
+    assert done["phase"] == "Failed"
+    assert "ValueError" in done["message"] and len(done["message"]) <= 2100
+
+
+def test_job_for_missing_function_is_404_and_bad_specs_400(tenant: Tenant) -> None:
+    tenant.api("POST", "/jobs", json={"name": "x", "function": "ghost"}, expect=404)
+    tenant.api("POST", "/functions", json={"name": "f", "runtime": "python3.11"}, expect=201)
+    tenant.api("POST", "/jobs", json={"name": "x", "function": "f", "event": [1]}, expect=400)
+    tenant.api("POST", "/jobs", json={"name": "x", "function": "f", "run_id": -1}, expect=400)
+    tenant.api("POST", "/jobs", json={"name": "X_", "function": "f"}, expect=400)
+
+
+@pytest.mark.slow
+def test_cron_trigger_fires_and_can_be_disabled(tenant: Tenant) -> None:
+    code = "def handle(event):\n    return {'type': event.get('type'), 'schedule': event.get('schedule')}\n"
+    tenant.deploy("ticker", "python3.11", {"handler.py": code}, http=False)
+    tenant.api("POST", "/triggers", json={"name": "every-minute", "type": "cron", "function": "ticker",
+                                          "schedule": "* * * * *"}, expect=201)
+    deadline = time.monotonic() + 75
+    fired = None
+    while time.monotonic() < deadline:
+        fired = tenant.api("GET", "/triggers/every-minute", expect=200).json()
+        if fired["last_fired_at"]:
+            break
+        time.sleep(1)
+    assert fired and fired["last_fired_at"], fired
+    assert "HTTP 200" in fired["message"]
+    items = tenant.api("GET", "/functions/ticker/invocations", expect=200).json()["items"]
+    assert any(i["trigger"] == "cron" and i["status"] == 200 for i in items)
+    tenant.api("PATCH", "/triggers/every-minute", json={"enabled": False}, expect=200)
+    assert tenant.api("GET", "/triggers/every-minute", expect=200).json()["enabled"] is False

@@ -1,0 +1,153 @@
+"""`sless up` as a real process for end-to-end tests, and a small authenticated client for it."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from sless_api.auth import issue_token
+from sless_core.naming import tenant_namespace
+from tests.support.services import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET = "e2e-secret-that-is-long-enough-for-hs256"
+START_TIMEOUT = 60
+
+
+@dataclass
+class SlessProcess:
+    url: str
+    data_dir: Path
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 40) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+def start_sless(data_dir: Path, extra_env: dict[str, str] | None = None, port: int | None = None) -> SlessProcess:
+    port = port or free_port()
+    env = {**os.environ, "SLESS_JWT_SECRET": SECRET, "SLESS_IDLE_TIMEOUT_SEC": "300", **(extra_env or {})}
+    env.pop("SLESS_DATABASE_URL", None) if "SLESS_DATABASE_URL" not in (extra_env or {}) else None
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = data_dir / f"sless-up-{port}.log"
+    out = open(log_path, "ab")  # noqa: SIM115 - handed to the child for its lifetime
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sless_api.cli", "up", "--host", "127.0.0.1", "--port", str(port),
+         "--data-dir", str(data_dir)],
+        stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+    out.close()
+    sp = SlessProcess(f"http://127.0.0.1:{port}", data_dir, proc, log_path, env)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"sless up exited with {proc.returncode}:\n{sp.log_tail()}")
+        try:
+            if requests.get(sp.url + "/health", timeout=1).status_code == 200:
+                return sp
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    sp.stop(signal.SIGKILL)
+    raise RuntimeError(f"sless up did not answer /health in {START_TIMEOUT}s:\n{sp.log_tail()}")
+
+
+@contextmanager
+def running_sless(data_dir: Path, extra_env: dict[str, str] | None = None) -> Iterator[SlessProcess]:
+    sp = start_sless(data_dir, extra_env)
+    try:
+        yield sp
+    finally:
+        sp.stop()
+
+
+def make_zip(files: dict[str, str | bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, content in files.items():
+            zf.writestr(name, content)
+    return buf.getvalue()
+
+
+class Tenant:
+    """One tenant's view of the API: its token, its namespace, helpers that assert on status codes."""
+
+    def __init__(self, url: str, sub: str, secret: str = SECRET) -> None:
+        self.url = url
+        self.sub = sub
+        self.ns = tenant_namespace(sub)
+        self.token = issue_token(secret, sub, 3600)
+        self.http = requests.Session()
+        self.http.headers["Authorization"] = f"Bearer {self.token}"
+
+    def api(self, method: str, rest: str, expect: int | tuple[int, ...] | None = None, **kw: Any) -> requests.Response:
+        resp = self.http.request(method, f"{self.url}/v1/namespaces/{self.ns}{rest}", timeout=60, **kw)
+        if expect is not None:
+            codes = (expect,) if isinstance(expect, int) else expect
+            assert resp.status_code in codes, f"{method} {rest}: {resp.status_code} {resp.text[:500]}"
+        return resp
+
+    def fn_url(self, name: str, path: str = "") -> str:
+        return f"{self.url}/fn/{self.ns}/{name}{path}"
+
+    def deploy(self, name: str, runtime: str, files: dict[str, str | bytes], http: bool = True,
+               wait: float = 180, **spec: Any) -> dict[str, Any]:
+        self.api("POST", "/ensure", expect=(200, 201))
+        self.api("POST", "/functions", json={"name": name, "runtime": runtime, **spec}, expect=201)
+        self.upload(name, files)
+        if http:
+            self.api("POST", "/triggers", json={"name": name, "type": "http", "function": name}, expect=201)
+        return self.wait_phase(name, ("Ready",), wait)
+
+    def upload(self, name: str, files: dict[str, str | bytes]) -> requests.Response:
+        return self.api("POST", f"/functions/{name}/upload", expect=202,
+                        files={"code": ("code.zip", make_zip(files), "application/zip")})
+
+    def wait_phase(self, name: str, phases: tuple[str, ...], wait: float = 180,
+                   code_hash: str | None = None) -> dict[str, Any]:
+        deadline = time.monotonic() + wait
+        record: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            record = self.api("GET", f"/functions/{name}", expect=200).json()
+            if record["phase"] in phases and (code_hash is None or record["code_hash"] == code_hash):
+                return record
+            if record["phase"] == "Failed" and "Failed" not in phases:
+                raise AssertionError(f"{name} failed: {record['message']}")
+            time.sleep(0.2)
+        raise AssertionError(f"{name} did not reach {phases} in {wait}s: {record}")
+
+    def wait_job(self, name: str, wait: float = 120) -> dict[str, Any]:
+        deadline = time.monotonic() + wait
+        record: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            record = self.api("GET", f"/jobs/{name}", expect=200).json()
+            if record["phase"] in ("Succeeded", "Failed"):
+                return record
+            time.sleep(0.2)
+        raise AssertionError(f"job {name} did not finish in {wait}s: {record}")
