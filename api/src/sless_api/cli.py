@@ -7,6 +7,7 @@ import io
 import json
 import os
 import secrets
+import signal
 import sys
 import time
 import zipfile
@@ -53,8 +54,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"  get a token:      sless token --sub you --data-dir {data_dir}", file=sys.stderr)
     print(f"  deploy a folder:  sless deploy examples/hello-python --url {url}", file=sys.stderr)
     print(f"  call it:          curl {url}/fn/<namespace>/hello-python", file=sys.stderr)
+    # uvicorn re-raises the stop signal after its graceful shutdown; with these handlers in place the
+    # re-raised signal is a no-op, so a drained, clean stop exits 0 (and a failed one does not).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning",
                 timeout_graceful_shutdown=30, lifespan="on")
+    print("sless standalone: stopped", file=sys.stderr)
     return 0
 
 

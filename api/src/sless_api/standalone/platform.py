@@ -221,8 +221,14 @@ class StandalonePlatform:
             log.exception("build of %s/%s crashed", namespace, name)
             self._finish_build(namespace, name, code_hash, None, f"build crashed: {type(exc).__name__}: {exc}")
             return
+        self.state.set_artifact(namespace, name, artifact_to_dict(artifact))
+        try:
+            # Switch traffic before saying Ready, so a client that sees Ready gets the new code.
+            await self._sync_process(namespace, name)
+        except StartFailed as exc:
+            self._finish_build(namespace, name, code_hash, None, f"the new version failed to start: {exc}")
+            return
         self._finish_build(namespace, name, code_hash, artifact, "")
-        await self._sync_process(namespace, name, eager_swap=True)
 
     def _finish_build(self, namespace: str, name: str, code_hash: str, artifact: BuildArtifact | None,
                       failure: str) -> None:
@@ -235,20 +241,23 @@ class StandalonePlatform:
             current.phase, current.message = Phase.READY, "ready"
             current.last_built_at = time.time()
             current.image = f"local:{current.spec.runtime}:{code_hash[:12]}"
-            self.state.set_artifact(namespace, name, artifact_to_dict(artifact))
         self.state.save_function(current)
 
     # processes and routes
     def _process_spec(self, rec: FunctionRecord, artifact: BuildArtifact) -> ProcessSpec:
         argv, env = artifact.server_command()
-        env = {**env, **rec.spec.env_vars, "SLESS_HOST": "127.0.0.1",
+        env = {**env, **rec.spec.env_vars, "SLESS_HOST": "127.0.0.1", "PYTHONDONTWRITEBYTECODE": "1",
                "SLESS_TIMEOUT_SEC": str(rec.spec.timeout_sec),
                "SLESS_MAX_BODY_BYTES": str(self.config.max_body_bytes)}
         version = hashlib.sha256(json.dumps([rec.code_hash, rec.spec.to_dict()], sort_keys=True).encode())
         return ProcessSpec(argv=list(argv), env=env, cwd=artifact.code_dir, version=version.hexdigest()[:16])
 
-    async def _sync_process(self, namespace: str, name: str, eager_swap: bool = False) -> None:
-        """Make the supervisor and the route table agree with the state of one function."""
+    async def _sync_process(self, namespace: str, name: str) -> None:
+        """Make the supervisor and the route table agree with the state of one function.
+
+        A running process of an older version is replaced (new one healthy first, then the switch);
+        otherwise the process starts on the first call.
+        """
         rec = self.state.get_function(namespace, name)
         key = _key(namespace, name)
         http = [t for t in self.state.list_triggers(namespace, name) if t.spec.type == TriggerType.HTTP
@@ -260,9 +269,7 @@ class StandalonePlatform:
             return
         auth = "public" if any(t.spec.auth == "public" for t in http) else "token"
         self._routes[(namespace, name)] = Route(namespace, name, float(rec.spec.timeout_sec), auth)
-        running = self._process_state(key) == "running"
-        await self.supervisor.deploy(key, self._process_spec(rec, artifact_from_dict(artifact)),
-                                     eager=eager_swap and running)
+        await self.supervisor.deploy(key, self._process_spec(rec, artifact_from_dict(artifact)))
 
     def _process_state(self, key: str) -> str:
         try:
