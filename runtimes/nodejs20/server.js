@@ -86,8 +86,6 @@ function createServer(config, handler) {
         const result = rt.errorResult(405, `method ${req.method} not allowed on ${p}`, 'MethodNotAllowed');
         result.headers.allow = 'GET, HEAD';
         send(req, res, result);
-      } else if (draining) {
-        send(req, res, rt.errorResult(503, 'shutting down', 'Draining'));
       } else {
         send(req, res, { ...HEALTH_OK, headers: { ...HEALTH_OK.headers } });
       }
