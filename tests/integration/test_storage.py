@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from sless_api.storage import (
     CodeStore,
     InvalidKeyError,
@@ -20,7 +21,6 @@ from sless_api.storage import (
     store_from_env,
     zip_key,
 )
-
 from tests.support.services import S3Endpoint, s3_endpoint
 
 __all__ = ["s3_endpoint"]  # the session fixture, until the root conftest provides it

@@ -34,9 +34,7 @@ class S3CodeStore:
     ) -> None:
         self.bucket = bucket
         self.endpoint = endpoint
-        self.client = Minio(
-            endpoint, access_key=access_key, secret_key=secret_key, secure=secure, region=region
-        )
+        self.client = Minio(endpoint, access_key=access_key, secret_key=secret_key, secure=secure, region=region)
         self._bucket_ready = False
 
     def __repr__(self) -> str:
@@ -110,9 +108,7 @@ class S3CodeStore:
         errors = list(self.client.remove_objects(self.bucket, (DeleteObject(k) for k in keys)))
         if errors:
             first = errors[0]
-            raise StorageError(
-                f"{len(errors)} objects under {prefix!r} not deleted, e.g. {first.name}: {first.code}"
-            )
+            raise StorageError(f"{len(errors)} objects under {prefix!r} not deleted, e.g. {first.name}: {first.code}")
         return len(keys)
 
     @staticmethod

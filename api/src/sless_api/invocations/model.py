@@ -1,0 +1,110 @@
+"""One invocation record: what the invoke proxy (and cron/event/job triggers) observed."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+#: Longest stored error text and path; records are diagnostics, not payload archives.
+MAX_ERROR_CHARS = 2000
+MAX_PATH_CHARS = 2048
+_INT32 = 2**31 - 1
+_INT64 = 2**63 - 1
+
+
+@dataclass
+class Invocation:
+    """A finished invocation. ``id`` is set by the store when read back (keyset cursor)."""
+
+    namespace: str
+    function: str
+    method: str
+    path: str
+    status: int
+    duration_ms: float
+    request_bytes: int
+    response_bytes: int
+    trigger: str
+    error: str | None
+    started_at: float  # seconds since the epoch
+    id: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form for the API."""
+        return asdict(self)
+
+
+#: A record as stored: the values of sink.COLUMNS in order, each within its column's range.
+Row = tuple[str, str, str, str, int, float, int, int, str, str | None, float]
+
+
+def _text(value: object, limit: int) -> str:
+    # PostgreSQL text cannot hold NUL; the cap keeps one runaway error from bloating the table.
+    if type(value) is str and len(value) <= limit and "\x00" not in value:
+        return value  # the common case, kept cheap: this runs once per field per record
+    return str(value).replace("\x00", "")[:limit]
+
+
+def _int(value: object, low: int, high: int) -> int:
+    if type(value) is int and low <= value <= high:
+        return value
+    if not isinstance(value, int | float | str):
+        return 0
+    try:
+        number = int(value)
+    except (ValueError, OverflowError):
+        return 0
+    return max(low, min(high, number))
+
+
+def _float(value: object, low: float, high: float) -> float:
+    if not isinstance(value, int | float | str):
+        return 0.0
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return 0.0
+    return number if math.isfinite(number) and low <= number <= high else 0.0
+
+
+def sanitized_row(inv: Invocation) -> Row:
+    """The values every store accepts: bounded text without NUL, numbers in column range.
+
+    Done by the writer, not by ``record()``, so the caller's hot path stays a queue append;
+    done at all so that one odd record cannot make a whole batch fail again and again.
+    """
+    return (
+        _text(inv.namespace, 253),
+        _text(inv.function, 253),
+        _text(inv.method, 16),
+        _text(inv.path, MAX_PATH_CHARS),
+        _int(inv.status, -_INT32, _INT32),
+        _float(inv.duration_ms, 0.0, 1e12),
+        _int(inv.request_bytes, 0, _INT64),
+        _int(inv.response_bytes, 0, _INT64),
+        _text(inv.trigger, 32),
+        None if inv.error is None else _text(inv.error, MAX_ERROR_CHARS),
+        _float(inv.started_at, 0.0, 1e11),
+    )
+
+
+def from_row(row: Sequence[Any]) -> Invocation:
+    """An Invocation from a database row ``(id, *COLUMNS)``."""
+    (ident, namespace, function, method, path, status, duration_ms, request_bytes, response_bytes,
+     trigger, error, started_at) = row  # fmt: skip
+    return Invocation(
+        namespace=namespace,
+        function=function,
+        method=method,
+        path=path,
+        status=int(status),
+        duration_ms=float(duration_ms),
+        request_bytes=int(request_bytes),
+        response_bytes=int(response_bytes),
+        trigger=trigger,
+        error=error,
+        started_at=float(started_at),
+        id=int(ident),
+    )

@@ -1,0 +1,36 @@
+"""The storage side of the invocation log: write batches, read pages."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from sless_api.invocations.model import Invocation
+
+COLUMNS = (
+    "namespace",
+    "function",
+    "method",
+    "path",
+    "status",
+    "duration_ms",
+    "request_bytes",
+    "response_bytes",
+    "trigger",
+    "error",
+    "started_at",
+)
+
+
+class Sink(Protocol):
+    """Where invocation records end up. Called from one writer thread plus readers."""
+
+    def write_batch(self, batch: Sequence[Invocation]) -> None:
+        """Insert BATCH in one transaction; raise on failure (the log retries and counts)."""
+
+    def list(self, namespace: str, function: str | None, limit: int, before_id: int | None) -> list[Invocation]:
+        """Up to LIMIT records of the function (or the whole namespace), newest first,
+        only ids below BEFORE_ID when given."""
+
+    def close(self) -> None:
+        """Release connections."""

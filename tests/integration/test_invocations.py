@@ -1,0 +1,320 @@
+"""The invocation log against real databases: SQLite files and a real PostgreSQL server,
+including a frozen (SIGSTOP) and a crashed (pg_ctl stop -m immediate) PostgreSQL."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg2
+import pytest
+
+from sless_api.invocations import (
+    Invocation,
+    InvocationLog,
+    PostgresSink,
+    SqliteSink,
+    load_migrations,
+    log_from_url,
+    migrate_postgres,
+    migrate_sqlite,
+    sink_from_url,
+    sqlite_path,
+)
+from tests.support.services import PostgresServer, free_port, pg_server, pg_url, postgres_server
+
+__all__ = ["pg_server", "pg_url"]  # session fixtures, until the root conftest provides them
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def inv(i: int, ns: str = "ns", fn: str = "fn", *, error: str | None = None) -> Invocation:
+    return Invocation(ns, fn, "POST", f"/p/{i}", 200 + i % 3, 1.25 + i, i, 2 * i, "http", error, 1_700_000_000.5 + i)
+
+
+def fresh_pg_database(base_url: str) -> str:
+    """A new empty database on the session server; its URL."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    conn = psycopg2.connect(base_url)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    conn.close()
+    return base_url.rsplit("/", 1)[0] + "/" + name
+
+
+def pg_count(url: str, where: str = "TRUE") -> int:
+    conn = psycopg2.connect(url)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(f"SELECT count(*) FROM invocations WHERE {where}")
+            row = cur.fetchone()
+            assert row is not None
+            return int(row[0])
+    finally:
+        conn.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("pg", marks=pytest.mark.pg)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/invocations.db"
+    return fresh_pg_database(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def inv_log(db_url: str) -> Iterator[InvocationLog]:
+    log = log_from_url(db_url, flush_interval=0.05)
+    yield log
+    log.close(10)
+
+
+def count(log: InvocationLog) -> int:
+    sink = log.sink
+    assert isinstance(sink, SqliteSink | PostgresSink)
+    return sink.count()
+
+
+def test_write_list_and_page(inv_log: InvocationLog) -> None:
+    for i in range(25):
+        inv_log.record(inv(i, fn="a" if i % 2 else "b"))
+    inv_log.record(inv(99, ns="other", fn="a"))
+    odd = "tab\there\nnewline\\backslash \"quote\" 'single' ünïcödé \x00nul"
+    inv_log.record(inv(100, fn="a", error=odd))
+    assert inv_log.flush(30)
+
+    page, cursor = inv_log.list("ns", "a", limit=4)
+    assert [r.path for r in page] == ["/p/100", "/p/23", "/p/21", "/p/19"]
+    first = page[0]
+    assert first.error == odd.replace("\x00", "")  # NUL cannot be stored; the rest round-trips
+    assert (first.namespace, first.function, first.method, first.trigger) == ("ns", "a", "POST", "http")
+    assert (first.status, first.request_bytes, first.response_bytes) == (201, 100, 200)
+    assert first.duration_ms == pytest.approx(101.25)
+    assert first.started_at == pytest.approx(1_700_000_100.5, abs=1e-5)
+    assert page[1].error is None
+    assert all(isinstance(r.id, int) for r in page)
+    assert cursor == page[-1].id
+
+    seen = [r.path for r in page]
+    while cursor is not None:
+        page, cursor = inv_log.list("ns", "a", limit=4, before_id=cursor)
+        assert 0 < len(page) <= 4
+        seen += [r.path for r in page]
+    assert seen == ["/p/100"] + [f"/p/{i}" for i in range(23, 0, -2)]
+
+    everything, cursor = inv_log.list("ns", None, limit=1000)
+    assert len(everything) == 26 and cursor is None
+    ids = [r.id or 0 for r in everything]
+    assert ids == sorted(ids, reverse=True)
+    assert inv_log.list("ns", "missing") == ([], None)
+    assert [r.path for r in inv_log.list("other", "a")[0]] == ["/p/99"]
+
+
+@pytest.mark.parametrize("max_queue", [10_000, 20_000])
+def test_burst_of_20000_all_accounted_for(db_url: str, max_queue: int) -> None:
+    """With the default queue (10,000) part of a burst may be dropped, and is counted;
+    with room for the whole burst every record lands."""
+    log = log_from_url(db_url, max_queue=max_queue)
+    try:
+        start = time.monotonic()
+        for i in range(20_000):
+            log.record(inv(i))
+        record_seconds = time.monotonic() - start
+        assert log.flush(180), log.stats()
+        stats = log.stats()
+        assert stats["recorded"] == 20_000
+        assert stats["written"] + stats["dropped"] == 20_000, stats
+        assert stats["queued"] == 0 and stats["failed_batches"] == 0, stats
+        assert stats["written"] >= min(max_queue, 20_000), stats
+        assert count(log) == stats["written"]
+        print(f"burst: 20000 record() calls in {record_seconds:.3f}s; {stats}")
+    finally:
+        log.close(10)
+
+
+def test_migrations_are_idempotent_sqlite(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    versions = [m.version for m in load_migrations("sqlite")]
+    assert versions and versions[0].startswith("0001_")
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert migrate_sqlite(conn) == versions
+    assert migrate_sqlite(conn) == []
+    rows = conn.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
+    assert [r[0] for r in rows] == versions
+    conn.close()
+    SqliteSink(db).close()  # opening a sink on a migrated file applies nothing again
+
+
+@pytest.mark.pg
+def test_migrations_are_idempotent_pg(pg_url: str) -> None:
+    url = fresh_pg_database(pg_url)
+    versions = [m.version for m in load_migrations("postgresql")]
+    conn = psycopg2.connect(url)
+    try:
+        assert migrate_postgres(conn) == versions
+        assert migrate_postgres(conn) == []
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT version FROM schema_migrations ORDER BY version")
+            assert [r[0] for r in cur.fetchall()] == versions
+    finally:
+        conn.close()
+
+
+_MIGRATOR = textwrap.dedent(
+    """
+    import os, sqlite3, sys, time
+    import psycopg2
+    from sless_api.invocations import migrate_postgres, migrate_sqlite
+    url, go = sys.argv[1], sys.argv[2]
+    while not os.path.exists(go):
+        time.sleep(0.005)
+    if url.startswith("sqlite:///"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None, timeout=60)
+        print(migrate_sqlite(conn))
+    else:
+        print(migrate_postgres(psycopg2.connect(url)))
+    """
+)
+
+
+def test_concurrent_migrations_apply_each_file_once(db_url: str, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _MIGRATOR, db_url, str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for _ in range(4)
+    ]
+    time.sleep(1.0)  # let every interpreter start and wait at the line
+    go.touch()
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+    applied = [out.strip() for out, _ in outputs]
+    versions = [m.version for m in load_migrations("sqlite" if db_url.startswith("sqlite") else "postgresql")]
+    assert sorted(applied).count(str(versions)) == 1, applied  # exactly one process applied them
+    assert sorted(applied).count("[]") == 3, applied
+    log = log_from_url(db_url)
+    log.record(inv(1))
+    assert log.flush(30)
+    assert log.stats()["written"] == 1
+    log.close()
+
+
+def test_urls_pick_sinks(tmp_path: Path) -> None:
+    assert sqlite_path("sqlite:////abs/x.db") == Path("/abs/x.db")
+    assert sqlite_path("sqlite:///rel/x.db") == Path("rel/x.db")
+    with pytest.raises(ValueError):
+        sqlite_path("sqlite:///:memory:")
+    with pytest.raises(ValueError):
+        sink_from_url("mysql://x/y")
+    sink = sink_from_url(f"sqlite:///{tmp_path}/a.db")
+    assert isinstance(sink, SqliteSink)
+    sink.close()
+    # No connection is made at construction: the API starts while its database is down.
+    pg = sink_from_url(f"postgresql://nobody@127.0.0.1:{free_port()}/none")
+    assert isinstance(pg, PostgresSink)
+    pg.close()
+
+
+@pytest.mark.pg
+def test_unreachable_postgres_drops_and_counts() -> None:
+    log = log_from_url(f"postgresql://postgres@127.0.0.1:{free_port()}/sless", flush_interval=0.05, retry_delay=0.01)
+    start = time.monotonic()
+    for i in range(1000):
+        log.record(inv(i))
+    assert time.monotonic() - start < 1.0
+    assert log.flush(60)
+    stats = log.stats()
+    assert stats["written"] == 0
+    assert stats["dropped"] == 1000
+    assert stats["failed_batches"] >= 2  # 1000 records in batches of at most 500
+    assert log.last_error and "OperationalError" in log.last_error
+    log.close()
+
+
+@pytest.fixture
+def own_pg() -> Iterator[PostgresServer]:
+    """A PostgreSQL of this test alone: it gets frozen or crashed."""
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.mark.pg
+@pytest.mark.slow
+def test_frozen_postgres_never_blocks_record(own_pg: PostgresServer) -> None:
+    log = log_from_url(own_pg.url, max_queue=600, batch=100, flush_interval=0.05)
+    try:
+        for i in range(100):
+            log.record(inv(i, fn="before"))
+        assert log.flush(30)
+        assert log.stats()["written"] == 100
+
+        own_pg.sigstop()  # every server process: open connections hang too
+        try:
+            for i in range(50):
+                log.record(inv(i, fn="frozen"))
+            time.sleep(0.5)  # the writer is now inside a COPY that the server never answers
+            start = time.monotonic()
+            for i in range(50, 1050):
+                log.record(inv(i, fn="frozen"))
+            elapsed = time.monotonic() - start
+            stats = log.stats()
+            assert not log.flush(1.0)  # nothing can land while frozen
+        finally:
+            own_pg.sigcont()
+        assert elapsed < 1.0, f"1000 record() calls took {elapsed:.3f}s against a frozen database"
+        assert stats["dropped"] >= 1050 - 600 - 100, stats  # queue bound (600) + one batch in flight
+        assert log.flush(60), log.stats()  # the backlog drains once the server runs again
+
+        for i in range(200):
+            log.record(inv(i, fn="after"))
+        assert log.flush(60), log.stats()
+        stats = log.stats()
+        assert stats["written"] + stats["dropped"] == stats["recorded"] == 1350, stats
+        assert pg_count(own_pg.url, "function = 'after'") == 200
+        assert pg_count(own_pg.url) == stats["written"]
+        print(f"frozen: 1000 record() calls in {elapsed * 1000:.1f} ms; {stats}")
+    finally:
+        log.close(10)
+
+
+@pytest.mark.pg
+@pytest.mark.slow
+def test_writer_reconnects_after_postgres_crash(own_pg: PostgresServer) -> None:
+    log = log_from_url(own_pg.url, flush_interval=0.05, retry_delay=0.05)
+    try:
+        for i in range(100):
+            log.record(inv(i, fn="before"))
+        assert log.flush(30)
+        assert log.list("ns", "before", limit=1)[0][0].path == "/p/99"  # the reader connects too
+
+        own_pg.crash()  # pg_ctl stop -m immediate
+        for i in range(50):
+            log.record(inv(i, fn="down"))
+        assert log.flush(60)
+        down = log.stats()
+        assert down["written"] == 100 and down["dropped"] == 50 and down["failed_batches"] >= 1, down
+
+        own_pg.restart()
+        for i in range(100):
+            log.record(inv(i, fn="after"))
+        assert log.flush(60), log.stats()
+        stats = log.stats()
+        assert stats["written"] == 200 and stats["dropped"] == 50, stats
+        assert pg_count(own_pg.url, "function = 'after'") == 100
+        # The reader's connection died with the server; list() reconnects by itself.
+        page, _ = log.list("ns", "after", limit=5)
+        assert [r.path for r in page] == [f"/p/{i}" for i in range(99, 94, -1)]
+    finally:
+        log.close(10)
