@@ -138,6 +138,25 @@ def test_burst_of_20000_all_accounted_for(db_url: str, max_queue: int) -> None:
         log.close(10)
 
 
+def test_odd_values_do_not_fail_a_batch(inv_log: InvocationLog) -> None:
+    """One record with out-of-range numbers or NUL bytes must not take its batch down."""
+    odd = Invocation(
+        "ns", "odd\x00fn", "X" * 100, "/" * 5000, 10**30, float("nan"), -5, 10**40, "t" * 100, "e" * 10_000, -1.0
+    )
+    inv_log.record(inv(1, fn="oddfn"))
+    inv_log.record(odd)
+    inv_log.record(inv(2, fn="oddfn"))
+    assert inv_log.flush(30)
+    assert inv_log.stats()["written"] == 3, (inv_log.stats(), inv_log.last_error)
+    page, _ = inv_log.list("ns", "oddfn", limit=10)
+    assert len(page) == 3
+    stored = page[1]
+    assert stored.status == 2**31 - 1 and stored.duration_ms == 0.0
+    assert stored.request_bytes == 0 and stored.response_bytes == 2**63 - 1
+    assert len(stored.path) == 2048 and len(stored.method) == 16 and len(stored.trigger) == 32
+    assert stored.error is not None and len(stored.error) == 2000
+
+
 def test_migrations_are_idempotent_sqlite(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     versions = [m.version for m in load_migrations("sqlite")]
