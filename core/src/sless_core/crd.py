@@ -17,6 +17,10 @@ LABEL_JOB = "sless.dev/job"
 LABEL_RUN = "sless.dev/run-id"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 MANAGED_BY = "sless"
+# What a child object is for (build, function, run, cron), and the tenant namespace it serves when it
+# lives elsewhere (build Jobs run in the platform's build namespace, out of the tenant's reach).
+LABEL_COMPONENT = "sless.dev/component"
+LABEL_NAMESPACE = "sless.dev/namespace"
 
 
 def function_spec_to_cr(spec: dict[str, Any], code_hash: str | None = None,
