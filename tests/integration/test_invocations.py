@@ -27,9 +27,8 @@ from sless_api.invocations import (
     sink_from_url,
     sqlite_path,
 )
-from tests.support.services import PostgresServer, free_port, pg_server, pg_url, postgres_server
+from tests.support.services import PostgresServer, free_port, postgres_server
 
-__all__ = ["pg_server", "pg_url"]  # session fixtures, until the root conftest provides them
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -21,9 +21,8 @@ from sless_api.storage import (
     store_from_env,
     zip_key,
 )
-from tests.support.services import S3Endpoint, s3_endpoint
+from tests.support.services import S3Endpoint
 
-__all__ = ["s3_endpoint"]  # the session fixture, until the root conftest provides it
 
 BAD_KEYS = [
     "",

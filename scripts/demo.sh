@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The README's first command: on a fresh machine, set up, start `sless up` (the embedded default),
+# deploy the hello examples (Python, Node.js, Go), call each over HTTP, then keep serving until Ctrl-C.
+# `scripts/demo.sh --once` stops after showing the calls (used by the tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PORT=${SLESS_PORT:-8090}
+DATA=${SLESS_DATA_DIR:-$PWD/.data}
+URL=http://127.0.0.1:$PORT
+log() { echo "[demo] $*" >&2; }
+bash scripts/bootstrap.sh
+export SLESS_DATA_DIR=$DATA
+.venv/bin/sless up --port "$PORT" --data-dir "$DATA" &
+SLESS_PID=$!
+trap 'kill -TERM $SLESS_PID 2>/dev/null; wait $SLESS_PID 2>/dev/null' EXIT
+for _ in $(seq 1 100); do curl -sf "$URL/health" >/dev/null && break; sleep 0.1; done
+curl -sf "$URL/health" >/dev/null || { log "sless up did not start"; exit 1; }
+for example in hello-python hello-node hello-go; do
+  log "deploying examples/$example"
+  .venv/bin/sless deploy "examples/$example" --url "$URL" --data-dir "$DATA" --sub demo
+done
+NS=$(.venv/bin/python -c 'from sless_core.naming import tenant_namespace; print(tenant_namespace("demo"))')
+for example in hello-python hello-node hello-go; do
+  log "curl $URL/fn/$NS/$example?name=sless"
+  curl -sf "$URL/fn/$NS/$example?name=sless"; echo
+done
+if [ "${1:-}" = "--once" ]; then exit 0; fi
+log "sless is serving on $URL (Ctrl-C stops it). Token: .venv/bin/sless token --sub demo --data-dir $DATA"
+wait $SLESS_PID

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The README's test command: installs and starts everything the tests need on a fresh Debian machine,
+# runs the linters, then every test (all markers: pg, rabbitmq, s3, k8s, e2e, slow).
+# Extra arguments go to pytest, e.g. `scripts/test.sh -m "not k8s" -x`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+log() { echo "[test $(date +%T)] $*" >&2; }
+T0=$SECONDS
+log "test services (PostgreSQL, RabbitMQ, wrk, S3 server)"
+bash scripts/install-test-services.sh
+log "python environment"
+bash scripts/bootstrap.sh
+if [ "${SLESS_TESTBED_EXISTING:-0}" != 1 ]; then
+  log "Kubernetes test bed binaries (cold build happens once per version; timings follow)"
+  t=$SECONDS; tests/testbed/build.sh >/dev/null; log "test bed binaries ready in $((SECONDS - t))s"
+fi
+log "lint: ruff, mypy, import-linter"
+.venv/bin/ruff check .
+.venv/bin/mypy
+.venv/bin/lint-imports
+log "pytest"
+set +e
+.venv/bin/pytest -p no:cacheprovider "$@"
+code=$?
+set -e
+if [ "$code" = 5 ]; then log "pytest collected no tests: that is a failure"; exit 1; fi
+log "done in $((SECONDS - T0))s (pytest exit $code)"
+exit "$code"
