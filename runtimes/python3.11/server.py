@@ -22,6 +22,7 @@ import concurrent.futures
 import contextlib
 import inspect
 import os
+import select
 import signal
 import socket
 import struct
@@ -62,10 +63,6 @@ class BadRequest(Exception):
 
 class ClientGone(Exception):
     """The client closed the connection in the middle of a request."""
-
-
-class _Stop(Exception):
-    """Raised by the signal handler to leave the accept loop."""
 
 
 def _status_line(status: int) -> bytes:
@@ -176,7 +173,6 @@ class Server:
         self.is_async = inspect.iscoroutinefunction(handler)
         self.connections: set[Connection] = set()
         self.draining = False
-        self.in_accept = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
         self.listener = self._listen()
@@ -198,24 +194,36 @@ class Server:
         threading.Thread(target=self._watchdog, name="sless-watchdog", daemon=True).start()
         host, port = self.listener.getsockname()[:2]
         rt.log(f"python runtime listening on {host}:{port}, handler {self.config.entrypoint}")
-        try:
+        # The kernel may deliver SIGTERM to any thread, and Python runs its handler only
+        # when the main thread executes bytecode: a main thread blocked in accept() would
+        # never notice. The wakeup fd makes the signal wake the select() below instead.
+        wake_r, wake_w = socket.socketpair()
+        wake_r.setblocking(False)
+        wake_w.setblocking(False)
+        signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+        self.listener.setblocking(False)
+        while not self.draining:
+            ready, _, _ = select.select([self.listener, wake_r], [], [])
+            if wake_r in ready:
+                with contextlib.suppress(OSError):
+                    wake_r.recv(4096)
             while not self.draining:
-                self.in_accept = True
                 try:
                     sock, _ = self.listener.accept()
-                finally:
-                    self.in_accept = False
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError as exc:  # e.g. EMFILE: keep serving the connections we have
+                    rt.log(f"accept failed: {exc}")
+                    time.sleep(0.1)
+                    break
                 self._start(sock)
-        except _Stop:
-            pass
         self._drain()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.draining = True
-        if self.in_accept:
-            raise _Stop()
 
     def _start(self, sock: socket.socket) -> None:
+        sock.setblocking(True)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # Kernel-level timeouts keep the socket blocking (no poll() per recv, unlike settimeout).
         timeval = struct.pack("ll", int(IDLE_TIMEOUT_SEC), 0)
@@ -278,6 +286,8 @@ class Server:
                 del buf[:2]
             end = buf.find(b"\r\n\r\n")
         conn.busy = True
+        if end > MAX_HEAD_BYTES:
+            raise BadRequest(431, "request header too large", "HeaderTooLarge")
         head = bytes(buf[:end])
         del buf[: end + 4]
         method, target, http10, headers = _parse_head(head)
