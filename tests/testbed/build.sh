@@ -2,7 +2,8 @@
 # Builds the test bed's binaries (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl, kwok, helm) from Go modules, once, into a cache outside
 # the repository keyed by every version and this script's hash. Prints timings on stderr
-# and the binary folder on stdout.
+# and the binary folder on stdout. `build.sh --check` builds nothing: exit 0 and print the
+# folder when it is complete, exit 3 when not. Concurrent runs wait for each other (flock).
 set -euo pipefail
 K8S=${TESTBED_K8S:-v1.34.4} ETCD=${TESTBED_ETCD:-v3.6.14} KWOK=${TESTBED_KWOK:-v0.8.0} HELM=${TESTBED_HELM:-v3.19.0}
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
@@ -14,7 +15,11 @@ B=$C/bin/$K8S-$ETCD-$KWOK-$HELM-$GOV-$HASH
 log() { echo "[testbed-build $(date +%T)] $*" >&2; }
 step() { local t0=$SECONDS; log "start: $1"; shift; "$@"; log "done in $((SECONDS - t0))s"; }
 if [ -x "$B/helm" ]; then echo "$B"; exit 0; fi
-mkdir -p "$B.partial"; W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+if [ "${1:-}" = --check ]; then exit 3; fi
+mkdir -p "$C"; exec 9>"$C/build.lock"
+if ! flock -n 9; then log "another build runs; waiting for it"; flock 9; fi
+if [ -x "$B/helm" ]; then echo "$B"; exit 0; fi
+rm -rf "$B.partial"; mkdir -p "$B.partial"; W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 build_k8s() {
   mkdir "$W/k" && cd "$W/k" && go mod init testbed.local/k8s >/dev/null 2>&1
   local mod; mod=$(go mod download -json "k8s.io/kubernetes@$K8S" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
@@ -42,9 +47,13 @@ build_kwok() {
     [ -f "$f" ] || continue; [ "$(basename "$f")" = kustomization.yaml ] && continue
     cat "$f"; echo '---'; done > "$B.partial/stages/fast.yaml"
   cp -r "$dir/kustomize/stage" "$B.partial/stages/kustomize"; chmod -R u+w "$B.partial/stages"
+  # CRDs for kwok --enable-crds (Stage, Logs, ...): the test bed applies them before kwok starts
+  rm -rf "$B.partial/kwok-crds"; cp -r "$dir/kustomize/crd/bases" "$B.partial/kwok-crds"; chmod -R u+w "$B.partial/kwok-crds"
 }
 build_helm() {
-  GOBIN="$B.partial" go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@$HELM"
+  local V=helm.sh/helm/v3/internal/version
+  GOBIN="$B.partial" go install -trimpath -ldflags "-s -w -X $V.version=$HELM -X $V.gitTreeState=clean" \
+    "helm.sh/helm/v3/cmd/helm@$HELM"
 }
 T0=$SECONDS
 step etcd build_etcd
