@@ -61,6 +61,7 @@ _TRANSIENT = re.compile(
             r"ConnectTimeoutError",
             r"NewConnectionError",
             r"Max retries exceeded",
+            r"WARNING: Retrying \(Retry\(",  # pip's own retries: only network errors cause them
             r"Temporary failure in name resolution",
             r"\b(?:ECONNRESET|ECONNREFUSED|ETIMEDOUT|EAI_AGAIN|ESOCKETTIMEDOUT|ERR_SOCKET_TIMEOUT)\b",
             r"socket hang up",
@@ -77,7 +78,7 @@ _TRANSIENT = re.compile(
 )
 
 
-class BuildFailed(Exception):  # noqa: N818 -- the name is part of the backend's interface
+class BuildFailed(Exception):
     """A build that cannot succeed as is; ``log_tail`` says why (last ~50 log lines)."""
 
     def __init__(self, log_tail: str) -> None:
@@ -296,7 +297,7 @@ class Builder:
 
     def build(self, req: BuildRequest, progress: Progress | None = None) -> BuildArtifact:
         """Install dependencies / compile as the runtime needs; raises BuildFailed with the log tail."""
-        say: Progress = progress or (lambda _line: None)
+        say: Progress = progress if progress is not None else (lambda _line: None)
         code_dir = Path(req.code_dir).resolve()
         if not code_dir.is_dir():
             raise BuildFailed(f"code directory {code_dir} does not exist")
