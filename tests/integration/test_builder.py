@@ -9,12 +9,14 @@ or stalls connections (pointed to with PIP_INDEX_URL).
 from __future__ import annotations
 
 import http.server
+import io
 import json
 import shutil
 import socket
 import struct
 import subprocess
 import sys
+import tarfile
 import textwrap
 import threading
 import time
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from sless_api.buildcontext import code_tree_hash, make_build_context
 from sless_api.standalone.builder import (
     BuildArtifact,
     Builder,
@@ -432,3 +435,121 @@ def test_runtimes_dir_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert art.server_command()[0][-1] == str(tmp_path / "nodejs20" / "server.js")
     monkeypatch.delenv("SLESS_RUNTIMES_DIR")
     assert find_runtimes_dir() == REPO / "runtimes"
+
+
+# -- build context (shared with the Kubernetes backend) --------------------------------------------
+
+
+def _context_members(data: bytes) -> dict[str, tuple[tarfile.TarInfo, bytes]]:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        out = {}
+        for info in tar.getmembers():
+            handle = tar.extractfile(info) if info.isfile() else None
+            out[info.name] = (info, handle.read() if handle else b"")
+        return out
+
+
+def _dockerfile(data: bytes) -> str:
+    return _context_members(data)["Dockerfile"][1].decode()
+
+
+def test_build_context_is_deterministic(tmp_path: Path) -> None:
+    files = {**PY_SIX, "sub/data.txt": "payload\n", "run.sh": "#!/bin/sh\necho hi\n"}
+    a = write(tmp_path / "a", {})
+    (a / "sub").mkdir()
+    write(a, files)
+    (a / "run.sh").chmod(0o755)
+    first = make_build_context(a, "python3.11", "handler.handle", "sless/python3.11:1")
+    time.sleep(1.1)
+    b = write(tmp_path / "elsewhere" / "b", {})  # other path, other mtimes, other umask bits
+    (b / "sub").mkdir()
+    write(b, files)
+    (b / "run.sh").chmod(0o700)
+    (b / "handler.py").chmod(0o600)
+    assert make_build_context(a, "python3.11", "handler.handle", "sless/python3.11:1") == first
+    assert make_build_context(b, "python3.11", "handler.handle", "sless/python3.11:1") == first
+    assert code_tree_hash(a) == code_tree_hash(b)
+
+
+def test_build_context_contents(tmp_path: Path) -> None:
+    code = write(tmp_path / "c", {})
+    (code / "sub").mkdir()
+    write(code, {**PY_SIX, "sub/data.txt": "payload\n", "Dockerfile": "FROM evil\n"})
+    members = _context_members(make_build_context(code, "python3.11", "handler.handle", "sless/python3.11:1"))
+    names = list(members)
+    assert names == sorted(names)
+    assert set(names) == {
+        "Dockerfile",
+        "function",
+        "function/Dockerfile",
+        "function/handler.py",
+        "function/requirements.txt",
+        "function/sub",
+        "function/sub/data.txt",
+    }
+    assert members["function/sub/data.txt"][1] == b"payload\n"
+    assert members["function/Dockerfile"][1] == b"FROM evil\n"  # the user's file, not ours
+    for info, _data in members.values():
+        assert (info.uid, info.gid, info.uname, info.gname) == (0, 0, "", "")
+        assert info.mtime == members["Dockerfile"][0].mtime
+        assert info.mode in (0o644, 0o755)
+
+
+def test_python_dockerfile_layers(tmp_path: Path) -> None:
+    v1 = write(tmp_path / "v1", PY_SIX)
+    df1 = _dockerfile(make_build_context(v1, "python3.11", "main.run", "sless/python3.11:1"))
+    lines = df1.splitlines()
+    assert lines[1] == "FROM sless/python3.11:1"
+    install = next(i for i, line in enumerate(lines) if "pip install" in line)
+    label = next(i for i, line in enumerate(lines) if line.startswith("LABEL dev.sless.code-hash="))
+    copy_code = lines.index("COPY function/ /app/function/")
+    assert lines[install - 1] == "COPY function/requirements.txt /app/manifest/requirements.txt"
+    assert install < label < copy_code, "deps before the code hash, code after it"
+    assert code_tree_hash(v1) in lines[label]
+    assert "ENV SLESS_DEPS_DIR=/app/deps" in lines
+    assert 'SLESS_ENTRYPOINT="main.run"' in df1
+    assert lines[-1] == "USER 1000:1000"
+
+    # A code-only change: every line up to the label (the dependency layers) is unchanged.
+    v2 = write(tmp_path / "v2", {**PY_SIX, "handler.py": "def handle(e):\n    return 2\n"})
+    df2 = _dockerfile(make_build_context(v2, "python3.11", "main.run", "sless/python3.11:1"))
+    assert df2.splitlines()[:label] == lines[:label]
+    assert df2.splitlines()[label] != lines[label]
+
+    bare = write(tmp_path / "bare", {"handler.py": ""})
+    assert "pip" not in _dockerfile(make_build_context(bare, "python3.11", "handler.handle", "img"))
+    own = _dockerfile(make_build_context(bare, "python3.11", "handler.handle", "img", code_hash="abc123"))
+    assert 'dev.sless.code-hash="abc123"' in own
+
+
+def test_node_and_go_dockerfiles(tmp_path: Path) -> None:
+    node = write(tmp_path / "node", NODE_IS_NUMBER)
+    df = _dockerfile(make_build_context(node, "nodejs20", "handler.handle", "sless/nodejs20:1"))
+    assert "COPY function/package.json /app/deps/" in df
+    assert "npm install --omit=dev" in df and "ENV SLESS_DEPS_DIR=/app/deps/node_modules" in df
+    (node / "package-lock.json").write_text("{}")
+    df = _dockerfile(make_build_context(node, "nodejs20", "handler.handle", "sless/nodejs20:1"))
+    assert "COPY function/package.json function/package-lock.json /app/deps/" in df
+    assert "WORKDIR" not in df  # the base image's CMD is relative to its WORKDIR
+
+    go = write(tmp_path / "go", GO_UUID)
+    lines = _dockerfile(make_build_context(go, "go1.23", "Handle", "sless/go1.23:1")).splitlines()
+    download = lines.index("RUN cd /app/manifest && go mod download")
+    label = next(i for i, line in enumerate(lines) if line.startswith("LABEL "))
+    build = lines.index("RUN /app/runtime/build.sh /app/function /app/bin")
+    assert lines[download - 1] == "COPY function/go.mod function/go.sum /app/manifest/"
+    assert download < label < lines.index("COPY function/ /app/function/") < build
+    assert next(i for i, line in enumerate(lines) if "SLESS_ENTRYPOINT" in line) < build
+
+
+def test_build_context_refuses_unsafe_input(tmp_path: Path) -> None:
+    code = write(tmp_path / "c", {"handler.py": ""})
+    with pytest.raises(ValueError, match="base_image"):
+        make_build_context(code, "python3.11", "handler.handle", "img\nRUN curl evil")
+    with pytest.raises(ValueError, match="entrypoint"):
+        make_build_context(code, "python3.11", "handler.handle\nRUN x", "img")
+    with pytest.raises(ValueError, match="runtime"):
+        make_build_context(code, "ruby", "handler.handle", "img")
+    (code / "link").symlink_to("/etc/passwd")
+    with pytest.raises(ValueError, match="symlink"):
+        make_build_context(code, "python3.11", "handler.handle", "img")
