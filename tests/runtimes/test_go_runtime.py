@@ -10,7 +10,9 @@ the real build.sh and every server is the real binary.
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -329,6 +331,43 @@ def test_structs_and_typed_strings_map_like_their_json(
     typed = requests.post(server.url, json={"case": "typed"}, timeout=10)
     assert typed.headers["Content-Type"] == "text/html; charset=utf-8"
     assert typed.text == "<b>hi</b>"
+
+
+def raw_exchange(port: int, data: bytes) -> bytes:
+    """Send raw bytes, read until the server closes the connection."""
+    out = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        try:
+            while chunk := sock.recv(65536):
+                out += chunk
+        except ConnectionResetError:
+            pass
+    return out
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "type_"),
+    [
+        (b"NONSENSE\r\n\r\n", 400, "BadRequest"),
+        (b"GET /text HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", 400, "BadRequest"),
+        (b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: x1\r\n\r\n", 400, "BadRequest"),
+        (b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, "BadRequest"),
+        (b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "NotImplemented"),
+        (b"GET /text HTTP/2.0\r\nHost: x\r\n\r\n", 505, "HTTPVersionNotSupported"),
+        (b"GET /text HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n", 431, "HeaderTooLarge"),
+    ],
+)
+def test_requests_net_http_rejects_get_json_errors(
+    runtime: str, start_server: ServerFactory, request_bytes: bytes, status: int, type_: str
+) -> None:
+    server = start_server(runtime)
+    out = raw_exchange(server.port, request_bytes)
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode()), out[:200]
+    assert b"\r\nContent-Type: application/json" in head
+    assert json.loads(body)["type"] == type_
+    assert requests.get(f"{server.url}/text", timeout=10).text == "hello"
 
 
 def test_wrapper_sources_are_vet_clean_and_unit_tested(runtime: str) -> None:

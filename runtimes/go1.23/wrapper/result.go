@@ -217,9 +217,34 @@ func responseHeaders(v any) (http.Header, error) {
 	for name, value := range fields {
 		addHeaderValue(header, name, value)
 	}
-	header.Del("Content-Length")
-	header.Del("Transfer-Encoding")
+	for name, values := range header {
+		if !validHeaderName(name) {
+			return nil, &invalidResponse{fmt.Sprintf("invalid response header name %q", name)}
+		}
+		for _, value := range values {
+			if strings.ContainsAny(value, "\r\n\x00") {
+				return nil, &invalidResponse{fmt.Sprintf("invalid value of response header %s", name)}
+			}
+		}
+	}
+	for _, name := range []string{"Content-Length", "Transfer-Encoding", "Connection"} {
+		header.Del(name) // the server's own framing
+	}
 	return header, nil
+}
+
+// validHeaderName is RFC 9110's token: net/http would silently drop anything else.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c >= 0x80 || c <= ' ' || strings.IndexByte("\"(),/:;<=>?@[\\]{}\x7f", c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func addHeaderValue(header http.Header, name string, value any) {

@@ -150,13 +150,14 @@ func serve(cfg Config, h Handler) int {
 		// the event's _query is parsed from the untouched request line.
 		Handler:           http.AllowQuerySemicolons(&server{cfg: cfg, handler: h}),
 		ReadHeaderTimeout: time.Minute,
+		MaxHeaderBytes:    64 << 10,
 		IdleTimeout:       10 * time.Minute, // longer than any upstream keep-alive pool
 		ErrorLog:          log.New(os.Stderr, "sless: http: ", log.LstdFlags),
 	}
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, os.Interrupt)
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(jsonErrorListener{ln}) }()
 	log.Printf("sless: go runtime listening on http://%s (timeout %ss)", ln.Addr(), cfg.TimeoutText)
 	select {
 	case err := <-served:

@@ -125,3 +125,36 @@ func TestEventFromRequest(t *testing.T) {
 		t.Errorf("binary body %v", ev)
 	}
 }
+
+func TestProtocolErrorsBecomeJSON(t *testing.T) {
+	got, ok := rewriteProtocolError([]byte("HTTP/1.1 400 Bad Request: bad Content-Length" + netHTTPErrorHeaders +
+		"400 Bad Request: bad Content-Length"))
+	want := "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: 63\r\nConnection: close\r\n\r\n" +
+		`{"error":"Bad Request: bad Content-Length","type":"BadRequest"}`
+	if !ok || string(got) != want {
+		t.Errorf("got %v %q", ok, got)
+	}
+	// What a handler writes through net/http never matches: sorted headers, always a Date.
+	rec := "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\n" +
+		"Date: Mon, 02 Jan 2006 15:04:05 GMT\r\n\r\nno"
+	if _, ok := rewriteProtocolError([]byte(rec)); ok {
+		t.Error("a handler's response was rewritten")
+	}
+}
+
+func TestInvalidResponseHeadersAreRefused(t *testing.T) {
+	for _, headers := range []map[string]any{{"Bad Name": "x"}, {"X-Ok": "a\r\nInjected: 1"}, {"": "x"}} {
+		if _, err := renderResult(map[string]any{"statusCode": 200, "headers": headers}); err == nil {
+			t.Errorf("%v accepted", headers)
+		}
+	}
+	resp, err := renderResult(map[string]any{"statusCode": 200, "headers": map[string]any{
+		"set-cookie": []any{"a=1", "b=2"}, "X-Num": 3.0, "Connection": "keep-alive", "Content-Length": "99"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.header.Values("Set-Cookie")) != 2 || resp.header.Get("X-Num") != "3" ||
+		resp.header.Get("Connection") != "" || resp.header.Get("Content-Length") != "" {
+		t.Errorf("headers %v", resp.header)
+	}
+}
