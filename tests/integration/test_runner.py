@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import textwrap
 import time
 from pathlib import Path
@@ -39,17 +38,9 @@ def _require(runtime: str) -> None:
         pytest.skip(f"{tool} is not installed")
 
 
-def _go_env(name: str) -> Path:
-    out = subprocess.run(["go", "env", name], capture_output=True, text=True, check=True, timeout=60)
-    return Path(out.stdout.strip())
-
-
 @pytest.fixture(scope="module")
 def builder(tmp_path_factory: pytest.TempPathFactory) -> Builder:
-    kwargs = {}
-    if shutil.which("go"):
-        kwargs = {"go_cache": _go_env("GOCACHE"), "go_mod_cache": _go_env("GOMODCACHE")}
-    return Builder(tmp_path_factory.mktemp("runner-cache"), **kwargs)
+    return Builder(tmp_path_factory.mktemp("runner-cache"))
 
 
 @pytest.fixture(scope="module")

@@ -284,14 +284,17 @@ class Builder:
     ) -> None:
         """``retry_delays``: backoff before each retry of a transient failure (its length = retries).
 
-        ``go_cache``/``go_mod_cache`` default to folders under ``cache_dir``; both
-        are content-addressed and locked by Go itself, so they may be shared.
+        ``go_cache``/``go_mod_cache`` (GOCACHE/GOMODCACHE) default to this host's
+        own Go caches (``go env``): both are content-addressed and locked by Go
+        itself, so sharing them is safe, and the first function build then does
+        not recompile the standard library.
         """
         self.cache_dir = Path(cache_dir)
         self.timeout_sec = timeout_sec
         self.retry_delays = tuple(retry_delays)
-        self.go_cache = go_cache or self.cache_dir / "go" / "build-cache"
-        self.go_mod_cache = go_mod_cache or self.cache_dir / "go" / "mod-cache"
+        self.go_cache = go_cache
+        self.go_mod_cache = go_mod_cache
+        self._tool_versions: dict[str, str] = {}
 
     # -- public -------------------------------------------------------------------------------
 
@@ -324,8 +327,9 @@ class Builder:
         if not _meaningful_requirements(manifest):
             say("dependencies: none (requirements.txt is empty)")
             return None
-        key = sha256_hex(CACHE_FORMAT.encode(), PYTHON.encode(), manifest)
         python = python_interpreter()
+        # The interpreter is part of the key: compiled wheels are built for one Python.
+        key = sha256_hex(CACHE_FORMAT.encode(), PYTHON.encode(), str(python).encode(), manifest)
 
         def install(staging: Path) -> None:
             argv = [
@@ -355,10 +359,12 @@ class Builder:
             return None
         lock_path = code_dir / "package-lock.json"
         lock = lock_path.read_bytes() if lock_path.is_file() else b""
-        key = sha256_hex(CACHE_FORMAT.encode(), NODE.encode(), manifest_path.read_bytes(), lock)
         npm = shutil.which("npm")
         if npm is None:
             raise BuildFailed("npm is not installed on this host (needed for package.json)")
+        # Node's version is part of the key: native addons are built for one Node ABI.
+        node = self._tool_version(node_binary(), "--version")
+        key = sha256_hex(CACHE_FORMAT.encode(), NODE.encode(), node.encode(), manifest_path.read_bytes(), lock)
 
         def install(staging: Path) -> None:
             shutil.copyfile(manifest_path, staging / "package.json")
@@ -381,8 +387,8 @@ class Builder:
         goflags = " ".join(filter(None, [os.environ.get("GOFLAGS", ""), "-modcacherw"]))
         env = tool_env(
             {
-                "GOCACHE": str(self.go_cache),
-                "GOMODCACHE": str(self.go_mod_cache),
+                "GOCACHE": str(self.go_cache or self._tool_version("go", "env", "GOCACHE")),
+                "GOMODCACHE": str(self.go_mod_cache or self._tool_version("go", "env", "GOMODCACHE")),
                 "GOTOOLCHAIN": "local",
                 "GOFLAGS": goflags,
                 "SLESS_ENTRYPOINT": req.entrypoint,
@@ -399,6 +405,17 @@ class Builder:
         return self._cached_entry("bin", GO, key, start_line="compiling (go)...", make=compile_into, say=say)
 
     # -- shared machinery ---------------------------------------------------------------------
+
+    def _tool_version(self, *argv: str) -> str:
+        """One line a tool prints about itself (``node --version``, ``go env GOCACHE``), memoized."""
+        key = " ".join(argv)
+        if key not in self._tool_versions:
+            run = _run_tool(argv, Path("/"), tool_env(), 60)
+            lines = run.log.strip().splitlines()
+            if run.returncode != 0 or not lines:
+                raise BuildFailed(tail_lines(run.log + f"\n{key} failed"))
+            self._tool_versions[key] = lines[-1].strip()  # after any warnings
+        return self._tool_versions[key]
 
     def _cached_entry(
         self,
@@ -453,10 +470,7 @@ class Builder:
                 )
             if attempt < attempts and is_transient(run.log):
                 delay = self.retry_delays[attempt - 1]
-                say(
-                    f"{tool} failed with a network error; retrying in {delay:g}s "
-                    f"(attempt {attempt + 1}/{attempts})"
-                )
+                say(f"{tool} failed with a network error; retrying in {delay:g}s (attempt {attempt + 1}/{attempts})")
                 time.sleep(delay)
                 continue
             raise BuildFailed(tail_lines(run.log + f"\n{tool} failed with exit code {run.returncode}"))
