@@ -91,6 +91,10 @@ def build_services(config: ApiConfig) -> Services:
 
         store = store_from_env(os.environ, config.data_dir / "objects")
         platform: Platform = StandalonePlatform(config, store, invocations)
+    elif config.backend == "kubernetes":
+        from sless_api.kube import KubernetesPlatform
+
+        platform = KubernetesPlatform(config, store_from_env(os.environ, config.data_dir / "objects"), invocations)
     else:
         raise SystemExit(f"unknown SLESS_BACKEND {config.backend!r}: use standalone or kubernetes")
     invoker = Invoker(platform, invocations, config.proxy_timeout_margin_sec)

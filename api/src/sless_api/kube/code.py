@@ -1,0 +1,125 @@
+"""Function code in object storage, for the Kubernetes backend: the zip, its build context, its source view.
+
+An upload is unpacked (``zipsafe`` rejects hostile archives before anything is stored) only to
+generate the build context; the API keeps no code on its own disk. Keys carry a sortable
+timestamp and the code hash, so the newest zip of the current code is found by listing, and a
+few older versions are kept for a build that may still be reading one.
+
+Blocking I/O throughout: the platform calls this through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import urllib3.exceptions
+from minio.error import MinioException
+
+from sless_api.buildcontext import make_build_context
+from sless_api.kube.settings import KubeSettings
+from sless_api.platform import NotFound, Unavailable
+from sless_api.storage import CodeStore, StorageError, context_key, function_prefixes, zip_key
+from sless_api.zipsafe import ZipLimits, extract_zip, read_source_files
+from sless_core.models import FunctionSpec
+
+log = logging.getLogger("sless.kube.code")
+KEEP_VERSIONS = 5
+STORE_ERRORS = (StorageError, MinioException, urllib3.exceptions.HTTPError, OSError)
+
+
+def stamp(code_hash: str, now: float | None = None) -> str:
+    """``20261130T031500123456Z-<hash[:12]>``: sorts by time (to the microsecond), names the code."""
+    now = time.time() if now is None else now
+    micros = int((now % 1) * 1_000_000)
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{micros:06d}Z-{code_hash[:12]}"
+
+
+class CodeArchive:
+    def __init__(self, store: CodeStore, settings: KubeSettings, tmp_dir: Path,
+                 limits: ZipLimits | None = None) -> None:
+        self.store = store
+        self.settings = settings
+        self.tmp_dir = tmp_dir
+        self.limits = limits or ZipLimits()
+
+    def _workdir(self) -> tempfile.TemporaryDirectory[str]:
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        return tempfile.TemporaryDirectory(prefix="sless-code-", dir=self.tmp_dir)
+
+    def _context(self, code_dir: Path, spec: FunctionSpec, code_hash: str) -> bytes:
+        return make_build_context(code_dir, spec.runtime, spec.entrypoint, self.settings.base_image(spec.runtime),
+                                  code_hash=code_hash)
+
+    def store_upload(self, namespace: str, spec: FunctionSpec, zip_path: Path, code_hash: str) -> tuple[str, str]:
+        """Check and store an uploaded zip and its build context; (zip key, context key).
+
+        Raises ``ZipRejected`` (a 400) for a bad archive; nothing is stored then.
+        """
+        with self._workdir() as work:
+            code_dir = Path(work) / "code"
+            extract_zip(zip_path, code_dir, self.limits)
+            context = self._context(code_dir, spec, code_hash)
+        version = stamp(code_hash)
+        keys = zip_key(namespace, spec.name, version), context_key(namespace, spec.name, version)
+        try:
+            self.store.put_file(keys[0], zip_path)
+            self.store.put_bytes(keys[1], context)
+        except STORE_ERRORS as exc:
+            self.discard(keys)
+            raise Unavailable(f"code storage is unavailable ({type(exc).__name__}); try again") from exc
+        return keys
+
+    def rebuild_context(self, namespace: str, spec: FunctionSpec, code_hash: str) -> str:
+        """A new context for stored code whose runtime or entrypoint changed (both are in the Dockerfile)."""
+        with self._workdir() as work:
+            code_dir = self._fetch(namespace, spec.name, code_hash, Path(work))
+            context = self._context(code_dir, spec, code_hash)
+        key = context_key(namespace, spec.name, stamp(code_hash))
+        try:
+            self.store.put_bytes(key, context)
+        except STORE_ERRORS as exc:
+            raise Unavailable(f"code storage is unavailable ({type(exc).__name__}); try again") from exc
+        return key
+
+    def source(self, namespace: str, name: str, code_hash: str) -> list[dict[str, Any]]:
+        with self._workdir() as work:
+            return read_source_files(self._fetch(namespace, name, code_hash, Path(work)))
+
+    def _fetch(self, namespace: str, name: str, code_hash: str, work: Path) -> Path:
+        """Download and unpack the newest stored zip of CODE_HASH into WORK/code."""
+        try:
+            zips = self.store.list(function_prefixes(namespace, name)[0])
+            matching = [k for k in zips if k.endswith(f"-{code_hash[:12]}.zip")]
+            if not matching:
+                raise NotFound(f"the code of function {name!r} is no longer stored; upload it again")
+            archive = work / "code.zip"
+            self.store.get_to_file(matching[-1], archive)
+        except STORE_ERRORS as exc:
+            raise Unavailable(f"code storage is unavailable ({type(exc).__name__}); try again") from exc
+        code_dir = work / "code"
+        extract_zip(archive, code_dir, self.limits)
+        return code_dir
+
+    def prune(self, namespace: str, name: str, keep: int = KEEP_VERSIONS) -> None:
+        """Delete all but the newest KEEP zips and contexts of a function (best effort)."""
+        try:
+            for prefix in function_prefixes(namespace, name):
+                for key in self.store.list(prefix)[:-keep]:
+                    self.store.delete_prefix(key)
+        except STORE_ERRORS:
+            log.warning("pruning old code of %s/%s failed", namespace, name, exc_info=True)
+
+    def discard(self, keys: tuple[str, ...]) -> None:
+        for key in keys:
+            try:
+                self.store.delete_prefix(key)
+            except STORE_ERRORS:
+                log.warning("could not delete %s", key, exc_info=True)
+
+    def delete(self, namespace: str, name: str) -> None:
+        for prefix in function_prefixes(namespace, name):
+            self.store.delete_prefix(prefix)

@@ -1,0 +1,323 @@
+"""The Kubernetes backend: the Platform interface over Function, Trigger and FunctionJob custom resources.
+
+The API writes desired state (the CRs' ``spec``) and reads what the operator reports (``status``);
+it never writes status and never imports the operator. Code goes to object storage and reaches the
+operator as ``spec.codeHash`` + ``spec.contextKey``. Functions live in the tenant namespace itself
+(``sless-<hash>``), which the API creates with the tenant label.
+
+Writes that depend on what was read (update, upload, trigger patch, job re-run) carry the object's
+resourceVersion, so a concurrent change makes the API server answer 409 and the write is retried
+on fresh state instead of silently overwriting it.
+
+The invoke proxy resolves routes from an in-memory table kept by watches (``kube.routes``,
+``kube.watch``): no API server request per invocation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+
+from sless_api.config import ApiConfig
+from sless_api.invocations import InvocationLog
+from sless_api.kube import resources
+from sless_api.kube.client import KubeClient, KubeConflict, KubeNotFound
+from sless_api.kube.code import CodeArchive
+from sless_api.kube.routes import FUNCTIONS, TRIGGERS, RouteTable
+from sless_api.kube.settings import KubeSettings
+from sless_api.kube.watch import TENANT_LABEL, RouteWatch
+from sless_api.platform import (
+    Conflict,
+    FunctionRecord,
+    JobRecord,
+    NotFound,
+    Route,
+    TriggerRecord,
+    Unavailable,
+    Unsupported,
+)
+from sless_api.storage import CodeStore
+from sless_core import crd
+from sless_core.errors import ValidationError
+from sless_core.models import FunctionSpec, JobPhase, JobSpec, TriggerSpec, TriggerType
+
+log = logging.getLogger("sless.kube")
+JOBS = crd.JOB_PLURAL
+KINDS = {FUNCTIONS: "function", TRIGGERS: "trigger", JOBS: "job"}
+REBUILD_FIELDS = ("runtime", "entrypoint")  # both are baked into the build context's Dockerfile
+WRITE_ATTEMPTS = 4
+SYNC_WAIT_SEC = 5.0
+NAMESPACE_LABELS = {
+    crd.LABEL_MANAGED: crd.MANAGED_BY,
+    TENANT_LABEL: "true",
+    # Function pods run non-root, read-only, without privileges: the namespace enforces it.
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+
+
+class KubernetesPlatform:
+    def __init__(self, config: ApiConfig, store: CodeStore, invocations: InvocationLog | None,
+                 settings: KubeSettings | None = None, kube: KubeClient | None = None) -> None:
+        self.config = config
+        self.invocations = invocations
+        self.settings = settings or KubeSettings.from_env()
+        self.kube = kube or KubeClient(self.settings)
+        self.archive = CodeArchive(store, self.settings, config.data_dir / "tmp")
+        self.table = RouteTable()
+        self.watch = RouteWatch(self.kube, self.table)
+
+    # lifecycle
+    async def start(self) -> None:
+        self.watch.start()
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.watch.stop)
+        self.kube.close()
+
+    # custom object plumbing
+    def _what(self, plural: str, name: str) -> str:
+        return f"{KINDS[plural]} {name!r}"
+
+    async def _get(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = await self.kube.call(
+            self._what(plural, name), self.kube.custom.get_namespaced_custom_object,
+            crd.GROUP, crd.VERSION, namespace, plural, name)
+        return obj
+
+    async def _list(self, plural: str, namespace: str) -> list[dict[str, Any]]:
+        result = await self.kube.call(f"{plural} of {namespace}", self.kube.custom.list_namespaced_custom_object,
+                                      crd.GROUP, crd.VERSION, namespace, plural)
+        items = [i for i in result.get("items") or [] if isinstance(i, dict)]
+        return sorted(items, key=lambda i: str(i.get("metadata", {}).get("name", "")))
+
+    async def _create(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create BODY; a missing tenant namespace is created first (as the standalone backend does)."""
+        name = body["metadata"]["name"]
+        for attempt in range(2):
+            try:
+                obj: dict[str, Any] = await self.kube.call(
+                    self._what(plural, name), self.kube.custom.create_namespaced_custom_object,
+                    crd.GROUP, crd.VERSION, namespace, plural, body)
+                return obj
+            except KubeNotFound as exc:
+                if exc.kind != "namespaces" or attempt:
+                    raise Unavailable(f"the {plural}.{crd.GROUP} resource is not installed in this cluster "
+                                      "(apply the chart's CRDs)") from exc
+                await self.ensure_namespace(namespace)
+        raise AssertionError("unreachable")
+
+    async def _replace(self, plural: str, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """PUT OBJ back; it carries the resourceVersion it was read at, so a lost race is a 409."""
+        name = obj["metadata"]["name"]
+        new: dict[str, Any] = await self.kube.call(
+            self._what(plural, name), self.kube.custom.replace_namespaced_custom_object,
+            crd.GROUP, crd.VERSION, namespace, plural, name, obj)
+        return new
+
+    async def _patch(self, plural: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        obj: dict[str, Any] = await self.kube.call(
+            self._what(plural, name), self.kube.custom.patch_namespaced_custom_object,
+            crd.GROUP, crd.VERSION, namespace, plural, name, patch)
+        return obj
+
+    async def _delete(self, plural: str, namespace: str, name: str) -> None:
+        await self.kube.call(self._what(plural, name), self.kube.custom.delete_namespaced_custom_object,
+                             crd.GROUP, crd.VERSION, namespace, plural, name, propagation_policy="Background")
+
+    # namespaces
+    async def ensure_namespace(self, namespace: str) -> bool:
+        self.watch.add_namespace(namespace)
+        body = k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace, labels=dict(NAMESPACE_LABELS)))
+        what = f"namespace {namespace!r}"
+        try:
+            await self.kube.call(what, self.kube.core.create_namespace, body)
+            return True
+        except KubeConflict:
+            pass
+        current = await self.kube.call(what, self.kube.core.read_namespace, namespace)
+        if current.metadata.deletion_timestamp is not None:
+            raise Unavailable(f"namespace {namespace} is being deleted; try again when it is gone")
+        have = current.metadata.labels or {}
+        if any(have.get(k) != v for k, v in NAMESPACE_LABELS.items() if k in (crd.LABEL_MANAGED, TENANT_LABEL)):
+            patch = {"metadata": {"labels": {crd.LABEL_MANAGED: crd.MANAGED_BY, TENANT_LABEL: "true"}}}
+            await self.kube.call(what, self.kube.core.patch_namespace, namespace, patch)
+        return False
+
+    # functions
+    async def list_functions(self, namespace: str) -> list[FunctionRecord]:
+        return [resources.function_record(obj) for obj in await self._list(FUNCTIONS, namespace)]
+
+    async def get_function(self, namespace: str, name: str) -> FunctionRecord:
+        return resources.function_record(await self._get(FUNCTIONS, namespace, name))
+
+    async def create_function(self, namespace: str, spec: FunctionSpec) -> FunctionRecord:
+        try:
+            obj = await self._create(FUNCTIONS, namespace, resources.function_manifest(namespace, spec))
+        except KubeConflict as exc:
+            existing = await self.get_function(namespace, spec.name)
+            raise Conflict(f"function {spec.name!r} already exists", existing=existing.to_api()) from exc
+        return resources.function_record(obj)
+
+    async def update_function(self, namespace: str, name: str, patch: dict[str, Any]) -> FunctionRecord:
+        for attempt in range(WRITE_ATTEMPTS):
+            obj = await self._get(FUNCTIONS, namespace, name)
+            old = resources.function_record(obj)
+            new_spec = old.spec.updated(patch, self.config.max_timeout_sec)
+            cr_spec = resources.function_cr_spec(new_spec, obj.get("spec") or {})
+            if old.code_hash and any(getattr(new_spec, f) != getattr(old.spec, f) for f in REBUILD_FIELDS):
+                cr_spec["contextKey"] = await asyncio.to_thread(self.archive.rebuild_context, namespace, new_spec,
+                                                                old.code_hash)
+            obj["spec"] = cr_spec
+            try:
+                return resources.function_record(await self._replace(FUNCTIONS, namespace, obj))
+            except KubeConflict:
+                if attempt == WRITE_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def delete_function(self, namespace: str, name: str) -> None:
+        await self._delete(FUNCTIONS, namespace, name)
+        # Triggers and jobs the API created carry an owner reference (the garbage collector removes
+        # them); ones made with kubectl may not, so remove every one that names this function.
+        for plural in (TRIGGERS, JOBS):
+            for obj in await self._list(plural, namespace):
+                if (obj.get("spec") or {}).get("function") == name:
+                    with contextlib.suppress(NotFound):
+                        await self._delete(plural, namespace, obj["metadata"]["name"])
+        try:
+            await asyncio.to_thread(self.archive.delete, namespace, name)
+        except Exception:
+            log.warning("the stored code of %s/%s could not be deleted", namespace, name, exc_info=True)
+
+    async def upload_code(self, namespace: str, name: str, zip_path: Path, code_hash: str) -> FunctionRecord:
+        for attempt in range(WRITE_ATTEMPTS):
+            obj = await self._get(FUNCTIONS, namespace, name)
+            current = resources.function_record(obj)
+            if current.code_hash == code_hash:
+                current.message = f"{current.message} (identical code uploaded: no rebuild)"
+                return current
+            keys = await asyncio.to_thread(self.archive.store_upload, namespace, current.spec, zip_path, code_hash)
+            patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                     "spec": {"codeHash": code_hash, "contextKey": keys[1]}}
+            try:
+                updated = await self._patch(FUNCTIONS, namespace, name, patch)
+            except (KubeConflict, NotFound):
+                await asyncio.to_thread(self.archive.discard, keys)
+                if attempt == WRITE_ATTEMPTS - 1:
+                    raise
+                continue  # changed (or deleted) meanwhile: read again
+            await asyncio.to_thread(self.archive.prune, namespace, name)
+            return resources.function_record(updated)
+        raise AssertionError("unreachable")
+
+    async def get_source(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        record = await self.get_function(namespace, name)
+        if not record.code_hash:
+            return []
+        return await asyncio.to_thread(self.archive.source, namespace, name, record.code_hash)
+
+    # triggers
+    async def list_triggers(self, namespace: str) -> list[TriggerRecord]:
+        return [resources.trigger_record(obj) for obj in await self._list(TRIGGERS, namespace)]
+
+    async def get_trigger(self, namespace: str, name: str) -> TriggerRecord:
+        return resources.trigger_record(await self._get(TRIGGERS, namespace, name))
+
+    def _check_trigger(self, spec: TriggerSpec) -> None:
+        if spec.type == TriggerType.EVENT and not self.config.rabbitmq_url:
+            raise Unsupported("event triggers need RabbitMQ: set SLESS_RABBITMQ_URL (not configured in this "
+                              "installation)")
+
+    async def create_trigger(self, namespace: str, spec: TriggerSpec) -> TriggerRecord:
+        self._check_trigger(spec)
+        function = await self._get(FUNCTIONS, namespace, spec.function)
+        try:
+            obj = await self._create(TRIGGERS, namespace, resources.trigger_manifest(namespace, spec, function))
+        except KubeConflict as exc:
+            existing = await self.get_trigger(namespace, spec.name)
+            raise Conflict(f"trigger {spec.name!r} already exists", existing=existing.to_api()) from exc
+        return resources.trigger_record(obj)
+
+    async def patch_trigger(self, namespace: str, name: str, patch: dict[str, Any]) -> TriggerRecord:
+        for attempt in range(WRITE_ATTEMPTS):
+            obj = await self._get(TRIGGERS, namespace, name)
+            spec = resources.trigger_record(obj).spec.patched(patch)
+            self._check_trigger(spec)
+            fresh = resources.trigger_manifest(namespace, spec, await self._get(FUNCTIONS, namespace, spec.function))
+            meta = obj["metadata"]
+            meta.setdefault("labels", {}).update(fresh["metadata"]["labels"])
+            others = [r for r in meta.get("ownerReferences") or [] if r.get("kind") != "Function"]
+            meta["ownerReferences"] = others + fresh["metadata"]["ownerReferences"]
+            obj["spec"] = fresh["spec"]
+            try:
+                return resources.trigger_record(await self._replace(TRIGGERS, namespace, obj))
+            except KubeConflict:
+                if attempt == WRITE_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def delete_trigger(self, namespace: str, name: str) -> None:
+        await self._delete(TRIGGERS, namespace, name)
+
+    # jobs
+    async def create_job(self, namespace: str, spec: JobSpec) -> JobRecord:
+        function = await self._get(FUNCTIONS, namespace, spec.function)
+        try:
+            obj = await self._create(JOBS, namespace, resources.job_manifest(namespace, spec, function))
+        except KubeConflict as exc:
+            existing = await self.get_job(namespace, spec.name)
+            raise Conflict(f"job {spec.name!r} already exists", existing=existing.to_api()) from exc
+        return resources.job_record(obj)
+
+    async def get_job(self, namespace: str, name: str) -> JobRecord:
+        return resources.job_record(await self._get(JOBS, namespace, name))
+
+    async def rerun_job(self, namespace: str, name: str, run_id: int) -> JobRecord:
+        for attempt in range(WRITE_ATTEMPTS):
+            obj = await self._get(JOBS, namespace, name)
+            record = resources.job_record(obj)
+            if run_id == record.spec.run_id:
+                return record
+            if run_id < record.spec.run_id:
+                raise ValidationError(f"run_id can only grow (now {record.spec.run_id})", field="run_id")
+            if record.phase in (JobPhase.PENDING, JobPhase.RUNNING):
+                raise Conflict(f"job {name!r} is still {record.phase}", existing=record.to_api())
+            patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "spec": {"runId": run_id}}
+            try:
+                return resources.job_record(await self._patch(JOBS, namespace, name, patch))
+            except KubeConflict:
+                if attempt == WRITE_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def delete_job(self, namespace: str, name: str) -> None:
+        await self._delete(JOBS, namespace, name)
+
+    # the invoke proxy
+    async def route(self, namespace: str, name: str) -> Route:
+        """From memory only; waits (briefly) only before the watches have listed for the first time."""
+        route = self.table.lookup(namespace, name)
+        if route is not None:
+            return route
+        if not self.watch.synced():
+            deadline = time.monotonic() + SYNC_WAIT_SEC
+            while not self.watch.synced():
+                if time.monotonic() > deadline:
+                    raise Unavailable("the route table is still loading from the cluster; try again")
+                await asyncio.sleep(0.05)
+            route = self.table.lookup(namespace, name)
+            if route is not None:
+                return route
+        raise NotFound(self.table.explain(namespace, name))
+
+    @contextlib.asynccontextmanager
+    async def upstream(self, route: Route) -> AsyncIterator[str]:
+        yield self.settings.service_url(route.namespace, route.function)
