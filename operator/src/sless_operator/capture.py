@@ -1,0 +1,82 @@
+"""What a finished Job's pod said: its result (stdout) or its error (stderr, a build log's tail).
+
+The runner and kaniko containers use ``terminationMessagePolicy: FallbackToLogsOnError``: the
+kubelet stores what the process wrote to ``/dev/termination-log``, or on failure the tail of its
+log, in ``status.containerStatuses[].state.terminated.message``. That survives log rotation and
+needs no log access, so it is read first; only when it is empty does the operator ask the pod
+log API (e.g. a successful runner that printed its result on stdout).
+
+Pods are found by the operator's own labels, never by the built-in ``job-name`` label.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sless_operator.kube import ApiError, Kube, api_path
+from sless_operator.status import keep_head, keep_tail
+
+log = logging.getLogger(__name__)
+LOG_TAIL_LINES = 50
+RESULT_BYTES = 64 * 1024
+
+
+def _finished_at(pod: dict[str, Any]) -> str:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        finished = ((status.get("state") or {}).get("terminated") or {}).get("finishedAt")
+        if finished:
+            return str(finished)
+    return str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def pick_pod(pods: list[dict[str, Any]], succeeded: bool) -> dict[str, Any] | None:
+    """The pod that tells the outcome: the (last) Succeeded one, or the last one that failed."""
+    phase = "Succeeded" if succeeded else "Failed"
+    matching = [p for p in pods if (p.get("status") or {}).get("phase") == phase]
+    if not matching and not succeeded:
+        matching = list(pods)
+    if not matching:
+        return None
+    return sorted(matching, key=_finished_at)[-1]
+
+
+def terminated_state(pod: dict[str, Any], container: str) -> dict[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    chosen = next((s for s in statuses if s.get("name") == container), statuses[0] if statuses else {})
+    state = chosen.get("state") or {}
+    terminated = state.get("terminated") or (chosen.get("lastState") or {}).get("terminated") or {}
+    return dict(terminated)
+
+
+async def pod_output(kube: Kube, namespace: str, selector: str, container: str, succeeded: bool) -> str:
+    """The result (SUCCEEDED) or the error text of the Job whose pods match SELECTOR.
+
+    A result keeps its head, an error its tail, both within ``status.MESSAGE_LIMIT``.
+    Returns "" when no pod is left to ask (e.g. removed by the Job's TTL).
+    """
+    pods = await kube.list(api_path("v1", "pods", namespace), selector)
+    pod = pick_pod(pods, succeeded)
+    if pod is None:
+        return ""
+    terminated = terminated_state(pod, container)
+    text = str(terminated.get("message") or "").strip()
+    if not text:
+        text = await _pod_log(kube, namespace, pod["metadata"]["name"], container, succeeded)
+    if not text and not succeeded and terminated:
+        text = f"exit code {terminated.get('exitCode')} ({terminated.get('reason') or 'Error'}), no output"
+    return keep_head(text) if succeeded else keep_tail(text)
+
+
+async def _pod_log(kube: Kube, namespace: str, pod: str, container: str, succeeded: bool) -> str:
+    params = {"container": container}
+    if succeeded:
+        params["limitBytes"] = str(RESULT_BYTES)
+    else:
+        params["tailLines"] = str(LOG_TAIL_LINES)
+    try:
+        return (await kube.text(api_path("v1", "pods", namespace, pod, "log"), params)).strip()
+    except ApiError as exc:
+        # no kubelet to ask (node gone), or logs already rotated: the status says what it can
+        log.info("no log for pod %s/%s: %s", namespace, pod, exc)
+        return ""

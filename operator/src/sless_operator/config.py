@@ -1,0 +1,180 @@
+"""The operator's configuration: one typed object, read once from the environment.
+
+Every variable is optional; the defaults suit a chart install into ``sless-system``. A bad value
+stops the operator at start-up with the variable's name, instead of surfacing later as a broken Job.
+
+| variable | default | meaning |
+|---|---|---|
+| ``SLESS_REGISTRY`` | ``registry.sless-system.svc:5000/sless`` | image prefix: ``<prefix>/<ns>/<fn>:<codeHash[:16]>`` |
+| ``SLESS_REGISTRY_INSECURE`` | ``false`` | push over plain HTTP / unverified TLS (an in-cluster registry) |
+| ``SLESS_KANIKO_IMAGE`` | ``gcr.io/kaniko-project/executor:v1.23.2`` | the image builder |
+| ``SLESS_BUILD_NAMESPACE`` | ``sless-build`` | where build Jobs run (kaniko needs root: never a tenant namespace) |
+| ``SLESS_BUILD_S3_SECRET`` | ``sless-build-s3`` | Secret (build namespace): AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY |
+| ``SLESS_BUILD_REGISTRY_SECRET`` | (none) | dockerconfigjson Secret in the build namespace, for pushing |
+| ``SLESS_S3_ENDPOINT`` | (AWS) | S3 endpoint of the build contexts, e.g. ``http://minio.sless-system:9000`` |
+| ``SLESS_S3_BUCKET`` | ``sless`` | bucket of the build contexts |
+| ``SLESS_S3_REGION`` | ``us-east-1`` | region passed to kaniko's S3 client |
+| ``SLESS_BUILD_DEADLINE_SEC`` | ``900`` | build Job ``activeDeadlineSeconds`` |
+| ``SLESS_BUILD_RETRIES`` | ``2`` | build Job ``backoffLimit`` (transient failures are retried by the Job controller) |
+| ``SLESS_BUILD_CPU`` / ``SLESS_BUILD_MEMORY_MB`` | ``1`` / ``2048`` | build container limits |
+| ``SLESS_BUILD_CACHE`` | ``true`` | kaniko layer cache in ``<prefix>/cache`` |
+| ``SLESS_JOB_RETRIES`` | ``1`` | FunctionJob and cron Job ``backoffLimit`` (0..5) |
+| ``SLESS_JOB_TTL_SEC`` | ``86400`` | ``ttlSecondsAfterFinished`` of finished Jobs |
+| ``SLESS_IMAGE_PULL_SECRET`` | (none) | pull Secret referenced by function pods (must exist in the tenant namespace) |
+| ``SLESS_PLATFORM_NAMESPACE`` | ``sless-system`` | namespace of the API/proxy: the only ingress into tenant pods |
+| ``SLESS_FUNCTION_EGRESS_CIDRS`` | (none) | comma-separated CIDRs function pods may reach besides DNS |
+| ``SLESS_TENANT_QUOTA_PODS`` / ``_CPU`` / ``_MEMORY`` | ``50`` / ``8`` / ``16Gi`` | per-tenant ResourceQuota |
+| ``SLESS_OPERATOR_WATCH_TIMEOUT`` | ``60`` | seconds a watch request lasts before it is renewed |
+| ``SLESS_OPERATOR_API_CONCURRENCY`` | ``32`` | parallel API requests of the operator's own client |
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sless_core.naming import DNS1123_LABEL
+
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._\-/:@]*$")
+
+
+class ConfigError(ValueError):
+    """A configuration variable holds a value the operator cannot use."""
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    registry: str = "registry.sless-system.svc:5000/sless"
+    registry_insecure: bool = False
+    kaniko_image: str = "gcr.io/kaniko-project/executor:v1.23.2"
+    build_namespace: str = "sless-build"
+    build_s3_secret: str = "sless-build-s3"  # noqa: S105  (a Secret's name, not a secret)
+    build_registry_secret: str = ""
+    s3_endpoint: str = ""
+    s3_bucket: str = "sless"
+    s3_region: str = "us-east-1"
+    build_deadline_sec: int = 900
+    build_retries: int = 2
+    build_cpu: str = "1"
+    build_memory_mb: int = 2048
+    build_cache: bool = True
+    job_retries: int = 1
+    job_ttl_sec: int = 86400
+    image_pull_secret: str = ""
+    platform_namespace: str = "sless-system"
+    function_egress_cidrs: tuple[str, ...] = ()
+    tenant_quota_pods: int = 50
+    tenant_quota_cpu: str = "8"
+    tenant_quota_memory: str = "16Gi"
+    watch_timeout_sec: int = 60
+    api_concurrency: int = 32
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
+        """Read every ``SLESS_*`` variable of the table above; unset ones keep their defaults."""
+        source = os.environ if env is None else env
+        reader = _Reader(source)
+        return cls(
+            registry=reader.image("SLESS_REGISTRY", cls.registry).rstrip("/"),
+            registry_insecure=reader.boolean("SLESS_REGISTRY_INSECURE", cls.registry_insecure),
+            kaniko_image=reader.image("SLESS_KANIKO_IMAGE", cls.kaniko_image),
+            build_namespace=reader.label("SLESS_BUILD_NAMESPACE", cls.build_namespace),
+            build_s3_secret=reader.label("SLESS_BUILD_S3_SECRET", cls.build_s3_secret),
+            build_registry_secret=reader.label("SLESS_BUILD_REGISTRY_SECRET", "", optional=True),
+            s3_endpoint=reader.text("SLESS_S3_ENDPOINT", cls.s3_endpoint),
+            s3_bucket=reader.text("SLESS_S3_BUCKET", cls.s3_bucket, required=True),
+            s3_region=reader.text("SLESS_S3_REGION", cls.s3_region, required=True),
+            build_deadline_sec=reader.integer("SLESS_BUILD_DEADLINE_SEC", cls.build_deadline_sec, 60, 86400),
+            build_retries=reader.integer("SLESS_BUILD_RETRIES", cls.build_retries, 0, 10),
+            build_cpu=reader.quantity("SLESS_BUILD_CPU", cls.build_cpu),
+            build_memory_mb=reader.integer("SLESS_BUILD_MEMORY_MB", cls.build_memory_mb, 256, 65536),
+            build_cache=reader.boolean("SLESS_BUILD_CACHE", cls.build_cache),
+            job_retries=reader.integer("SLESS_JOB_RETRIES", cls.job_retries, 0, 5),
+            job_ttl_sec=reader.integer("SLESS_JOB_TTL_SEC", cls.job_ttl_sec, 60, 30 * 86400),
+            image_pull_secret=reader.label("SLESS_IMAGE_PULL_SECRET", "", optional=True),
+            platform_namespace=reader.label("SLESS_PLATFORM_NAMESPACE", cls.platform_namespace),
+            function_egress_cidrs=reader.cidrs("SLESS_FUNCTION_EGRESS_CIDRS"),
+            tenant_quota_pods=reader.integer("SLESS_TENANT_QUOTA_PODS", cls.tenant_quota_pods, 1, 100000),
+            tenant_quota_cpu=reader.quantity("SLESS_TENANT_QUOTA_CPU", cls.tenant_quota_cpu),
+            tenant_quota_memory=reader.quantity("SLESS_TENANT_QUOTA_MEMORY", cls.tenant_quota_memory),
+            watch_timeout_sec=reader.integer("SLESS_OPERATOR_WATCH_TIMEOUT", cls.watch_timeout_sec, 1, 3600),
+            api_concurrency=reader.integer("SLESS_OPERATOR_API_CONCURRENCY", cls.api_concurrency, 1, 1000),
+        )
+
+
+class _Reader:
+    """Typed getters that name the variable in every error."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+
+    def _raw(self, name: str) -> str | None:
+        value = self.env.get(name)
+        return None if value is None or value.strip() == "" else value.strip()
+
+    def text(self, name: str, default: str, required: bool = False) -> str:
+        value = self._raw(name)
+        if value is None and required and not default:
+            raise ConfigError(f"{name} is required")
+        return default if value is None else value
+
+    def integer(self, name: str, default: int, low: int, high: int) -> int:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+        if not low <= value <= high:
+            raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{name} must be true or false, got {raw!r}")
+
+    def label(self, name: str, default: str, optional: bool = False) -> str:
+        value = self._raw(name)
+        if value is None:
+            return default
+        if not DNS1123_LABEL.match(value) or len(value) > 63:
+            raise ConfigError(f"{name} must be a DNS-1123 label, got {value!r}")
+        return value if value or not optional else ""
+
+    def image(self, name: str, default: str) -> str:
+        value = self._raw(name) or default
+        if not _IMAGE.match(value):
+            raise ConfigError(f"{name} must be an image reference, got {value!r}")
+        return value
+
+    def quantity(self, name: str, default: str) -> str:
+        value = self._raw(name) or default
+        if not _QUANTITY.match(value):
+            raise ConfigError(f"{name} must be a Kubernetes quantity such as 500m, 2 or 4Gi, got {value!r}")
+        return value
+
+    def cidrs(self, name: str) -> tuple[str, ...]:
+        raw = self._raw(name)
+        if raw is None:
+            return ()
+        found = []
+        for item in raw.split(","):
+            part = item.strip()
+            if not part:
+                continue
+            try:
+                found.append(str(ipaddress.ip_network(part, strict=False)))
+            except ValueError:
+                raise ConfigError(f"{name}: {part!r} is not a CIDR") from None
+        return tuple(found)

@@ -1,0 +1,186 @@
+"""Function: Pending -> Building (kaniko Job) -> Ready (Deployment + Service), or Failed.
+
+One level-triggered ``reconcile`` does everything and is safe to run any number of times:
+Kopf runs it when a Function is created, changed or found at start-up, and the watch on our
+Jobs and Deployments runs it when a build finishes or a rollout progresses. Each run reads the
+Function fresh, looks at its children (Kopf indices), creates or adopts what is missing, and
+writes the status only when it changed. A per-Function lock keeps two runs from interleaving.
+
+Status fields beside ``phase``/``message``: ``image`` and ``codeHash`` of the last successful
+build, ``buildJob`` (the Job for the current code), ``lastBuiltAt``, ``observedGeneration`` and
+the conditions ``Built`` and ``Ready``. A failed build is remembered by ``buildJob`` + ``Built``
+``False/BuildFailed``, so a restart does not build the same code again; new code (a new
+``codeHash``) builds again. Environment, memory and timeout changes only update the Deployment.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sless_core import crd
+from sless_core.models import Phase
+from sless_operator import capture, children, manifests, tenancy, trigger
+from sless_operator.children import ChildConflict
+from sless_operator.context import Context
+from sless_operator.kube import api_path
+from sless_operator.manifests import FunctionRef
+from sless_operator.observe import DeploymentSummary, JobSummary, deployment_summary, desired_replicas, job_summary
+from sless_operator.specs import InvalidSpec, function_ref
+from sless_operator.status import StatusBuilder, condition_of, now, write
+
+log = logging.getLogger(__name__)
+
+
+def function_path(namespace: str, name: str) -> str:
+    return api_path(crd.API_VERSION, crd.FUNCTION_PLURAL, namespace, name)
+
+
+async def reconcile(ctx: Context, namespace: str, name: str) -> None:
+    """Bring the Function NAMESPACE/NAME one step closer to Ready (a no-op when it is there)."""
+    async with ctx.state.locks.hold(("function", namespace, name)):
+        body = await ctx.kube.get(function_path(namespace, name))
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        try:
+            await _reconcile(ctx, body)
+        except ChildConflict as exc:
+            st = StatusBuilder(body.get("status"), int(body["metadata"].get("generation", 0)))
+            st.set(phase=Phase.FAILED.value, message=str(exc)).condition("Ready", False, "ChildConflict", str(exc))
+            await write(ctx.kube, function_path(namespace, name), st)
+            raise
+
+
+async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    path = function_path(namespace, name)
+    old = body.get("status") or {}
+    st = StatusBuilder(old, int(meta.get("generation", 0)))
+    try:
+        ref = function_ref(body)
+        if ref.code_hash and not ref.context_key:
+            raise InvalidSpec("codeHash is set but contextKey (the build context in S3) is not")
+    except InvalidSpec as exc:
+        message = f"invalid spec: {exc}"
+        st.set(phase=Phase.FAILED.value, message=message)
+        st.condition("Built", False, "InvalidSpec", message).condition("Ready", False, "InvalidSpec", message)
+        await write(ctx.kube, path, st)
+        raise
+
+    await tenancy.ensure(ctx, namespace)
+    if not ref.code_hash:
+        st.set(phase=Phase.PENDING.value, message="waiting for code")
+        st.condition("Built", False, "NoCode", "no code uploaded yet").condition("Ready", False, "NoCode")
+        await write(ctx.kube, path, st)
+        return
+
+    build = await _build(ctx, ref, old, st)
+    image = str(st.fields.get("image") or old.get("image") or "")
+    rollout: tuple[str, str] | None = None
+    if image:
+        base = int((body.get("spec") or {}).get("replicas", 1))
+        replicas = desired_replicas(base, ctx.triggers_of(namespace, name))
+        rollout = (await _deploy(ctx, ref, image, replicas)).rollout()
+        await trigger.sync_for_function(ctx, body, image)
+
+    ready_state, ready_message = rollout or ("absent", "")
+    if rollout is None:
+        st.condition("Ready", False, "NotBuilt", "no image built yet")
+    elif ready_state == "ready":
+        st.condition("Ready", True, "Available", f"serving {image}")
+    elif ready_state == "failed":
+        st.condition("Ready", False, "RolloutFailed", ready_message)
+    else:
+        st.condition("Ready", False, "RollingOut", ready_message)
+
+    if build == "failed":
+        st.set(phase=Phase.FAILED.value)  # message: the build log's tail, set by _build
+    elif build == "building":
+        target = manifests.image_ref(ctx.config, namespace, name, ref.code_hash)
+        st.set(phase=Phase.BUILDING.value, message=f"building {target}")
+    elif ready_state == "ready":
+        st.set(phase=Phase.READY.value, message="")
+    elif ready_state == "failed":
+        st.set(phase=Phase.FAILED.value, message=ready_message)
+    else:
+        st.set(phase=Phase.BUILDING.value, message=f"rolling out: {ready_message}")
+    await write(ctx.kube, path, st)
+
+
+async def _build(ctx: Context, ref: FunctionRef, old: dict[str, Any], st: StatusBuilder) -> str:
+    """Make sure the current code has an image: "built", "building" or "failed"."""
+    config = ctx.config
+    want_image = manifests.image_ref(config, ref.namespace, ref.name, ref.code_hash)
+    job_name = manifests.build_job_name(ref.namespace, ref.name, ref.code_hash)
+    built = condition_of(old, "Built")
+    st.set(buildJob=job_name)
+    if old.get("codeHash") == ref.code_hash and old.get("image") == want_image:
+        st.condition("Built", True, "Built", want_image)
+        return "built"
+    if old.get("buildJob") == job_name and built.get("reason") == "BuildFailed":
+        st.condition("Built", False, "BuildFailed", str(built.get("message") or ""))
+        st.set(message=str(old.get("message") or built.get("message") or "build failed"))
+        return "failed"
+
+    job: JobSummary | None = ctx.job(config.build_namespace, job_name)
+    if job is None:
+        await tenancy.ensure_build_namespace(ctx)
+        job = job_summary(await children.ensure(ctx.kube, manifests.build_job(config, ref)))
+    if job.state == "complete":
+        st.set(image=want_image, codeHash=ref.code_hash, lastBuiltAt=job.completion_time or now())
+        st.condition("Built", True, "Built", want_image)
+        return "built"
+    if job.state == "failed":
+        selector = build_pod_selector(ref)
+        output = await capture.pod_output(ctx.kube, config.build_namespace, selector, "kaniko", succeeded=False)
+        reason = f"{job.reason}: {job.message}".strip(": ")
+        message = f"build failed ({reason})" + (f":\n{output}" if output else "")
+        st.condition("Built", False, "BuildFailed", message)
+        st.set(message=message)
+        return "failed"
+    st.condition("Built", None, "Building", f"build Job {config.build_namespace}/{job_name}")
+    return "building"
+
+
+def build_pod_selector(ref: FunctionRef) -> str:
+    return ",".join([f"{crd.LABEL_COMPONENT}={manifests.COMPONENT_BUILD}", f"{crd.LABEL_NAMESPACE}={ref.namespace}",
+                     f"{crd.LABEL_FUNCTION}={ref.name}", f"{manifests.LABEL_CODE}={ref.code_hash[:16]}"])  # fmt: skip
+
+
+async def _deploy(ctx: Context, ref: FunctionRef, image: str, replicas: int) -> DeploymentSummary:
+    """Deployment + Service as the spec says; returns what the Deployment looks like now."""
+    want = manifests.deployment(ctx.config, ref, image, replicas)
+    live = ctx.deployment(ref.namespace, ref.name)
+    want_hash = want["metadata"]["annotations"][manifests.SPEC_HASH]
+    if live is None or live.spec_hash != want_hash or live.replicas != replicas or ref.owner.uid not in live.owner_uids:
+        live = deployment_summary(await children.ensure(ctx.kube, want, exists=live is not None))
+    svc = manifests.service(ref)
+    key = (ref.namespace, "Service", ref.name)
+    svc_hash = f"{ref.owner.uid}/{svc['metadata']['annotations'][manifests.SPEC_HASH]}"
+    if ctx.state.applied.get(key) != svc_hash:
+        await children.ensure(ctx.kube, svc)
+        ctx.state.applied[key] = svc_hash
+    return live
+
+
+async def cleanup(ctx: Context, namespace: str, name: str) -> None:
+    """On deletion: what garbage collection cannot reach.
+
+    The Deployment and Service go with their owner reference. Build Jobs live in the build
+    namespace (no owner reference across namespaces) and the triggers' CronJobs belong to the
+    Triggers, so both are deleted here by label.
+    """
+    kube = ctx.kube
+    build_selector = ",".join([f"{crd.LABEL_COMPONENT}={manifests.COMPONENT_BUILD}",
+                               f"{crd.LABEL_NAMESPACE}={namespace}", f"{crd.LABEL_FUNCTION}={name}"])  # fmt: skip
+    await kube.delete_collection(api_path("batch/v1", "jobs", ctx.config.build_namespace), build_selector)
+    cron_selector = f"{crd.LABEL_COMPONENT}={manifests.COMPONENT_CRON},{crd.LABEL_FUNCTION}={name}"
+    await kube.delete_collection(api_path("batch/v1", "cronjobs", namespace), cron_selector)
+    names = (name, *_cron_names(ctx, namespace, name))
+    for key in [k for k in ctx.state.applied if k[0] == namespace and k[2] in names]:
+        del ctx.state.applied[key]
+
+
+def _cron_names(ctx: Context, namespace: str, name: str) -> list[str]:
+    return [manifests.cron_job_name(t.name) for t in ctx.triggers_of(namespace, name)]

@@ -1,0 +1,225 @@
+"""Kopf's view of the operator: which event calls what, and how failures map to retries.
+
+Nothing is decided here. Function, Trigger and FunctionJob changes go to their modules; the
+watches on our own Jobs and Deployments (server-side filtered by the managed-by label) feed
+in-memory indices and wake the owning Function or FunctionJob when a child's state changes.
+
+Error mapping: an invalid spec -> ``kopf.PermanentError`` (no retries); apiserver trouble,
+a Function not built yet, or a child name held by another owner -> ``kopf.TemporaryError``
+with a delay, so Kopf retries with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
+
+import kopf
+
+from sless_core import crd
+from sless_operator import function, job, trigger
+from sless_operator.children import ChildConflict
+from sless_operator.config import OperatorConfig
+from sless_operator.context import Context
+from sless_operator.job import WaitingForFunction
+from sless_operator.kube import ApiError
+from sless_operator.manifests import COMPONENT_BUILD, COMPONENT_FUNCTION, COMPONENT_RUN
+from sless_operator.observe import deployment_summary, job_summary, trigger_summary
+from sless_operator.specs import InvalidSpec
+from sless_operator.tenancy import NamespaceMissing
+
+log = logging.getLogger(__name__)
+
+FUNCTION = (crd.GROUP, crd.VERSION, crd.FUNCTION_PLURAL)
+TRIGGER = (crd.GROUP, crd.VERSION, crd.TRIGGER_PLURAL)
+FUNCTION_JOB = (crd.GROUP, crd.VERSION, crd.JOB_PLURAL)
+JOBS = ("batch", "v1", "jobs")
+DEPLOYMENTS = ("apps", "v1", "deployments")
+MANAGED = {crd.LABEL_MANAGED: crd.MANAGED_BY}
+INDICES = ("sless_jobs", "sless_deployments", "sless_triggers")
+FINALIZER = "sless.dev/finalizer"
+
+
+def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
+    """Kopf settings: state in our own annotations + status, short watches, no peering, quiet events."""
+    settings.peering.standalone = True
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.MultiProgressStorage([
+        kopf.AnnotationsProgressStorage(prefix="sless.dev"),
+        kopf.StatusProgressStorage(field="status.kopf.progress"),
+    ])  # fmt: skip
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="sless.dev", key="last-handled-configuration"
+    )
+    settings.watching.server_timeout = config.watch_timeout_sec
+    settings.watching.client_timeout = config.watch_timeout_sec + 10
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = 30
+    # Kopf posts a Kubernetes Event per handler outcome at INFO: thousands of writes at scale.
+    settings.posting.level = logging.WARNING
+    settings.execution.max_workers = 4  # every handler is async; the thread pool is for Kopf's own use
+    selector = f"{crd.LABEL_MANAGED}={crd.MANAGED_BY}"
+    settings.watching.label_selectors[JOBS] = selector
+    settings.watching.label_selectors[DEPLOYMENTS] = selector
+
+
+async def to_kopf(work: Awaitable[None]) -> None:
+    """Run a change handler's work, translating our failures into Kopf's retry semantics."""
+    try:
+        await work
+    except InvalidSpec as exc:
+        raise kopf.PermanentError(f"invalid spec: {exc}") from exc
+    except ChildConflict as exc:
+        raise kopf.TemporaryError(str(exc), delay=60) from exc
+    except (WaitingForFunction, NamespaceMissing) as exc:
+        raise kopf.TemporaryError(str(exc), delay=5) from exc
+    except ApiError as exc:
+        raise kopf.TemporaryError(str(exc), delay=2 if exc.transient else 30) from exc
+
+
+async def in_background(ctx: Context, key: Hashable, work: Callable[[], Awaitable[None]]) -> None:
+    """Run an event handler's work; Kopf never retries event handlers, so retry API failures here."""
+    try:
+        await work()
+    except ApiError as exc:
+        log.warning("%s failed (%s); retrying in the background", key, exc)
+        ctx.retry_later(key, work)
+    except (InvalidSpec, ChildConflict, NamespaceMissing, WaitingForFunction) as exc:
+        log.info("%s: %s", key, exc)  # the status says it; the change handler retries
+
+
+# -- lifecycle ------------------------------------------------------------------------------------
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: Context, **kwargs: Any) -> None:
+    configure(settings, memo.config)
+    memo.state.indices.update({name: kwargs[name] for name in INDICES})
+
+
+def _credentials(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    # in-cluster token first, then a kubeconfig with files/inline data; the official client last
+    # (it handles exec plugins, but importing it costs tens of MB)
+    return (kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+            or kopf.login_via_client(**kwargs))  # fmt: skip
+
+
+@kopf.on.login()
+async def login(memo: Context, **kwargs: Any) -> kopf.ConnectionInfo | None:
+    """Kopf's credentials, shared with the operator's own client (re-read after a 401)."""
+    info = _credentials(**kwargs)
+    if info is not None:
+
+        async def relogin() -> kopf.ConnectionInfo | None:
+            return _credentials(**kwargs)
+
+        await memo.kube.connect(info, relogin)
+    return info
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: Context, **_: Any) -> None:
+    await memo.close()
+
+
+# -- indices of our children and of triggers --------------------------------------------------------
+
+
+@kopf.index(*JOBS, labels=MANAGED)
+async def sless_jobs(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return {(namespace, name): job_summary(dict(body))}
+
+
+@kopf.index(*DEPLOYMENTS, labels=MANAGED)
+async def sless_deployments(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return {(namespace, name): deployment_summary(dict(body))}
+
+
+@kopf.index(*TRIGGER)
+async def sless_triggers(namespace: str | None, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    summary = trigger_summary(dict(body))
+    return {(namespace, summary.function): summary}
+
+
+# -- Function --------------------------------------------------------------------------------------
+
+
+@kopf.on.resume(*FUNCTION, id="function-resume")
+@kopf.on.create(*FUNCTION, id="function-create")
+@kopf.on.update(*FUNCTION, id="function-update")
+async def function_changed(namespace: str | None, name: str, memo: Context, **_: Any) -> None:
+    await to_kopf(function.reconcile(memo, namespace or "", name))
+
+
+@kopf.on.delete(*FUNCTION, id="function-cleanup")
+async def function_deleted(namespace: str | None, name: str, memo: Context, **_: Any) -> None:
+    await to_kopf(function.cleanup(memo, namespace or "", name))
+
+
+# -- children's events ---------------------------------------------------------------------------
+
+
+@kopf.on.event(*JOBS, labels=MANAGED)
+async def job_event(type: str | None, body: kopf.Body, memo: Context, **_: Any) -> None:  # noqa: A002
+    if type is None:
+        return  # initial listing: the resume handlers look at everything anyway
+    summary = job_summary(dict(body))
+    key = ("Job", summary.namespace, summary.name)
+    if type == "DELETED":
+        memo.state.seen.pop(key, None)
+    elif memo.state.seen.get(key) == (summary.state, summary.reason):
+        return
+    else:
+        memo.state.seen[key] = (summary.state, summary.reason)
+    component = summary.labels.get(crd.LABEL_COMPONENT)
+    if component == COMPONENT_BUILD:
+        ns, fn = summary.labels.get(crd.LABEL_NAMESPACE, ""), summary.labels.get(crd.LABEL_FUNCTION, "")
+        if ns and fn:
+            await in_background(memo, ("function", ns, fn), lambda: function.reconcile(memo, ns, fn))
+    elif component == COMPONENT_RUN and type != "DELETED":
+        await in_background(memo, key, lambda: job.on_run_job(memo, summary))
+
+
+@kopf.on.event(*DEPLOYMENTS, labels=MANAGED)
+async def deployment_event(type: str | None, body: kopf.Body, memo: Context, **_: Any) -> None:  # noqa: A002
+    if type is None:
+        return
+    summary = deployment_summary(dict(body))
+    if (body.get("metadata", {}).get("labels") or {}).get(crd.LABEL_COMPONENT) != COMPONENT_FUNCTION:
+        return
+    key = ("Deployment", summary.namespace, summary.name)
+    seen = (summary.rollout(), summary.replicas, summary.spec_hash)
+    if type == "DELETED":
+        memo.state.seen.pop(key, None)
+    elif memo.state.seen.get(key) == seen:
+        return
+    else:
+        memo.state.seen[key] = seen
+    ns, fn = summary.namespace, summary.name
+    await in_background(memo, ("function", ns, fn), lambda: function.reconcile(memo, ns, fn))
+
+
+# -- Trigger ---------------------------------------------------------------------------------------
+
+
+@kopf.on.resume(*TRIGGER, id="trigger-resume")
+@kopf.on.create(*TRIGGER, id="trigger-create")
+@kopf.on.update(*TRIGGER, id="trigger-update")
+async def trigger_changed(body: kopf.Body, memo: Context, **_: Any) -> None:
+    await to_kopf(trigger.reconcile(memo, dict(body)))
+
+
+@kopf.on.delete(*TRIGGER, id="trigger-cleanup")
+async def trigger_deleted(body: kopf.Body, memo: Context, **_: Any) -> None:
+    await to_kopf(trigger.cleanup(memo, dict(body)))
+
+
+# -- FunctionJob -----------------------------------------------------------------------------------
+
+
+@kopf.on.resume(*FUNCTION_JOB, id="functionjob-resume")
+@kopf.on.create(*FUNCTION_JOB, id="functionjob-create")
+@kopf.on.update(*FUNCTION_JOB, id="functionjob-update")
+async def functionjob_changed(body: kopf.Body, memo: Context, **_: Any) -> None:
+    await to_kopf(job.reconcile(memo, dict(body)))

@@ -1,0 +1,136 @@
+"""FunctionJob: one-shot runs of a Function with an event.
+
+``runId: 0`` records the job (phase Recorded) and runs nothing. ``runId: N > 0`` runs the
+Function's image in runner mode as the Job ``<job>-run-<N>`` (owned by the FunctionJob;
+``backoffLimit`` from the configuration); raising ``runId`` runs it again and deletes the Jobs
+of earlier runs. When the run's Job finishes, the message becomes the runner's result (stdout)
+or its error (stderr), truncated to about 2000 characters (``capture``); ``status.runId`` says
+which run the status describes, so a result is captured once per run.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sless_core import crd
+from sless_core.models import JobPhase
+from sless_operator import capture, children, manifests, tenancy
+from sless_operator.context import Context
+from sless_operator.kube import api_path
+from sless_operator.manifests import Owner
+from sless_operator.observe import JobSummary, job_summary
+from sless_operator.specs import InvalidSpec, function_ref, job_spec
+from sless_operator.status import StatusBuilder, now, write
+
+FINISHED = (JobPhase.SUCCEEDED.value, JobPhase.FAILED.value)
+
+
+class WaitingForFunction(Exception):
+    """The Function to run is missing or not built yet; try again a little later."""
+
+
+def job_path(namespace: str, name: str) -> str:
+    return api_path(crd.API_VERSION, crd.JOB_PLURAL, namespace, name)
+
+
+def run_selector(job: str, run_id: int) -> str:
+    return f"{crd.LABEL_JOB}={job},{crd.LABEL_RUN}={run_id}"
+
+
+async def reconcile(ctx: Context, body: dict[str, Any]) -> None:
+    """Start the requested run (if not started yet) and report on it."""
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    async with ctx.state.locks.hold(("functionjob", namespace, name)):
+        await _reconcile(ctx, body)
+
+
+async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
+    meta, old = body["metadata"], body.get("status") or {}
+    namespace, name = meta["namespace"], meta["name"]
+    st = StatusBuilder(old, int(meta.get("generation", 0)))
+    path = job_path(namespace, name)
+    try:
+        spec = job_spec(name, body.get("spec") or {})
+    except InvalidSpec as exc:
+        st.set(phase=JobPhase.FAILED.value, message=f"invalid spec: {exc}")
+        await write(ctx.kube, path, st)
+        raise
+    if spec.run_id == 0:
+        st.set(phase=JobPhase.RECORDED.value, runId=0, message="recorded; set runId above 0 to run it")
+        await write(ctx.kube, path, st)
+        return
+    if old.get("runId") == spec.run_id and old.get("phase") in FINISHED:
+        return  # this run is over and reported
+
+    fn = await ctx.kube.get(api_path(crd.API_VERSION, crd.FUNCTION_PLURAL, namespace, spec.function))
+    image = str(((fn or {}).get("status") or {}).get("image") or "")
+    if fn is None or not image:
+        why = "not found" if fn is None else "not built yet"
+        st.set(phase=JobPhase.PENDING.value, runId=spec.run_id, message=f"waiting for function {spec.function}: {why}")
+        await write(ctx.kube, path, st)
+        raise WaitingForFunction(f"function {spec.function} is {why}")
+    try:
+        ref = function_ref(fn)
+    except InvalidSpec as exc:
+        st.set(phase=JobPhase.FAILED.value, runId=spec.run_id, message=f"function {spec.function} is invalid: {exc}")
+        await write(ctx.kube, path, st)
+        raise
+
+    await tenancy.ensure(ctx, namespace)
+    want = manifests.run_job(ctx.config, ref, image, Owner.of(body), spec.run_id, spec.event)
+    summary = ctx.job(namespace, want["metadata"]["name"])
+    if summary is None:
+        summary = job_summary(await children.ensure(ctx.kube, want))
+    await _forget_other_runs(ctx, namespace, name, spec.run_id)
+    await _report(ctx, body, st, spec.run_id, summary)
+
+
+async def _forget_other_runs(ctx: Context, namespace: str, name: str, run_id: int) -> None:
+    """Delete the Jobs (and pods) of earlier runs: a FunctionJob shows its latest run."""
+    selector = f"{crd.LABEL_JOB}={name},{crd.LABEL_RUN}!={run_id}"
+    await ctx.kube.delete_collection(api_path("batch/v1", "jobs", namespace), selector)
+
+
+async def _report(ctx: Context, body: dict[str, Any], st: StatusBuilder, run_id: int, job: JobSummary) -> None:
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    st.set(runId=run_id, startTime=job.start_time or None, completionTime=job.completion_time or None)
+    if job.state == "complete":
+        output = await capture.pod_output(ctx.kube, namespace, run_selector(name, run_id), manifests.CONTAINER, True)
+        st.set(phase=JobPhase.SUCCEEDED.value, message=output, completionTime=job.completion_time or now())
+        st.condition("Complete", True, "Succeeded", f"run {run_id} succeeded")
+    elif job.state == "failed":
+        output = await capture.pod_output(ctx.kube, namespace, run_selector(name, run_id), manifests.CONTAINER, False)
+        reason = f"{job.reason}: {job.message}".strip(": ")
+        st.set(phase=JobPhase.FAILED.value, message=output or reason or "the run failed")
+        st.condition("Complete", False, job.reason or "Failed", reason)
+    else:
+        st.set(phase=JobPhase.RUNNING.value if job.state == "active" else JobPhase.PENDING.value, message="")
+        st.condition("Complete", None, "Running" if job.state == "active" else "Pending", f"run {run_id}")
+    await write(ctx.kube, job_path(namespace, name), st)
+
+
+async def on_run_job(ctx: Context, summary: JobSummary) -> None:
+    """A run's Job changed: report it on its FunctionJob when it is the current run."""
+    namespace = summary.namespace
+    name = summary.labels.get(crd.LABEL_JOB, "")
+    try:
+        run_id = int(summary.labels.get(crd.LABEL_RUN, ""))
+    except ValueError:
+        return
+    async with ctx.state.locks.hold(("functionjob", namespace, name)):
+        body = await ctx.kube.get(job_path(namespace, name))
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        old = body.get("status") or {}
+        if int((body.get("spec") or {}).get("runId", 1)) != run_id:
+            return  # an earlier run, being deleted
+        if old.get("runId") == run_id and old.get("phase") in FINISHED:
+            return
+        await _report(ctx, body, StatusBuilder(old, int(body["metadata"].get("generation", 0))), run_id, summary)
+
+
+def event_json(event: dict[str, Any]) -> str:
+    return json.dumps(event, separators=(",", ":"))

@@ -1,0 +1,56 @@
+"""``sless-operator``: run the Kopf operator (standalone: no peering, one replica at a time).
+
+    sless-operator                      # every namespace (cluster-wide)
+    sless-operator --namespace NS ...   # only these namespaces (plus the build namespace)
+
+Configuration comes from the environment (see ``sless_operator.config``); the Kubernetes
+credentials from the service account in a pod, else ``$KUBECONFIG``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import kopf
+
+from sless_operator.config import ConfigError, OperatorConfig
+from sless_operator.context import Context
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="sless-operator", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("-n", "--namespace", action="append", default=[],
+                        help="serve only this namespace (repeatable); default: all namespaces")  # fmt: skip
+    parser.add_argument("--liveness", metavar="URL", help="serve a liveness probe, e.g. http://0.0.0.0:8081/healthz")
+    verbosity = parser.add_mutually_exclusive_group()
+    verbosity.add_argument("-v", "--verbose", action="store_true", help="log every handler")
+    verbosity.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
+    verbosity.add_argument("--debug", action="store_true", help="log API traffic too")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = OperatorConfig.from_env()
+    except ConfigError as exc:
+        print(f"sless-operator: {exc}", file=sys.stderr)
+        return 2
+    kopf.configure(debug=args.debug, verbose=args.verbose, quiet=args.quiet, log_format=kopf.LogFormat.PLAIN)
+    import sless_operator.handlers  # noqa: F401  (registers the handlers)
+
+    namespaces = list(dict.fromkeys([*args.namespace, config.build_namespace])) if args.namespace else []
+    kopf.run(
+        standalone=True,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        memo=Context(config),
+        liveness_endpoint=args.liveness,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

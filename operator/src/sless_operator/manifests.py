@@ -1,0 +1,482 @@
+"""Pure builders of every object the operator creates; no I/O, so they are unit-tested alone.
+
+Names are deterministic (a retried or restarted reconcile finds what an earlier one made), and
+each object carries a ``sless.dev/spec-hash`` annotation of what we asked for, so a reconcile
+compares hashes instead of diffing against fields the apiserver defaulted.
+
+Where things run:
+- build Jobs (kaniko) in the platform's build namespace: kaniko needs root, which the tenant
+  namespaces' ``restricted`` Pod Security level forbids, and the S3 and registry credentials
+  stay out of tenant namespaces. Such a Job cannot carry an owner reference to a Function in
+  another namespace; labels name its Function and the operator's finalizer deletes it.
+- Deployments, Services, run Jobs and CronJobs in the tenant namespace, owned by their
+  Function, FunctionJob or Trigger (garbage collection removes them with it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sless_core import crd
+from sless_core.models import FunctionSpec
+from sless_operator.config import OperatorConfig
+
+PORT = 8080
+HEALTH_PATH = "/_/health"
+CONTAINER = "function"
+SPEC_HASH = "sless.dev/spec-hash"
+LABEL_CODE = "sless.dev/code-hash"
+ANNOTATION_IMAGE = "sless.dev/image"
+TERMINATION_LOG = "/dev/termination-log"
+# Seconds a runner gets beyond the function's timeout (image pull, start-up) before the Job stops it.
+RUN_MARGIN_SEC = 60
+PROGRESS_DEADLINE_SEC = 300
+MAX_GRACE_SEC = 900
+
+COMPONENT_FUNCTION = "function"
+COMPONENT_BUILD = "build"
+COMPONENT_RUN = "run"
+COMPONENT_CRON = "cron"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How a runtime image is run: the runner command (the server is the image's CMD)."""
+
+    runner: tuple[str, ...]
+    read_only_root: bool = True
+
+
+# Paths from runtimes/*/Dockerfile and the generated function Dockerfile (sless_api.buildcontext).
+RUNTIMES: dict[str, Runtime] = {
+    "python3.11": Runtime(runner=("python3", "/app/runtime/runner.py")),
+    "nodejs20": Runtime(runner=("node", "/app/runtime/runner.js")),
+    "go1.23": Runtime(runner=("/app/bin/runner",)),
+}
+
+
+@dataclass(frozen=True)
+class Owner:
+    """An owner reference target: the custom resource a child belongs to."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+    @classmethod
+    def of(cls, body: dict[str, Any]) -> Owner:
+        meta = body["metadata"]
+        return cls(body["apiVersion"], body["kind"], meta["name"], meta["uid"])
+
+    def reference(self) -> dict[str, Any]:
+        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name, "uid": self.uid,
+                "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FunctionRef:
+    """What the builders need to know about one Function."""
+
+    namespace: str
+    name: str
+    spec: FunctionSpec
+    code_hash: str
+    context_key: str
+    owner: Owner
+
+
+# -- names and labels -------------------------------------------------------------------------
+
+
+def image_ref(config: OperatorConfig, namespace: str, name: str, code_hash: str) -> str:
+    """Every code hash gets its own tag, so new code never runs from a stale image."""
+    return f"{config.registry}/{namespace}/{name}:{code_hash[:16]}"
+
+
+def build_job_name(namespace: str, name: str, code_hash: str) -> str:
+    """``<fn>-build-<10 hex>``: the digest covers namespace, name and code hash, because every
+    tenant's builds share the build namespace (two tenants may upload the same code)."""
+    digest = hashlib.sha256(f"{namespace}/{name}/{code_hash}".encode()).hexdigest()[:10]
+    return f"{name}-build-{digest}"
+
+
+def run_job_name(job: str, run_id: int) -> str:
+    return f"{job}-run-{run_id}"
+
+
+def cron_job_name(trigger: str) -> str:
+    return f"{trigger}-cron"
+
+
+def base_labels(function: str, component: str) -> dict[str, str]:
+    return {
+        crd.LABEL_MANAGED: crd.MANAGED_BY,
+        "app.kubernetes.io/name": function,
+        crd.LABEL_FUNCTION: function,
+        crd.LABEL_COMPONENT: component,
+    }
+
+
+def selector_labels(function: str) -> dict[str, str]:
+    """The Deployment's (immutable) selector and the Service's."""
+    return {crd.LABEL_FUNCTION: function, crd.LABEL_COMPONENT: COMPONENT_FUNCTION}
+
+
+def spec_hash(obj: dict[str, Any]) -> str:
+    """Hash of an object as we build it, without the hash annotation itself and without replicas
+    (triggers scale the Deployment separately, which must not count as drift)."""
+    clean = json.loads(json.dumps(obj))
+    clean.get("metadata", {}).get("annotations", {}).pop(SPEC_HASH, None)
+    clean.get("spec", {}).pop("replicas", None)
+    return hashlib.sha256(json.dumps(clean, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def _stamp(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["metadata"].setdefault("annotations", {})[SPEC_HASH] = spec_hash(obj)
+    return obj
+
+
+# -- shared pod pieces --------------------------------------------------------------------------
+
+
+def function_env(fn: FunctionRef, extra: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """User variables, secret references and the runtime's SLESS_* contract, sorted by name so an
+    unchanged spec always renders the same list (no needless rollouts)."""
+    spec = fn.spec
+    values: dict[str, str] = dict(spec.env_vars)
+    values.update({
+        "HOME": "/tmp",  # noqa: S108  (the pod's own emptyDir: the root filesystem is read-only)
+        "PORT": str(PORT),
+        "SLESS_ENTRYPOINT": spec.entrypoint,
+        "SLESS_FUNCTION": fn.name,
+        "SLESS_NAMESPACE": fn.namespace,
+        "SLESS_RUNTIME": spec.runtime,
+        "SLESS_TIMEOUT_SEC": str(spec.timeout_sec),
+    })  # fmt: skip
+    values.update(extra or {})
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
+    for ref in spec.secrets:
+        env.append({"name": ref.env, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    env.sort(key=lambda item: str(item["name"]))
+    return env
+
+
+def function_resources(memory_mb: int) -> dict[str, Any]:
+    """Memory request = limit = memoryMb (no overcommit of the one thing that kills pods); CPU is
+    requested in proportion (1/8 core per GiB, at least 50m) and not limited, so no throttling."""
+    cpu = max(50, memory_mb // 8)
+    return {"requests": {"cpu": f"{cpu}m", "memory": f"{memory_mb}Mi"}, "limits": {"memory": f"{memory_mb}Mi"}}
+
+
+def restricted_pod_security() -> dict[str, Any]:
+    return {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def restricted_container_security(read_only_root: bool) -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": read_only_root,
+        "runAsNonRoot": True,
+    }
+
+
+def _function_pod(config: OperatorConfig, fn: FunctionRef, image: str, *, runner: bool,
+                  extra_env: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    runtime = RUNTIMES[fn.spec.runtime]
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image,
+        "env": function_env(fn, extra_env),
+        "resources": function_resources(fn.spec.memory_mb),
+        "securityContext": restricted_container_security(runtime.read_only_root),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],  # noqa: S108
+        # The runner's result or error: what it writes to the termination log, else the log's tail.
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if runner:
+        container["command"] = list(runtime.runner)
+    else:
+        container["ports"] = [{"name": "http", "containerPort": PORT, "protocol": "TCP"}]
+        probe = {"httpGet": {"path": HEALTH_PATH, "port": "http"}, "timeoutSeconds": 2}
+        container["readinessProbe"] = {**probe, "periodSeconds": 5, "failureThreshold": 3}
+        container["livenessProbe"] = {**probe, "initialDelaySeconds": 10, "periodSeconds": 10,
+                                      "timeoutSeconds": 5, "failureThreshold": 6}  # fmt: skip
+    pod: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": restricted_pod_security(),
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}],
+    }
+    if runner:
+        pod["restartPolicy"] = "Never"
+    else:
+        # SIGTERM drains in-flight requests up to the function's timeout.
+        pod["terminationGracePeriodSeconds"] = min(fn.spec.timeout_sec + 5, MAX_GRACE_SEC)
+    if config.image_pull_secret:
+        pod["imagePullSecrets"] = [{"name": config.image_pull_secret}]
+    return pod
+
+
+# -- Function children ----------------------------------------------------------------------------
+
+
+def build_job(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
+    """The kaniko Job that turns ``s3://<bucket>/<contextKey>`` into the function's image."""
+    name = build_job_name(fn.namespace, fn.name, fn.code_hash)
+    image = image_ref(config, fn.namespace, fn.name, fn.code_hash)
+    labels = {**base_labels(fn.name, COMPONENT_BUILD), crd.LABEL_NAMESPACE: fn.namespace,
+              LABEL_CODE: fn.code_hash[:16]}  # fmt: skip
+    args = [
+        f"--context=s3://{config.s3_bucket}/{fn.context_key}",
+        "--dockerfile=Dockerfile",
+        f"--destination={image}",
+        "--push-retry=3",
+        "--image-fs-extract-retry=3",
+        "--verbosity=info",
+    ]
+    if config.build_cache:
+        args += ["--cache=true", f"--cache-repo={config.registry}/cache"]
+    if config.registry_insecure:
+        args += ["--insecure", "--skip-tls-verify"]
+    env = [{"name": "AWS_REGION", "value": config.s3_region}]
+    if config.s3_endpoint:
+        env += [{"name": "S3_ENDPOINT", "value": config.s3_endpoint}, {"name": "S3_FORCE_PATH_STYLE", "value": "true"}]
+    container: dict[str, Any] = {
+        "name": "kaniko",
+        "image": config.kaniko_image,
+        "args": args,
+        "env": env,
+        "envFrom": [{"secretRef": {"name": config.build_s3_secret}}],
+        "resources": {
+            "requests": {"cpu": "250m", "memory": f"{min(512, config.build_memory_mb)}Mi"},
+            "limits": {"cpu": config.build_cpu, "memory": f"{config.build_memory_mb}Mi"},
+        },
+        "securityContext": {"allowPrivilegeEscalation": False},
+        # kaniko writes no termination message: on failure the kubelet keeps the log's tail instead.
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+    }
+    if config.build_registry_secret:
+        container["volumeMounts"] = [{"name": "docker-config", "mountPath": "/kaniko/.docker", "readOnly": True}]
+        items = [{"key": ".dockerconfigjson", "path": "config.json"}]
+        pod["volumes"] = [{"name": "docker-config", "secret": {"secretName": config.build_registry_secret,
+                                                                "items": items}}]  # fmt: skip
+    return _stamp({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": config.build_namespace, "labels": labels,
+                     "annotations": {ANNOTATION_IMAGE: image}},
+        "spec": {
+            "backoffLimit": config.build_retries,
+            "activeDeadlineSeconds": config.build_deadline_sec,
+            "ttlSecondsAfterFinished": config.job_ttl_sec,
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    })  # fmt: skip
+
+
+def deployment(config: OperatorConfig, fn: FunctionRef, image: str, replicas: int) -> dict[str, Any]:
+    labels = base_labels(fn.name, COMPONENT_FUNCTION)
+    return _stamp({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": fn.name, "namespace": fn.namespace, "labels": labels,
+                     "annotations": {ANNOTATION_IMAGE: image},
+                     "ownerReferences": [fn.owner.reference()]},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector_labels(fn.name)},
+            "revisionHistoryLimit": 2,
+            "progressDeadlineSeconds": PROGRESS_DEADLINE_SEC,
+            # a new version is up and ready before an old pod stops: no gap in service
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": {"metadata": {"labels": labels}, "spec": _function_pod(config, fn, image, runner=False)},
+        },
+    })  # fmt: skip
+
+
+def service(fn: FunctionRef) -> dict[str, Any]:
+    return _stamp({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": fn.name, "namespace": fn.namespace, "labels": base_labels(fn.name, COMPONENT_FUNCTION),
+                     "ownerReferences": [fn.owner.reference()]},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(fn.name),
+            "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    })  # fmt: skip
+
+
+def run_deadline(config: OperatorConfig, timeout_sec: int) -> int:
+    return (timeout_sec + RUN_MARGIN_SEC) * (config.job_retries + 1)
+
+
+def run_job(config: OperatorConfig, fn: FunctionRef, image: str, job: Owner, run_id: int,
+            event: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """One run of a FunctionJob: the function's image in runner mode with SLESS_EVENT."""
+    labels = {**base_labels(fn.name, COMPONENT_RUN), crd.LABEL_JOB: job.name, crd.LABEL_RUN: str(run_id)}
+    pod = _function_pod(config, fn, image, runner=True, extra_env={"SLESS_EVENT": json.dumps(event)})
+    return _stamp({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": run_job_name(job.name, run_id), "namespace": fn.namespace, "labels": labels,
+                     "ownerReferences": [job.reference()]},
+        "spec": {
+            "backoffLimit": config.job_retries,
+            "activeDeadlineSeconds": run_deadline(config, fn.spec.timeout_sec),
+            "ttlSecondsAfterFinished": config.job_ttl_sec,
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    })  # fmt: skip
+
+
+def cron_job(config: OperatorConfig, fn: FunctionRef, image: str, trigger: Owner, schedule: str,
+             enabled: bool) -> dict[str, Any]:  # fmt: skip
+    """A cron trigger: the function's runner on SCHEDULE (UTC), suspended while disabled.
+
+    The runner, not an HTTP call to the Service: a scheduled run works while the function's
+    http exposure is scaled to zero, has its own deadline, and needs no extra image or
+    network allowance inside the tenant namespace.
+    """
+    labels = {**base_labels(fn.name, COMPONENT_CRON), crd.LABEL_TRIGGER: trigger.name}
+    event = {"type": "cron", "trigger": trigger.name, "schedule": schedule}
+    pod = _function_pod(config, fn, image, runner=True, extra_env={"SLESS_EVENT": json.dumps(event)})
+    return _stamp({
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": cron_job_name(trigger.name), "namespace": fn.namespace, "labels": labels,
+                     "ownerReferences": [trigger.reference()]},
+        "spec": {
+            "schedule": schedule,
+            "timeZone": "Etc/UTC",
+            "suspend": not enabled,
+            "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": 300,
+            "successfulJobsHistoryLimit": 1,
+            "failedJobsHistoryLimit": 1,
+            "jobTemplate": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "backoffLimit": config.job_retries,
+                    "activeDeadlineSeconds": run_deadline(config, fn.spec.timeout_sec),
+                    "ttlSecondsAfterFinished": config.job_ttl_sec,
+                    "template": {"metadata": {"labels": labels}, "spec": pod},
+                },
+            },
+        },
+    })  # fmt: skip
+
+
+# -- namespaces -----------------------------------------------------------------------------------
+
+PSA_LEVEL = "pod-security.kubernetes.io/enforce"
+
+
+def tenant_namespace_labels() -> dict[str, str]:
+    """Pod Security ``restricted`` (enforced, audited, warned) on every tenant namespace."""
+    return {
+        PSA_LEVEL: "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+        "pod-security.kubernetes.io/audit": "restricted",
+        "pod-security.kubernetes.io/warn": "restricted",
+        crd.LABEL_MANAGED: crd.MANAGED_BY,
+    }
+
+
+def build_namespace(config: OperatorConfig) -> dict[str, Any]:
+    """The build namespace: ``baseline``, since kaniko unpacks images as root."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": config.build_namespace, "labels": {
+            PSA_LEVEL: "baseline", "pod-security.kubernetes.io/warn": "baseline", crd.LABEL_MANAGED: crd.MANAGED_BY}},
+    }  # fmt: skip
+
+
+QUOTA_NAME = "sless-quota"
+LIMITS_NAME = "sless-limits"
+DENY_NAME = "sless-default-deny"
+ALLOW_PLATFORM_NAME = "sless-allow-platform"
+ALLOW_DNS_NAME = "sless-allow-dns"
+ALLOW_EGRESS_NAME = "sless-allow-egress"
+
+
+def tenant_objects(config: OperatorConfig, namespace: str) -> list[dict[str, Any]]:
+    """ResourceQuota, LimitRange and NetworkPolicies of a tenant namespace.
+
+    Traffic: everything denied, then ingress to the functions' port only from the platform's
+    namespace (invoke proxy, event dispatcher), egress to DNS, and egress to the configured
+    CIDRs (e.g. a database) when the provider lists any.
+    """
+    labels = {crd.LABEL_MANAGED: crd.MANAGED_BY}
+
+    def meta(name: str) -> dict[str, Any]:
+        return {"name": name, "namespace": namespace, "labels": dict(labels)}
+
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta(QUOTA_NAME), "spec": {"hard": {
+            "pods": str(config.tenant_quota_pods),
+            "requests.cpu": config.tenant_quota_cpu,
+            "requests.memory": config.tenant_quota_memory,
+            "limits.memory": config.tenant_quota_memory,
+        }}},
+        {"apiVersion": "v1", "kind": "LimitRange", "metadata": meta(LIMITS_NAME), "spec": {"limits": [{
+            "type": "Container",
+            "default": {"memory": "256Mi"},
+            "defaultRequest": {"cpu": "50m", "memory": "128Mi"},
+            "max": {"memory": "8Gi"},
+        }]}},
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(DENY_NAME),
+         "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}},
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(ALLOW_PLATFORM_NAME),
+         "spec": {
+             "podSelector": {"matchLabels": {crd.LABEL_COMPONENT: COMPONENT_FUNCTION}},
+             "policyTypes": ["Ingress"],
+             "ingress": [{
+                 "from": [{"namespaceSelector": {"matchLabels": {
+                     "kubernetes.io/metadata.name": config.platform_namespace}}}],
+                 "ports": [{"protocol": "TCP", "port": PORT}],
+             }],
+         }},
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(ALLOW_DNS_NAME),
+         "spec": {
+             "podSelector": {},
+             "policyTypes": ["Egress"],
+             "egress": [{"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}],
+         }},
+    ]  # fmt: skip
+    if config.function_egress_cidrs:
+        objects.append({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(ALLOW_EGRESS_NAME),
+            "spec": {"podSelector": {}, "policyTypes": ["Egress"],
+                     "egress": [{"to": [{"ipBlock": {"cidr": c}} for c in config.function_egress_cidrs]}]},
+        })  # fmt: skip
+    return [_stamp(obj) for obj in objects]
+
+
+PLURALS = {
+    "Job": "jobs",
+    "CronJob": "cronjobs",
+    "Deployment": "deployments",
+    "Service": "services",
+    "ResourceQuota": "resourcequotas",
+    "LimitRange": "limitranges",
+    "NetworkPolicy": "networkpolicies",
+    "Namespace": "namespaces",
+}

@@ -1,0 +1,151 @@
+"""Small summaries of observed children (Jobs, Deployments, Triggers), and what they mean.
+
+The watch streams feed these into Kopf indices, so a reconcile reads the state of its children
+from memory instead of asking the apiserver again; they are kept small on purpose (a thousand
+Functions mean thousands of entries).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sless_core import crd
+from sless_operator.manifests import SPEC_HASH
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    namespace: str
+    name: str
+    labels: dict[str, str]
+    state: str  # pending | active | complete | failed
+    reason: str
+    message: str
+    start_time: str
+    completion_time: str
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("complete", "failed")
+
+
+@dataclass(frozen=True)
+class DeploymentSummary:
+    namespace: str
+    name: str
+    spec_hash: str
+    owner_uids: tuple[str, ...]
+    replicas: int
+    generation: int
+    observed_generation: int
+    total: int
+    updated: int
+    available: int
+    progress_failed: str  # the Progressing condition's message when its deadline was exceeded
+
+    def rollout(self) -> tuple[str, str]:
+        """("ready" | "progressing" | "failed", message): ready = like ``kubectl rollout status``."""
+        if self.progress_failed:
+            return "failed", self.progress_failed
+        if self.observed_generation < self.generation:
+            return "progressing", "waiting for the Deployment controller"
+        if self.updated < self.replicas:
+            return "progressing", f"{self.updated} of {self.replicas} replicas updated"
+        if self.total > self.updated:
+            return "progressing", f"{self.total - self.updated} old replicas are terminating"
+        if self.available < self.replicas:
+            return "progressing", f"{self.available} of {self.replicas} replicas available"
+        return "ready", ""
+
+
+@dataclass(frozen=True)
+class TriggerSummary:
+    namespace: str
+    name: str
+    uid: str
+    api_version: str
+    type: str
+    function: str
+    enabled: bool
+    schedule: str
+    deleting: bool
+
+
+def _conditions(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c.get("type", ""): c for c in (body.get("status") or {}).get("conditions") or []}
+
+
+def job_summary(body: dict[str, Any]) -> JobSummary:
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    conds = _conditions(body)
+    state, reason, message = "pending", "", ""
+    if conds.get("Complete", {}).get("status") == "True":
+        state = "complete"
+    elif conds.get("Failed", {}).get("status") == "True":
+        failed = conds["Failed"]
+        state, reason, message = "failed", str(failed.get("reason") or ""), str(failed.get("message") or "")
+    elif status.get("active"):
+        state = "active"
+    return JobSummary(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        labels=dict(meta.get("labels") or {}),
+        state=state,
+        reason=reason,
+        message=message,
+        start_time=str(status.get("startTime") or ""),
+        completion_time=str(status.get("completionTime") or ""),
+    )
+
+
+def deployment_summary(body: dict[str, Any]) -> DeploymentSummary:
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    progressing = _conditions(body).get("Progressing", {})
+    failed = ""
+    if progressing.get("status") == "False" and progressing.get("reason") == "ProgressDeadlineExceeded":
+        failed = str(progressing.get("message") or "the rollout exceeded its progress deadline")
+    return DeploymentSummary(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        spec_hash=str((meta.get("annotations") or {}).get(SPEC_HASH, "")),
+        owner_uids=tuple(str(r.get("uid")) for r in meta.get("ownerReferences") or []),
+        replicas=int(spec.get("replicas", 1)),
+        generation=int(meta.get("generation", 0)),
+        observed_generation=int(status.get("observedGeneration", 0)),
+        total=int(status.get("replicas", 0)),
+        updated=int(status.get("updatedReplicas", 0)),
+        available=int(status.get("availableReplicas", 0)),
+        progress_failed=failed,
+    )
+
+
+def trigger_summary(body: dict[str, Any]) -> TriggerSummary:
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    return TriggerSummary(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        api_version=body.get("apiVersion", crd.API_VERSION),
+        type=str(spec.get("type", "")),
+        function=str(spec.get("function", "")),
+        enabled=bool(spec.get("enabled", True)),
+        schedule=str(spec.get("schedule") or ""),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def desired_replicas(base: int, triggers: list[TriggerSummary]) -> int:
+    """The function's replicas, or 0 when it has http triggers and every one is disabled.
+
+    No http trigger at all keeps the function running (jobs, cron and the event dispatcher use
+    it too); a disabled http trigger is the tenant saying "switch it off".
+    """
+    http = [t for t in triggers if t.type == "http" and not t.deleting]
+    if http and not any(t.enabled for t in http):
+        return 0
+    return base

@@ -1,0 +1,58 @@
+"""Custom resources' specs parsed with the platform's own validation (``sless_core.models``).
+
+The CRD schema catches malformed fields at the apiserver; these checks add the rules a schema
+cannot express (reserved environment names, entrypoints per runtime, ...). A spec failing them
+can never work, so handlers turn ``InvalidSpec`` into ``kopf.PermanentError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sless_core import crd
+from sless_core.errors import ValidationError
+from sless_core.models import FunctionSpec, JobSpec, TriggerSpec
+from sless_operator.manifests import FunctionRef, Owner
+
+# The CRD bounds timeoutSec; the API applies the installation's own (lower) maximum.
+MAX_TIMEOUT_SEC = 3600
+
+
+class InvalidSpec(Exception):
+    """The spec can never work as written; retrying will not help."""
+
+
+def function_spec(name: str, spec: dict[str, Any]) -> FunctionSpec:
+    try:
+        return FunctionSpec.from_user(crd.function_spec_from_cr(name, spec), MAX_TIMEOUT_SEC)
+    except ValidationError as exc:
+        raise InvalidSpec(exc.message) from exc
+
+
+def function_ref(body: dict[str, Any]) -> FunctionRef:
+    """What the manifest builders need of a Function body; raises InvalidSpec."""
+    meta, spec = body["metadata"], body.get("spec") or {}
+    return FunctionRef(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        spec=function_spec(meta["name"], spec),
+        code_hash=str(spec.get("codeHash") or ""),
+        context_key=str(spec.get("contextKey") or ""),
+        owner=Owner.of(body),
+    )
+
+
+def trigger_spec(name: str, spec: dict[str, Any]) -> TriggerSpec:
+    try:
+        return TriggerSpec.from_user({"name": name, **{k: v for k, v in spec.items() if v is not None}})
+    except ValidationError as exc:
+        raise InvalidSpec(exc.message) from exc
+
+
+def job_spec(name: str, spec: dict[str, Any]) -> JobSpec:
+    body = {"name": name, "function": spec.get("function"), "event": spec.get("event") or {},
+            "run_id": spec.get("runId", 1)}  # fmt: skip
+    try:
+        return JobSpec.from_user(body)
+    except ValidationError as exc:
+        raise InvalidSpec(exc.message) from exc

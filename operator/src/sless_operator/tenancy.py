@@ -1,0 +1,49 @@
+"""Tenant namespaces: Pod Security ``restricted``, a quota, default limits and network isolation.
+
+Functions run in the tenant namespace itself (``sless-<16 hex>``). The first time the operator
+sees one of our resources there, it labels the namespace and creates the ResourceQuota, the
+LimitRange and the NetworkPolicies (``manifests.tenant_objects``); later reconciles skip the
+work. Namespaces of other shapes (a test's, a cluster admin's) are served but left untouched.
+"""
+
+from __future__ import annotations
+
+from sless_core.naming import is_tenant_namespace
+from sless_operator import children, manifests
+from sless_operator.context import Context
+from sless_operator.kube import ApiError, api_path
+
+
+class NamespaceMissing(Exception):
+    """The namespace is gone (being deleted); nothing can be created there."""
+
+
+async def ensure(ctx: Context, namespace: str) -> None:
+    """Make NAMESPACE a proper tenant namespace, once per operator process."""
+    state = ctx.state
+    if namespace in state.tenants_ready or not is_tenant_namespace(namespace):
+        return
+    async with state.locks.hold(("tenant", namespace)):
+        if namespace in state.tenants_ready:
+            return
+        patched = await ctx.kube.patch(api_path("v1", "namespaces", name=namespace),
+                                       {"metadata": {"labels": manifests.tenant_namespace_labels()}})  # fmt: skip
+        if patched is None:
+            raise NamespaceMissing(f"namespace {namespace} does not exist")
+        for obj in manifests.tenant_objects(ctx.config, namespace):
+            await children.ensure(ctx.kube, obj)
+        state.tenants_ready.add(namespace)
+
+
+async def ensure_build_namespace(ctx: Context) -> None:
+    """Create the build namespace when missing; an existing one (the chart's) is left as it is."""
+    if ctx.state.build_namespace_ready:
+        return
+    try:
+        await ctx.kube.create(api_path("v1", "namespaces"), manifests.build_namespace(ctx.config))
+    except ApiError as exc:
+        # 403: the operator may not create namespaces; fine when the chart made this one
+        exists = exc.status == 403 and await ctx.kube.get(api_path("v1", "namespaces", name=ctx.config.build_namespace))
+        if not (exc.conflict or exists):
+            raise
+    ctx.state.build_namespace_ready = True

@@ -1,0 +1,129 @@
+"""Trigger: how a Function is called.
+
+- ``http``: the invoke proxy routes ``/fn/<ns>/<function>`` to the Function's Service. The
+  Deployment runs ``spec.replicas`` of the Function while any of its http triggers is enabled;
+  when every http trigger of a Function is disabled it is scaled to 0 and the proxy, which
+  reads the Trigger, answers 404 (the function is switched off, not broken: 503 would invite
+  retries). A Function without any http trigger keeps running (jobs, cron and events use it).
+- ``cron``: a CronJob ``<trigger>-cron`` runs the Function's image in runner mode on the
+  schedule (UTC), suspended while the trigger is disabled (see ``manifests.cron_job``). It
+  needs the Function's image, so it appears once the Function has been built and follows
+  every rebuild (``sync_for_function``).
+- ``event``: served by the event dispatcher (RabbitMQ); the operator only reports that.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sless_core import crd
+from sless_core.models import TriggerSpec, TriggerType
+from sless_operator import children, manifests
+from sless_operator.context import Context
+from sless_operator.kube import MERGE, api_path
+from sless_operator.manifests import FunctionRef, Owner
+from sless_operator.observe import TriggerSummary, desired_replicas
+from sless_operator.specs import InvalidSpec, function_ref, trigger_spec
+from sless_operator.status import StatusBuilder, write
+
+EVENT_MESSAGE = "event triggers are served by the event dispatcher"
+
+
+def trigger_path(namespace: str, name: str) -> str:
+    return api_path(crd.API_VERSION, crd.TRIGGER_PLURAL, namespace, name)
+
+
+async def reconcile(ctx: Context, body: dict[str, Any]) -> None:
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    st = StatusBuilder(body.get("status"), int(meta.get("generation", 0)))
+    path = trigger_path(namespace, name)
+    try:
+        spec = trigger_spec(name, body.get("spec") or {})
+    except InvalidSpec as exc:
+        st.set(message=f"invalid spec: {exc}").condition("Ready", False, "InvalidSpec", str(exc))
+        await write(ctx.kube, path, st)
+        raise
+    if spec.type == TriggerType.HTTP:
+        await scale_for_http(ctx, namespace, spec.function)
+        if spec.enabled:
+            message = f"serving /fn/{namespace}/{spec.function}"
+        else:
+            message = f"disabled: {spec.function} is scaled to zero and /fn/{namespace}/{spec.function} answers 404"
+        st.condition("Ready", True, "Enabled" if spec.enabled else "Disabled", message)
+    elif spec.type == TriggerType.CRON:
+        message, ok = await _reconcile_cron(ctx, body, spec)
+        st.condition("Ready", ok, ("Suspended" if not spec.enabled else "Scheduled") if ok else "Waiting", message)
+    else:
+        message = EVENT_MESSAGE
+        st.condition("Ready", True, "Dispatcher", message)
+    st.set(message=message)
+    await write(ctx.kube, path, st)
+
+
+async def scale_for_http(ctx: Context, namespace: str, function: str) -> None:
+    """Apply the http rule (``observe.desired_replicas``) to the Function's Deployment, if any."""
+    async with ctx.state.locks.hold(("function", namespace, function)):
+        live = ctx.deployment(namespace, function)
+        if live is None:
+            return  # not deployed yet: the Function's reconcile applies the same rule
+        fn = await ctx.kube.get(api_path(crd.API_VERSION, crd.FUNCTION_PLURAL, namespace, function))
+        if fn is None:
+            return
+        base = int((fn.get("spec") or {}).get("replicas", 1))
+        replicas = desired_replicas(base, ctx.triggers_of(namespace, function))
+        if live.replicas != replicas:
+            await ctx.kube.patch(api_path("apps/v1", "deployments", namespace, function),
+                                 {"spec": {"replicas": replicas}}, MERGE)  # fmt: skip
+
+
+async def _reconcile_cron(ctx: Context, body: dict[str, Any], spec: TriggerSpec) -> tuple[str, bool]:
+    namespace = body["metadata"]["namespace"]
+    fn = await ctx.kube.get(api_path(crd.API_VERSION, crd.FUNCTION_PLURAL, namespace, spec.function))
+    if fn is None or fn["metadata"].get("deletionTimestamp"):
+        return f"waiting for function {spec.function}: not found", False
+    image = str((fn.get("status") or {}).get("image") or "")
+    if not image:
+        return f"waiting for function {spec.function} to be built", False
+    try:
+        ref = function_ref(fn)
+    except InvalidSpec as exc:
+        return f"function {spec.function} is invalid: {exc}", False
+    assert spec.schedule is not None
+    await ensure_cron(ctx, ref, image, Owner.of(body), spec.schedule, spec.enabled)
+    state = "suspended" if not spec.enabled else "scheduled"
+    return f"{state}: {spec.schedule} (UTC) as CronJob {manifests.cron_job_name(body['metadata']['name'])}", True
+
+
+async def ensure_cron(ctx: Context, ref: FunctionRef, image: str, owner: Owner, schedule: str, enabled: bool) -> None:
+    want = manifests.cron_job(ctx.config, ref, image, owner, schedule, enabled)
+    key = (ref.namespace, "CronJob", want["metadata"]["name"])
+    stamp = f"{owner.uid}/{want['metadata']['annotations'][manifests.SPEC_HASH]}"
+    if ctx.state.applied.get(key) == stamp:
+        return
+    await children.ensure(ctx.kube, want)
+    ctx.state.applied[key] = stamp
+
+
+async def sync_for_function(ctx: Context, fn: dict[str, Any], image: str) -> None:
+    """Keep the Function's cron triggers' CronJobs on its current image and spec."""
+    meta = fn["metadata"]
+    crons = [t for t in ctx.triggers_of(meta["namespace"], meta["name"]) if t.type == "cron" and not t.deleting]
+    if not crons:
+        return
+    ref = function_ref(fn)
+    for summary in crons:
+        if summary.schedule:
+            await ensure_cron(ctx, ref, image, _owner(summary), summary.schedule, summary.enabled)
+
+
+def _owner(summary: TriggerSummary) -> Owner:
+    return Owner(summary.api_version, "Trigger", summary.name, summary.uid)
+
+
+async def cleanup(ctx: Context, body: dict[str, Any]) -> None:
+    """On deletion: give the Function its replicas back (the CronJob goes by garbage collection)."""
+    meta, spec = body["metadata"], body.get("spec") or {}
+    if spec.get("type") == TriggerType.HTTP and spec.get("function"):
+        await scale_for_http(ctx, meta["namespace"], str(spec["function"]))
+    ctx.state.applied.pop((meta["namespace"], "CronJob", manifests.cron_job_name(meta["name"])), None)
