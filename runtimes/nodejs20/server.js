@@ -113,8 +113,7 @@ function createServer(config, handler) {
           result = rt.toHttpResult(value);
         } catch (err) {
           rt.logError(`cannot send the result of ${req.method} ${url}`, err);
-          const { error, type } = rt.describeError(err);
-          result = rt.errorResult(500, error, type);
+          result = rt.errorResult(500, rt.describeError(err).error, 'InvalidResponse');
         }
         send(req, res, result);
       },

@@ -157,6 +157,18 @@ function describeError(err) {
   return { error: String(err), type: err === null ? 'null' : typeof err };
 }
 
+/**
+ * A handler result that cannot be sent: a statusCode outside 200..599, bad
+ * headers, a value JSON cannot encode (BigInt, a cycle).
+ */
+class InvalidResponse extends Error {
+  /** @param {string} message */
+  constructor(message) {
+    super(message);
+    this.name = 'InvalidResponse';
+  }
+}
+
 /** The handler did not settle within SLESS_TIMEOUT_SEC. */
 class TimeoutError extends Error {
   /** @param {number} timeoutSec */
@@ -370,12 +382,24 @@ const JSON_TYPE = 'application/json';
 
 /**
  * Map a handler's return value to a response (the contract's "Result mapping").
- * Throws (TypeError/RangeError) for values that cannot be sent, e.g. a BigInt,
- * a cycle, or a status outside 100..599; the server turns that into a 500.
+ * Throws InvalidResponse for values that cannot be sent; the server answers 500.
  * @param {unknown} result
  * @returns {HttpResult}
  */
 function toHttpResult(result) {
+  try {
+    return mapResult(result);
+  } catch (err) {
+    if (err instanceof InvalidResponse) throw err;
+    throw new InvalidResponse(describeError(err).error); // JSON.stringify's TypeError
+  }
+}
+
+/**
+ * @param {unknown} result
+ * @returns {HttpResult}
+ */
+function mapResult(result) {
   if (typeof result === 'string') {
     return { status: 200, headers: { 'content-type': startsWithTag(result) ? HTML : TEXT }, body: Buffer.from(result) };
   }
@@ -398,7 +422,7 @@ function startsWithTag(s) {
  */
 function jsonText(value) {
   const text = JSON.stringify(value === undefined ? null : value);
-  if (text === undefined) throw new TypeError(`cannot encode a ${typeof value} as JSON`);
+  if (text === undefined) throw new InvalidResponse(`cannot encode a ${typeof value} as JSON`);
   return text;
 }
 
@@ -408,16 +432,16 @@ function jsonText(value) {
  */
 function fromResponseDescription(desc) {
   const status = /** @type {number} */ (desc.statusCode);
-  if (status < 100 || status > 599) throw new RangeError(`statusCode out of range: ${status}`);
+  if (status < 200 || status > 599) throw new InvalidResponse(`statusCode ${status} is out of range 200-599`);
   /** @type {Record<string, string | string[]>} */
   const headers = {};
   if (desc.headers !== undefined && desc.headers !== null) {
     if (typeof desc.headers !== 'object' || Array.isArray(desc.headers)) {
-      throw new TypeError('headers must be an object of strings');
+      throw new InvalidResponse('headers must be an object of strings');
     }
     for (const [name, value] of Object.entries(desc.headers)) {
       const key = name.toLowerCase();
-      if (key === 'content-length' || key === 'transfer-encoding') continue; // framing is ours
+      if (key === 'content-length' || key === 'transfer-encoding' || key === 'connection') continue; // ours
       headers[key] = Array.isArray(value) ? value.map(String) : String(value);
     }
   }
@@ -463,6 +487,7 @@ function installProcessGuards() {
 module.exports = {
   ConfigError,
   TimeoutError,
+  InvalidResponse,
   InvocationContext,
   loadConfig,
   loadHandler,

@@ -52,9 +52,7 @@ def fake_packages(root: Path) -> Path:
     return write_function(
         root,
         {
-            "fakepkg/package.json": json.dumps(
-                {"name": "fakepkg", "version": "1.0.0", "main": "lib/main.js"}
-            ),
+            "fakepkg/package.json": json.dumps({"name": "fakepkg", "version": "1.0.0", "main": "lib/main.js"}),
             "fakepkg/lib/main.js": (
                 "const helper = require('helperpkg');\nexports.describe = () => 'fakepkg+' + helper.tag;\n"
             ),
@@ -66,9 +64,7 @@ def fake_packages(root: Path) -> Path:
 
 
 @pytest.mark.parametrize("layout", ["prefix", "node_modules"])
-def test_deps_dir_packages_resolve(
-    runtime: str, start_server: ServerFactory, tmp_path: Path, layout: str
-) -> None:
+def test_deps_dir_packages_resolve(runtime: str, start_server: ServerFactory, tmp_path: Path, layout: str) -> None:
     """SLESS_DEPS_DIR may be an install prefix (DIR/node_modules/pkg) or a node_modules dir."""
     code = write_function(tmp_path / "code", {"handler.js": USES_DEPS})
     deps = tmp_path / "deps"
@@ -79,9 +75,7 @@ def test_deps_dir_packages_resolve(
     assert resp.json() == {"fake": "fakepkg+nested-helper", "scoped": "@acme/scoped"}
 
 
-def test_without_deps_dir_the_function_cannot_load(
-    runtime: str, load_failure: LoadFailure, tmp_path: Path
-) -> None:
+def test_without_deps_dir_the_function_cannot_load(runtime: str, load_failure: LoadFailure, tmp_path: Path) -> None:
     """The control for the test above: the packages are found only through SLESS_DEPS_DIR."""
     code = write_function(tmp_path / "code", {"handler.js": USES_DEPS})
     fake_packages(tmp_path / "deps" / "node_modules")
@@ -89,9 +83,7 @@ def test_without_deps_dir_the_function_cannot_load(
     assert "Cannot find module 'fakepkg'" in stderr
 
 
-def test_code_dir_node_modules_win_over_deps_dir(
-    runtime: str, start_server: ServerFactory, tmp_path: Path
-) -> None:
+def test_code_dir_node_modules_win_over_deps_dir(runtime: str, start_server: ServerFactory, tmp_path: Path) -> None:
     """Packages vendored next to the code shadow the shared deps dir (normal Node lookup order)."""
     code = write_function(
         tmp_path / "code",
@@ -165,9 +157,7 @@ def test_es_module_handler(runtime: str, start_server: ServerFactory, tmp_path: 
     assert requests.get(f"{server.url}/m", timeout=10).json() == {"esm": True, "path": "/m"}
 
 
-def test_custom_error_class_name_is_the_type(
-    runtime: str, start_server: ServerFactory, tmp_path: Path
-) -> None:
+def test_custom_error_class_name_is_the_type(runtime: str, start_server: ServerFactory, tmp_path: Path) -> None:
     code = write_function(
         tmp_path,
         {
@@ -220,9 +210,7 @@ def test_handler_that_fails_to_load_exits_non_zero(
     assert expected in stderr
 
 
-def test_runner_exits_1_when_the_handler_fails_to_load(
-    runtime: str, run_runner: RunnerFactory, tmp_path: Path
-) -> None:
+def test_runner_exits_1_when_the_handler_fails_to_load(runtime: str, run_runner: RunnerFactory, tmp_path: Path) -> None:
     code = write_function(tmp_path, {"handler.js": "throw new Error('broken at import');\n"})
     proc = run_runner(runtime, {}, code)
     assert proc.returncode == 1
@@ -253,27 +241,44 @@ def test_stray_rejection_and_uncaught_exception_do_not_kill_the_server(
     assert "stray rejection" in server.stderr and "thrown from a timer" in server.stderr
 
 
-def test_invalid_response_description_is_500(
-    runtime: str, start_server: ServerFactory, tmp_path: Path
-) -> None:
-    code = write_function(
-        tmp_path,
-        {
-            "handler.js": (
-                "exports.handle = (e) => e._path === '/status'\n"
-                "  ? { statusCode: 1000, body: 'x' }\n"
-                "  : e._path === '/header' ? { statusCode: 200, headers: { 'X-Bad': 'a\\nb' } }\n"
-                "  : { big: 10n };\n"
-            )
-        },
-    )
-    server = start_server(runtime, code)
-    for path in ("/status", "/header", "/bigint"):
+INVALID_RESULTS = """
+'use strict';
+exports.handle = (e) => {
+  switch (e._path) {
+    case '/status': return { statusCode: 1000, body: 'x' };
+    case '/informational': return { statusCode: 150, body: 'x' };
+    case '/header': return { statusCode: 200, headers: { 'X-Bad': 'a\\nb' } };
+    case '/bigint': return { big: 10n };
+    case '/connection': return { statusCode: 200, headers: { Connection: 'close' }, body: 'kept' };
+    default: return 'ok';
+  }
+};
+"""
+
+
+def test_invalid_response_description_is_500(runtime: str, start_server: ServerFactory, tmp_path: Path) -> None:
+    server = start_server(runtime, write_function(tmp_path, {"handler.js": INVALID_RESULTS}))
+    for path in ("/status", "/informational", "/header", "/bigint"):
         resp = requests.get(f"{server.url}{path}", timeout=10)
         assert resp.status_code == 500, path
         body = resp.json()
-        assert set(body) == {"error", "type"} and body["error"]
+        assert set(body) == {"error", "type"} and body["error"], path
+        assert body["type"] == "InvalidResponse", path
     assert server.proc.poll() is None
+
+
+def test_handler_connection_header_is_ignored(runtime: str, start_server: ServerFactory, tmp_path: Path) -> None:
+    """Connection management is the server's: a handler's `Connection: close` does not end keep-alive."""
+    server = start_server(runtime, write_function(tmp_path, {"handler.js": INVALID_RESULTS}))
+    conn = server.connection()
+    conn.request("GET", "/connection")
+    resp = conn.getresponse()
+    assert resp.read() == b"kept" and resp.getheader("Connection") == "keep-alive"
+    sock = conn.sock
+    conn.request("GET", "/other")
+    assert conn.getresponse().read() == b"ok"
+    assert conn.sock is sock
+    conn.close()
 
 
 TIMEOUT_SIGNAL = """
