@@ -19,7 +19,10 @@ send this call?":
 
 Children run in their own session (Ctrl-C on the terminal reaches only the
 platform, which then drains them) and, on Linux, get SIGTERM when the platform
-process dies, so a crashed platform does not leave runtimes behind.
+process dies, so a crashed platform does not leave runtimes behind (Linux
+ties that signal to the forking thread: run the supervisor's event loop in a
+thread that lives as long as the platform, as uvicorn's main thread does).
+All methods must be called from that one event loop.
 """
 
 from __future__ import annotations
@@ -61,11 +64,11 @@ class SupervisorError(Exception):
     """Base of the errors callers are expected to map to HTTP answers."""
 
 
-class NotDeployed(SupervisorError):  # noqa: N818 - the name reads as the state it reports
+class NotDeployed(SupervisorError):
     """Nothing is deployed under the key (never deployed, removed, or the supervisor is closed)."""
 
 
-class StartFailed(SupervisorError):  # noqa: N818 - named by the state it reports, like NotDeployed
+class StartFailed(SupervisorError):
     """The process could not be started or is crash-looping; the message carries its stderr tail."""
 
 
@@ -376,7 +379,8 @@ class Supervisor:
             state = "starting"
         elif slot.failures and slot.retry_at > now:
             state = "backoff"
-        elif slot.failures:
+        elif slot.failures or (proc is not None and not proc.stopping):
+            # The second case: exited on its own, and the exit is not accounted for yet.
             state = "crashed"
         else:
             state = "stopped"
@@ -624,7 +628,7 @@ class Supervisor:
                     and not slot.lock.locked()
                     and now - slot.last_activity >= self.idle_timeout_sec
                 ):
-                    slot.log.note(f"pid {proc.proc.pid} idle for {now - slot.last_activity:.0f}s, stopping")
+                    slot.log.note(f"pid {proc.proc.pid} idle for {now - slot.last_activity:.1f}s, stopping")
                     self._retire(slot, proc)
 
     def _log_path(self, key: str) -> Path:
