@@ -27,7 +27,8 @@ RESERVED_ENV = ("PORT", "SLESS_", "HOME", "PATH")
 PY_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 GO_ENTRY = re.compile(r"^[A-Z][A-Za-z0-9_]*$")
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
-MAX_EVENT_BYTES = 256 * 1024
+# A job event reaches the runner as one environment string; Linux caps one at 128 KiB (MAX_ARG_STRLEN).
+MAX_EVENT_BYTES = 100 * 1024
 
 
 class Phase(StrEnum):
