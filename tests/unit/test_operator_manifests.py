@@ -1,0 +1,394 @@
+"""The operator's pure parts: manifests, configuration, child summaries, status and adoption rules.
+
+Everything here runs without a cluster; tests/k8s/test_operator*.py drive the same code
+through a real apiserver.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from sless_core import crd
+from sless_core.models import FunctionSpec, SecretRef
+from sless_operator import manifests
+from sless_operator.children import merged_owner_refs, needs_update
+from sless_operator.config import ConfigError, OperatorConfig
+from sless_operator.manifests import FunctionRef, Owner
+from sless_operator.observe import (
+    deployment_summary,
+    desired_replicas,
+    job_summary,
+    trigger_summary,
+)
+from sless_operator.status import StatusBuilder, keep_head, keep_tail
+
+NS = "sless-0123456789abcdef"
+HASH = "ab" * 32
+OTHER_HASH = "cd" * 32
+CONFIG = OperatorConfig(registry="registry.test/sless", build_namespace="sless-build", s3_endpoint="http://minio:9000")
+
+
+def fn_ref(runtime: str = "python3.11", **spec: Any) -> FunctionRef:
+    entry = "Handle" if runtime == "go1.23" else "handler.handle"
+    fields: dict[str, Any] = {"name": "hello", "runtime": runtime, "entrypoint": entry, **spec}
+    return FunctionRef(
+        namespace=NS,
+        name="hello",
+        spec=FunctionSpec(**fields),
+        code_hash=HASH,
+        context_key=f"contexts/{NS}/hello/1.tar.gz",
+        owner=Owner(crd.API_VERSION, "Function", "hello", "uid-1"),
+    )
+
+
+def container(obj: dict[str, Any]) -> dict[str, Any]:
+    spec = obj["spec"]
+    template = spec["jobTemplate"]["spec"]["template"] if obj["kind"] == "CronJob" else spec["template"]
+    return dict(template["spec"]["containers"][0])
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    spec = obj["spec"]
+    template = spec["jobTemplate"]["spec"]["template"] if obj["kind"] == "CronJob" else spec["template"]
+    return dict(template["spec"])
+
+
+def assert_restricted(pod: dict[str, Any]) -> None:
+    """The Pod Security 'restricted' rules that apply to what we generate."""
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert pod["automountServiceAccountToken"] is False
+    for volume in pod.get("volumes", []):
+        assert set(volume) <= {"name", "emptyDir", "secret", "configMap", "projected"}, volume
+    for c in pod["containers"]:
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"]["drop"] == ["ALL"]
+        assert "add" not in sc["capabilities"]
+        assert not sc.get("privileged")
+
+
+# -- names --------------------------------------------------------------------------------------
+
+
+def test_new_code_always_gets_a_new_image_tag_and_build_job() -> None:
+    assert manifests.image_ref(CONFIG, NS, "hello", HASH) == f"registry.test/sless/{NS}/hello:{HASH[:16]}"
+    assert manifests.image_ref(CONFIG, NS, "hello", OTHER_HASH) != manifests.image_ref(CONFIG, NS, "hello", HASH)
+    a = manifests.build_job_name(NS, "hello", HASH)
+    assert a == manifests.build_job_name(NS, "hello", HASH)  # deterministic: a retry finds it
+    assert a != manifests.build_job_name(NS, "hello", OTHER_HASH)
+    assert a != manifests.build_job_name("sless-fedcba9876543210", "hello", HASH)  # shared build namespace
+    assert a.startswith("hello-build-")
+
+
+def test_child_names_fit_kubernetes_limits_for_the_longest_user_names() -> None:
+    longest = "f" * 40  # sless_core.naming.NAME_MAX
+    assert len(manifests.build_job_name(NS, longest, HASH)) <= 63
+    assert len(manifests.run_job_name(longest, 2**31 - 1)) <= 63
+    assert len(manifests.cron_job_name(longest)) <= 52  # CronJob names leave 11 for the Jobs' suffix
+
+
+# -- build Job ------------------------------------------------------------------------------------
+
+
+def test_build_job_runs_kaniko_on_the_s3_context_with_bounds() -> None:
+    job = manifests.build_job(CONFIG, fn_ref())
+    assert job["metadata"]["name"] == manifests.build_job_name(NS, "hello", HASH)
+    assert job["metadata"]["namespace"] == "sless-build"
+    assert "ownerReferences" not in job["metadata"]  # no owner reference across namespaces
+    labels = job["metadata"]["labels"]
+    assert labels[crd.LABEL_NAMESPACE] == NS and labels[crd.LABEL_FUNCTION] == "hello"
+    assert labels[crd.LABEL_COMPONENT] == "build" and labels[crd.LABEL_MANAGED] == crd.MANAGED_BY
+    assert job["spec"]["template"]["metadata"]["labels"] == labels  # pods found by our labels
+    assert job["spec"]["activeDeadlineSeconds"] == CONFIG.build_deadline_sec
+    assert job["spec"]["backoffLimit"] == CONFIG.build_retries
+    pod = pod_spec(job)
+    assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
+    c = container(job)
+    assert c["image"] == CONFIG.kaniko_image
+    assert f"--context=s3://{CONFIG.s3_bucket}/contexts/{NS}/hello/1.tar.gz" in c["args"]
+    assert f"--destination=registry.test/sless/{NS}/hello:{HASH[:16]}" in c["args"]
+    assert c["resources"]["limits"] == {"cpu": "1", "memory": "2048Mi"}
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert {"name": "S3_ENDPOINT", "value": "http://minio:9000"} in c["env"]
+    assert c["envFrom"] == [{"secretRef": {"name": CONFIG.build_s3_secret}}]
+    assert "--insecure" not in c["args"] and "volumeMounts" not in c
+
+
+def test_build_job_options_insecure_registry_push_secret_no_cache() -> None:
+    config = OperatorConfig(registry_insecure=True, build_registry_secret="push", build_cache=False)
+    job = manifests.build_job(config, fn_ref())
+    c = container(job)
+    assert "--insecure" in c["args"] and "--skip-tls-verify" in c["args"]
+    assert not any(a.startswith("--cache") for a in c["args"])
+    assert c["volumeMounts"][0]["mountPath"] == "/kaniko/.docker"
+    assert pod_spec(job)["volumes"][0]["secret"]["secretName"] == "push"
+
+
+# -- Deployment and Service -------------------------------------------------------------------------
+
+
+def test_deployment_env_is_sorted_and_carries_the_runtime_contract() -> None:
+    ref = fn_ref(env_vars={"ZED": "z", "ALPHA": "a"}, secrets=[SecretRef("db", "password", "DB_PASSWORD")])
+    dep = manifests.deployment(CONFIG, ref, "img:1", replicas=2)
+    env = container(dep)["env"]
+    names = [e["name"] for e in env]
+    assert names == sorted(names)
+    values = {e["name"]: e.get("value") for e in env}
+    assert values["ALPHA"] == "a" and values["ZED"] == "z"
+    assert values["PORT"] == "8080" and values["SLESS_ENTRYPOINT"] == "handler.handle"
+    assert values["SLESS_TIMEOUT_SEC"] == "30" and values["SLESS_FUNCTION"] == "hello"
+    secret = next(e for e in env if e["name"] == "DB_PASSWORD")
+    assert secret["valueFrom"] == {"secretKeyRef": {"name": "db", "key": "password"}}
+    assert "value" not in secret  # never the plain value
+
+
+def test_deployment_same_spec_same_hash_env_order_irrelevant() -> None:
+    a = manifests.deployment(CONFIG, fn_ref(env_vars={"A": "1", "B": "2"}), "img:1", 1)
+    b = manifests.deployment(CONFIG, fn_ref(env_vars={"B": "2", "A": "1"}), "img:1", 3)
+    c = manifests.deployment(CONFIG, fn_ref(env_vars={"A": "1", "B": "3"}), "img:1", 1)
+    key = manifests.SPEC_HASH
+    assert a["metadata"]["annotations"][key] == b["metadata"]["annotations"][key]  # replicas excluded
+    assert a["metadata"]["annotations"][key] != c["metadata"]["annotations"][key]
+
+
+def test_deployment_pod_is_restricted_probed_and_sized() -> None:
+    dep = manifests.deployment(CONFIG, fn_ref(memory_mb=512, timeout_sec=60), "img:1", 1)
+    assert dep["metadata"]["ownerReferences"] == [{
+        "apiVersion": crd.API_VERSION, "kind": "Function", "name": "hello", "uid": "uid-1",
+        "controller": True, "blockOwnerDeletion": True}]  # fmt: skip
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = pod_spec(dep)
+    assert_restricted(pod)
+    c = container(dep)
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["resources"] == {"requests": {"cpu": "64m", "memory": "512Mi"}, "limits": {"memory": "512Mi"}}
+    assert c["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/_/health", "port": "http"}
+    assert pod["terminationGracePeriodSeconds"] == 65
+    assert "command" not in c  # the image's CMD is the server
+    selector = dep["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_service_targets_the_deployment_pods_on_8080() -> None:
+    ref = fn_ref()
+    svc = manifests.service(ref)
+    dep = manifests.deployment(CONFIG, ref, "img:1", 1)
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}]
+    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert svc["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+def test_image_pull_secret_is_referenced_when_configured() -> None:
+    config = OperatorConfig(image_pull_secret="regcred")
+    assert pod_spec(manifests.deployment(config, fn_ref(), "img:1", 1))["imagePullSecrets"] == [{"name": "regcred"}]
+    assert "imagePullSecrets" not in pod_spec(manifests.deployment(CONFIG, fn_ref(), "img:1", 1))
+
+
+# -- run Jobs and CronJobs ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("runtime", "command"),
+    [
+        ("python3.11", ["python3", "/app/runtime/runner.py"]),
+        ("nodejs20", ["node", "/app/runtime/runner.js"]),
+        ("go1.23", ["/app/bin/runner"]),
+    ],
+)
+def test_run_job_runs_the_runner_with_the_event(runtime: str, command: list[str]) -> None:
+    owner = Owner(crd.API_VERSION, "FunctionJob", "nightly", "uid-j")
+    job = manifests.run_job(CONFIG, fn_ref(runtime), "img:1", owner, 3, {"x": [1, 2]})
+    assert job["metadata"]["name"] == "nightly-run-3"
+    assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-j"
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert labels[crd.LABEL_JOB] == "nightly" and labels[crd.LABEL_RUN] == "3"
+    assert job["spec"]["backoffLimit"] == CONFIG.job_retries
+    assert job["spec"]["activeDeadlineSeconds"] == (30 + manifests.RUN_MARGIN_SEC) * (CONFIG.job_retries + 1)
+    c = container(job)
+    assert c["command"] == command
+    assert json.loads(next(e["value"] for e in c["env"] if e["name"] == "SLESS_EVENT")) == {"x": [1, 2]}
+    assert c["terminationMessagePath"] == "/dev/termination-log"
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert "ports" not in c and "readinessProbe" not in c
+    assert pod_spec(job)["restartPolicy"] == "Never"
+    assert_restricted(pod_spec(job))
+
+
+def test_cron_job_suspends_when_disabled_and_belongs_to_the_trigger() -> None:
+    owner = Owner(crd.API_VERSION, "Trigger", "tick", "uid-t")
+    on = manifests.cron_job(CONFIG, fn_ref(), "img:1", owner, "*/5 * * * *", enabled=True)
+    off = manifests.cron_job(CONFIG, fn_ref(), "img:1", owner, "*/5 * * * *", enabled=False)
+    assert on["metadata"]["name"] == "tick-cron"
+    assert on["spec"]["schedule"] == "*/5 * * * *" and on["spec"]["suspend"] is False
+    assert off["spec"]["suspend"] is True
+    assert on["spec"]["concurrencyPolicy"] == "Forbid"
+    assert on["metadata"]["ownerReferences"][0]["kind"] == "Trigger"
+    assert on["metadata"]["annotations"][manifests.SPEC_HASH] != off["metadata"]["annotations"][manifests.SPEC_HASH]
+    event = next(e["value"] for e in container(on)["env"] if e["name"] == "SLESS_EVENT")
+    assert json.loads(event) == {"type": "cron", "trigger": "tick", "schedule": "*/5 * * * *"}
+    assert_restricted(pod_spec(on))
+
+
+# -- tenancy ---------------------------------------------------------------------------------------
+
+
+def test_tenant_namespace_is_restricted() -> None:
+    labels = manifests.tenant_namespace_labels()
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_tenant_objects_quota_limits_and_isolation() -> None:
+    objs = {o["metadata"]["name"]: o for o in manifests.tenant_objects(CONFIG, NS)}
+    assert set(objs) == {"sless-quota", "sless-limits", "sless-default-deny", "sless-allow-platform", "sless-allow-dns"}
+    assert all(o["metadata"]["namespace"] == NS for o in objs.values())
+    assert objs["sless-quota"]["spec"]["hard"]["pods"] == "50"
+    assert objs["sless-default-deny"]["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    rule = objs["sless-allow-platform"]["spec"]["ingress"][0]
+    assert rule["from"][0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "sless-system"}
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8080}]
+    assert {p["port"] for p in objs["sless-allow-dns"]["spec"]["egress"][0]["ports"]} == {53}
+    # a LimitRange default CPU limit would throttle functions that set none
+    assert "cpu" not in objs["sless-limits"]["spec"]["limits"][0]["default"]
+
+
+def test_function_egress_cidrs_add_one_policy() -> None:
+    config = OperatorConfig(function_egress_cidrs=("10.0.0.0/8",))
+    extra = [o for o in manifests.tenant_objects(config, NS) if o["metadata"]["name"] == "sless-allow-egress"]
+    assert extra[0]["spec"]["egress"] == [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}]
+
+
+# -- configuration ----------------------------------------------------------------------------------
+
+
+def test_config_from_env_reads_and_validates() -> None:
+    config = OperatorConfig.from_env({
+        "SLESS_REGISTRY": "reg.example:5000/fn/", "SLESS_BUILD_RETRIES": "4", "SLESS_REGISTRY_INSECURE": "yes",
+        "SLESS_FUNCTION_EGRESS_CIDRS": "10.1.2.3/8, 192.168.0.0/16", "SLESS_JOB_RETRIES": "0",
+    })  # fmt: skip
+    assert config.registry == "reg.example:5000/fn"
+    assert (config.build_retries, config.registry_insecure, config.job_retries) == (4, True, 0)
+    assert config.function_egress_cidrs == ("10.0.0.0/8", "192.168.0.0/16")
+    assert OperatorConfig.from_env({}) == OperatorConfig()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("SLESS_BUILD_RETRIES", "many"),
+        ("SLESS_JOB_RETRIES", "9"),
+        ("SLESS_BUILD_NAMESPACE", "Not_A_Label"),
+        ("SLESS_REGISTRY_INSECURE", "maybe"),
+        ("SLESS_FUNCTION_EGRESS_CIDRS", "10.0.0.0/99"),
+        ("SLESS_BUILD_CPU", "lots"),
+    ],
+)
+def test_config_errors_name_the_variable(name: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        OperatorConfig.from_env({name: value})
+
+
+# -- observed children --------------------------------------------------------------------------------
+
+
+def _trigger(name: str, kind: str = "http", enabled: bool = True, deleting: bool = False) -> Any:
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "uid": name}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return trigger_summary({"metadata": meta, "spec": {"type": kind, "function": "hello", "enabled": enabled}})
+
+
+def test_http_rule_zero_replicas_only_when_every_http_trigger_is_disabled() -> None:
+    assert desired_replicas(2, []) == 2
+    assert desired_replicas(2, [_trigger("a", enabled=False)]) == 0
+    assert desired_replicas(2, [_trigger("a", enabled=False), _trigger("b")]) == 2
+    assert desired_replicas(2, [_trigger("a", enabled=False), _trigger("c", kind="cron")]) == 0
+    assert desired_replicas(2, [_trigger("a", enabled=False, deleting=True)]) == 2
+
+
+def test_job_summary_states() -> None:
+    def job(status: dict[str, Any]) -> str:
+        return job_summary({"metadata": {"name": "j"}, "status": status}).state
+
+    assert job({}) == "pending"
+    assert job({"active": 1}) == "active"
+    assert job({"conditions": [{"type": "Complete", "status": "True"}]}) == "complete"
+    assert job({"active": 1, "conditions": [{"type": "FailureTarget", "status": "True"}]}) == "active"
+    failed = job_summary({"metadata": {}, "status": {"conditions": [
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "m"}]}})  # fmt: skip
+    assert (failed.state, failed.reason, failed.message) == ("failed", "BackoffLimitExceeded", "m")
+
+
+def test_rollout_is_ready_only_when_complete() -> None:
+    def rollout(spec_replicas: int, gen: int, status: dict[str, Any]) -> str:
+        body = {"metadata": {"generation": gen}, "spec": {"replicas": spec_replicas}, "status": status}
+        return deployment_summary(body).rollout()[0]
+
+    done = {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 2}
+    assert rollout(2, 2, done) == "ready"
+    assert rollout(2, 3, done) == "progressing"  # controller has not seen the change yet
+    assert rollout(2, 2, {**done, "replicas": 3}) == "progressing"  # an old pod still terminating
+    assert rollout(2, 2, {**done, "availableReplicas": 1}) == "progressing"
+    assert rollout(0, 1, {"observedGeneration": 1}) == "ready"  # scaled to zero
+    stuck = {**done, "conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+                                     "message": "too slow"}]}  # fmt: skip
+    assert rollout(2, 2, stuck) == "failed"
+
+
+# -- status ------------------------------------------------------------------------------------------
+
+
+def test_status_keeps_transition_time_and_detects_no_change() -> None:
+    first = StatusBuilder(None, 1).set(phase="Building").condition("Ready", False, "RollingOut", "x")
+    built = first.build()
+    since = built["conditions"][0]["lastTransitionTime"]
+    same = StatusBuilder(built, 1).set(phase="Building").condition("Ready", False, "RollingOut", "x")
+    assert not same.changed()
+    flipped = StatusBuilder({**built, "conditions": [{**built["conditions"][0], "lastTransitionTime": "old"}]}, 2)
+    flipped.set(phase="Ready").condition("Ready", True, "Available")
+    assert flipped.changed()
+    assert flipped.build()["conditions"][0]["lastTransitionTime"] != "old"
+    assert flipped.build()["conditions"][0]["observedGeneration"] == 2
+    kept = StatusBuilder({**built, "conditions": [{**built["conditions"][0], "lastTransitionTime": "old"}]}, 2)
+    assert kept.condition("Ready", False, "Other").build()["conditions"][0]["lastTransitionTime"] == "old"
+    assert since
+
+
+def test_truncation_keeps_the_useful_end() -> None:
+    text = "".join(f"line {i}\n" for i in range(1000))
+    assert len(keep_tail(text)) <= 2000 and keep_tail(text).endswith("line 999\n")
+    assert len(keep_head(text)) <= 2000 and keep_head(text).startswith("line 0\n")
+    assert keep_tail("short") == "short"
+
+
+# -- adoption ---------------------------------------------------------------------------------------
+
+
+def test_adoption_takes_over_a_deleted_predecessor_but_not_a_stranger() -> None:
+    want = manifests.deployment(CONFIG, fn_ref(), "img:1", 1)
+    orphan = {"metadata": {"name": "hello"}}
+    assert merged_owner_refs(want, orphan) == want["metadata"]["ownerReferences"]
+    old = {"metadata": {"ownerReferences": [{**want["metadata"]["ownerReferences"][0], "uid": "old-uid"}]}}
+    assert merged_owner_refs(want, old) == want["metadata"]["ownerReferences"]
+    stranger = {"metadata": {"ownerReferences": [{"kind": "ReplicaSet", "name": "x", "uid": "u", "controller": True}]}}
+    assert merged_owner_refs(want, stranger) is None
+    extra = {"kind": "ConfigMap", "name": "note", "uid": "u2"}
+    assert merged_owner_refs(want, {"metadata": {"ownerReferences": [extra]}}) == [
+        *want["metadata"]["ownerReferences"], extra]  # fmt: skip
+
+
+def test_needs_update_compares_our_hash_owner_labels_and_replicas() -> None:
+    want = manifests.deployment(CONFIG, fn_ref(), "img:1", 1)
+    live = json.loads(json.dumps(want))
+    assert not needs_update(want, live)
+    live["spec"]["replicas"] = 0
+    assert needs_update(want, live)
+    live = json.loads(json.dumps(want))
+    live["metadata"]["annotations"][manifests.SPEC_HASH] = "other"
+    assert needs_update(want, live)
