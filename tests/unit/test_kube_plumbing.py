@@ -1,0 +1,91 @@
+"""Settings, error translation and watch-stream parsing of the Kubernetes backend."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import urllib3.exceptions
+from kubernetes.client.exceptions import ApiException
+
+from sless_api.kube.client import KubeConflict, KubeNotFound, translate
+from sless_api.kube.code import stamp
+from sless_api.kube.settings import KubeSettings
+from sless_api.kube.watch import Backoff, iter_lines
+from sless_api.platform import Unavailable
+from sless_core.errors import ValidationError
+
+
+def test_settings_defaults_and_overrides() -> None:
+    default = KubeSettings.from_env({})
+    assert default.service_url("sless-0123456789abcdef", "hello") == \
+        "http://hello.sless-0123456789abcdef.svc.cluster.local:8080"
+    assert default.base_image("python3.11") == "sless/python3.11:latest"
+    custom = KubeSettings.from_env({"SLESS_KUBE_SERVICE_DOMAIN": "svc.example.internal.",
+                                    "SLESS_RUNTIME_IMAGE_PREFIX": "registry.local:5000/sless/",
+                                    "SLESS_RUNTIME_IMAGE_TAG": "v1", "SLESS_KUBE_WATCH_TIMEOUT_SEC": "30",
+                                    "KUBECONFIG": "/tmp/kc"})
+    assert custom.service_url("ns", "f") == "http://f.ns.svc.example.internal:8080"
+    assert custom.base_image("go1.23") == "registry.local:5000/sless/go1.23:v1"
+    assert (custom.watch_timeout_sec, custom.kubeconfig) == (30.0, "/tmp/kc")
+
+
+@pytest.mark.parametrize("env", [
+    {"SLESS_KUBE_SERVICE_DOMAIN": "bad domain"},
+    {"SLESS_KUBE_SERVICE_DOMAIN": "a/b"},
+    {"SLESS_RUNTIME_IMAGE_TAG": "x\nRUN evil"},
+    {"SLESS_KUBE_REQUEST_TIMEOUT_SEC": "0"},
+    {"SLESS_KUBE_WATCH_TIMEOUT_SEC": "soon"},
+])
+def test_bad_settings_name_the_variable(env: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match=next(iter(env))):
+        KubeSettings.from_env(env)
+
+
+def _api_exception(status: int, reason: str = "", details: dict[str, str] | None = None) -> ApiException:
+    exc = ApiException(status=status, reason=reason)
+    exc.body = json.dumps({"kind": "Status", "message": f"server says {status}", "reason": reason,
+                           "details": details or {}})
+    return exc
+
+
+def test_api_errors_become_platform_errors() -> None:
+    missing = translate(_api_exception(404, "NotFound", {"kind": "namespaces"}), "function 'a'")
+    assert isinstance(missing, KubeNotFound) and missing.status == 404 and missing.kind == "namespaces"
+    taken = translate(_api_exception(409, "AlreadyExists"), "function 'a'")
+    assert isinstance(taken, KubeConflict) and taken.reason == "AlreadyExists"
+    invalid = translate(_api_exception(422, "Invalid"), "function 'a'")
+    assert isinstance(invalid, ValidationError) and "server says 422" in invalid.message
+    for status in (401, 403, 429, 500, 503, 0):
+        err = translate(_api_exception(status), "function 'a'")
+        assert isinstance(err, Unavailable) and err.status == 503, status
+    assert isinstance(translate(urllib3.exceptions.MaxRetryError(None, "/"), "x"), Unavailable)  # type: ignore[arg-type]
+    assert isinstance(translate(ConnectionRefusedError(), "x"), Unavailable)
+
+
+def test_a_status_body_that_is_not_json_still_translates() -> None:
+    exc = ApiException(status=404, reason="Not Found")
+    exc.body = "<html>proxy error</html>"
+    assert isinstance(translate(exc, "job 'j'"), KubeNotFound)
+
+
+def test_watch_lines_survive_any_chunking() -> None:
+    events = [{"type": "ADDED", "object": {"n": i}} for i in range(3)]
+    raw = b"".join(json.dumps(e).encode() + b"\n" for e in events)
+    for size in (1, 7, 64, len(raw)):
+        chunks = [raw[i:i + size] for i in range(0, len(raw), size)]
+        assert [json.loads(line) for line in iter_lines(iter(chunks))] == events
+    assert list(iter_lines(iter([b'{"a": 1}']))) == [b'{"a": 1}']  # no trailing newline
+
+
+def test_backoff_doubles_to_a_cap_and_resets() -> None:
+    backoff = Backoff(0.5, 4)
+    assert [backoff.next() for _ in range(6)] == [0.5, 1, 2, 4, 4, 4]
+    backoff.reset()
+    assert backoff.next() == 0.5
+
+
+def test_stamps_sort_by_time_and_name_the_code() -> None:
+    first, second = stamp("a" * 64, 1767323045.25), stamp("b" * 64, 1767323045.5)
+    assert first == "20260102T030405250000Z-aaaaaaaaaaaa"
+    assert first < second

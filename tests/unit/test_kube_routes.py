@@ -1,0 +1,116 @@
+"""The route table of the Kubernetes backend, fed with watch events as the API server sends them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sless_api.kube.routes import FUNCTIONS, TRIGGERS, RouteTable
+from sless_api.platform import Route
+
+NS, OTHER = "sless-0123456789abcdef", "sless-fedcba9876543210"
+
+
+def fn(name: str, phase: str | None = "Ready", ns: str = NS, image: str | None = None,
+       timeout: int = 30) -> dict[str, Any]:
+    obj: dict[str, Any] = {"metadata": {"name": name, "namespace": ns},
+                           "spec": {"runtime": "python3.11", "timeoutSec": timeout}}
+    if phase is not None:
+        obj["status"] = {"phase": phase, **({"image": image} if image else {})}
+    return obj
+
+
+def trg(name: str, function: str, kind: str = "http", enabled: bool = True, auth: str = "public",
+        ns: str = NS) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns},
+            "spec": {"type": kind, "function": function, "enabled": enabled, "auth": auth}}
+
+
+def test_routable_only_when_ready_and_an_http_trigger_is_enabled() -> None:
+    table = RouteTable()
+    table.apply(FUNCTIONS, "ADDED", fn("a", phase=None))
+    assert table.lookup(NS, "a") is None
+    assert "not ready (phase Pending)" in table.explain(NS, "a")
+    table.apply(TRIGGERS, "ADDED", trg("web", "a"))
+    assert table.lookup(NS, "a") is None
+    table.apply(FUNCTIONS, "MODIFIED", fn("a", timeout=90))
+    assert table.lookup(NS, "a") == Route(NS, "a", 90.0, "public")
+    table.apply(TRIGGERS, "MODIFIED", trg("web", "a", enabled=False))
+    assert table.lookup(NS, "a") is None
+    assert "no enabled http trigger" in table.explain(NS, "a")
+    table.apply(TRIGGERS, "MODIFIED", trg("web", "a"))
+    table.apply(FUNCTIONS, "DELETED", fn("a"))
+    assert table.lookup(NS, "a") is None
+    assert "not found" in table.explain(NS, "a")
+
+
+def test_cron_and_event_triggers_do_not_route() -> None:
+    table = RouteTable()
+    table.apply(FUNCTIONS, "ADDED", fn("a"))
+    table.apply(TRIGGERS, "ADDED", trg("c", "a", kind="cron"))
+    table.apply(TRIGGERS, "ADDED", trg("e", "a", kind="event"))
+    assert table.lookup(NS, "a") is None
+
+
+def test_a_rebuild_keeps_serving_the_deployed_version() -> None:
+    table = RouteTable()
+    table.apply(TRIGGERS, "ADDED", trg("web", "a"))
+    table.apply(FUNCTIONS, "ADDED", fn("a", phase="Building"))  # first build: nothing deployed yet
+    assert table.lookup(NS, "a") is None
+    table.apply(FUNCTIONS, "MODIFIED", fn("a", phase="Building", image="reg/a:1"))
+    assert table.lookup(NS, "a") is not None
+    table.apply(FUNCTIONS, "MODIFIED", fn("a", phase="Failed", image="reg/a:1"))
+    assert table.lookup(NS, "a") is not None
+    table.apply(FUNCTIONS, "MODIFIED", fn("a", phase="Failed"))
+    assert table.lookup(NS, "a") is None
+
+
+def test_auth_is_public_when_any_enabled_trigger_is_public() -> None:
+    table = RouteTable()
+    table.apply(FUNCTIONS, "ADDED", fn("a"))
+    table.apply(TRIGGERS, "ADDED", trg("private", "a", auth="token"))
+    assert table.lookup(NS, "a") == Route(NS, "a", 30.0, "token")
+    table.apply(TRIGGERS, "ADDED", trg("public", "a"))
+    assert table.lookup(NS, "a") == Route(NS, "a", 30.0, "public")
+    table.apply(TRIGGERS, "MODIFIED", trg("public", "a", enabled=False))
+    assert table.lookup(NS, "a") == Route(NS, "a", 30.0, "token")
+
+
+def test_a_trigger_moved_to_another_function_moves_the_route() -> None:
+    table = RouteTable()
+    table.apply(FUNCTIONS, "ADDED", fn("a"))
+    table.apply(FUNCTIONS, "ADDED", fn("b"))
+    table.apply(TRIGGERS, "ADDED", trg("web", "a"))
+    assert set(table.routes()) == {(NS, "a")}
+    table.apply(TRIGGERS, "MODIFIED", trg("web", "b"))
+    assert set(table.routes()) == {(NS, "b")}
+
+
+def test_namespaces_are_separate() -> None:
+    table = RouteTable()
+    table.apply(FUNCTIONS, "ADDED", fn("a"))
+    table.apply(TRIGGERS, "ADDED", trg("web", "a", ns=OTHER))  # same names, other tenant
+    assert table.lookup(NS, "a") is None
+    assert table.lookup(OTHER, "a") is None
+
+
+def test_relist_replaces_only_its_scope() -> None:
+    table = RouteTable()
+    for ns in (NS, OTHER):
+        table.apply(FUNCTIONS, "ADDED", fn("a", ns=ns))
+        table.apply(FUNCTIONS, "ADDED", fn("gone", ns=ns))
+        table.apply(TRIGGERS, "ADDED", trg("web", "a", ns=ns))
+        table.apply(TRIGGERS, "ADDED", trg("web2", "gone", ns=ns))
+    assert len(table.routes()) == 4
+    # a relist of NS's functions after a missed DELETED event: "gone" vanished in NS only
+    table.replace(FUNCTIONS, [fn("a")], namespace=NS)
+    assert set(table.routes()) == {(NS, "a"), (OTHER, "a"), (OTHER, "gone")}
+    # a cluster-wide relist of triggers
+    table.replace(TRIGGERS, [trg("web", "a", ns=OTHER)])
+    assert set(table.routes()) == {(OTHER, "a")}
+
+
+def test_objects_without_identity_are_ignored() -> None:
+    table = RouteTable()
+    table.apply(FUNCTIONS, "ADDED", {"metadata": {}, "spec": {}})
+    table.replace(TRIGGERS, [{"spec": {"type": "http", "function": "a"}}])
+    assert table.routes() == {}
