@@ -1,0 +1,91 @@
+"""The shared resource model: what the API accepts and what the operator builds from."""
+
+from __future__ import annotations
+
+import pytest
+
+from sless_core.crd import function_spec_from_cr, function_spec_to_cr
+from sless_core.errors import ValidationError
+from sless_core.models import FunctionSpec, JobSpec, TriggerSpec, validate_cron
+from sless_core.naming import tenant_namespace, validate_name
+
+
+def test_tenant_namespace_vector() -> None:
+    assert tenant_namespace("019cc268-6c6a-781e-8613-4bed4ec7cd20") == "sless-ffd1f598c169b0ae"
+
+
+@pytest.mark.parametrize("name", ["a", "hello-world", "x1", "a" * 40])
+def test_valid_names(name: str) -> None:
+    assert validate_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "A", "-a", "a-", "a_b", "a.b", "a" * 41, None, 5, "é"])
+def test_invalid_names(name: object) -> None:
+    with pytest.raises(ValidationError):
+        validate_name(name)
+
+
+def test_function_defaults_and_sorted_env() -> None:
+    spec = FunctionSpec.from_user({"name": "f", "runtime": "go1.23", "env_vars": {"B": "2", "A": "1"}}, 900)
+    assert (spec.entrypoint, spec.memory_mb, spec.timeout_sec) == ("Handle", 128, 30)
+    assert list(spec.env_vars) == ["A", "B"]
+
+
+def test_timeout_bound_follows_configuration() -> None:
+    FunctionSpec.from_user({"name": "f", "runtime": "nodejs20", "timeout_sec": 900}, 900)
+    with pytest.raises(ValidationError) as err:
+        FunctionSpec.from_user({"name": "f", "runtime": "nodejs20", "timeout_sec": 120}, 60)
+    assert err.value.field == "timeout_sec"
+
+
+@pytest.mark.parametrize("env", [{"SLESS_X": "1"}, {"PORT": "1"}, {"PATH": "/x"}, {"A-B": "1"}, {"A": 1}])
+def test_reserved_or_bad_env_vars(env: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        FunctionSpec.from_user({"name": "f", "runtime": "python3.11", "env_vars": env}, 900)
+
+
+def test_update_resets_default_entrypoint_when_runtime_changes() -> None:
+    spec = FunctionSpec.from_user({"name": "f", "runtime": "python3.11"}, 900)
+    assert spec.updated({"runtime": "go1.23"}, 900).entrypoint == "Handle"
+    custom = FunctionSpec.from_user({"name": "f", "runtime": "python3.11", "entrypoint": "main.run"}, 900)
+    with pytest.raises(ValidationError):
+        custom.updated({"runtime": "go1.23"}, 900)  # main.run is no Go function name
+    with pytest.raises(ValidationError):
+        spec.updated({"name": "other"}, 900)
+
+
+def test_function_spec_round_trips_through_the_custom_resource() -> None:
+    spec = FunctionSpec.from_user({"name": "f", "runtime": "nodejs20", "memory_mb": 256, "env_vars": {"K": "v"},
+                                   "secrets": [{"name": "db", "key": "PASSWORD", "env": "DB_PASSWORD"}]}, 900)
+    cr = function_spec_to_cr(spec.to_dict(), code_hash="a" * 64)
+    assert cr["memoryMb"] == 256 and cr["codeHash"] == "a" * 64
+    assert FunctionSpec.from_user(function_spec_from_cr("f", cr), 900) == spec
+
+
+@pytest.mark.parametrize("schedule", ["* * * * *", "*/5 0-6 * * 1-5", "0 12 1 jan mon", "  0   3 * * *  "])
+def test_valid_cron(schedule: str) -> None:
+    assert validate_cron(schedule) == " ".join(schedule.split())
+
+
+@pytest.mark.parametrize("schedule", ["", "* * * *", "* * * * * *", "61 * * * *", "@every 5s", "a b c d e", 5])
+def test_invalid_cron(schedule: object) -> None:
+    with pytest.raises(ValidationError) as err:
+        validate_cron(schedule)
+    assert err.value.field == "schedule"
+
+
+def test_trigger_patch_keeps_identity() -> None:
+    trig = TriggerSpec.from_user({"name": "t", "type": "cron", "function": "f", "schedule": "* * * * *"})
+    assert trig.patched({"enabled": False}).enabled is False
+    with pytest.raises(ValidationError):
+        trig.patched({"type": "http"})
+    with pytest.raises(ValidationError):
+        TriggerSpec.from_user({"name": "t", "type": "http", "function": "f", "schedule": "* * * * *"})
+
+
+def test_job_event_limits() -> None:
+    assert JobSpec.from_user({"name": "j", "function": "f"}).run_id == 1
+    with pytest.raises(ValidationError):
+        JobSpec.from_user({"name": "j", "function": "f", "event": {"x": "y" * 200_000}})
+    with pytest.raises(ValidationError):
+        JobSpec.from_user({"name": "j", "function": "f", "run_id": True})
