@@ -17,6 +17,7 @@ import falcon.asgi
 
 from sless_api.auth import AuthConfig, TokenVerifier
 from sless_api.config import ApiConfig
+from sless_api.console.resource import Console, ConsoleAsset
 from sless_api.http import (
     TenantAuth,
     handle_platform_error,
@@ -70,6 +71,8 @@ def build_rest(services: Services) -> falcon.asgi.App[Any, Any]:
     app.add_route("/health", probes.Health())
     app.add_route("/ready", probes.Ready(services))
     app.add_route("/v1/whoami", namespaces.WhoAmI())
+    app.add_route("/console", Console(platform, services.verifier, cfg.public_url))
+    app.add_route("/console/{asset}", ConsoleAsset(platform, services.verifier, cfg.public_url))
     app.add_route(f"{base}/ensure", namespaces.Ensure(platform))
     app.add_route(f"{base}/functions", functions.Functions(platform, cfg.max_timeout_sec))
     app.add_route(f"{base}/functions/{{name}}", functions.Function(platform, cfg.max_timeout_sec))

@@ -1,0 +1,37 @@
+"""The web console: a static page without tenant data, and an authenticated plain-text listing for curl."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+from tests.support.platform import SlessProcess, Tenant
+
+pytestmark = pytest.mark.e2e
+
+
+def test_page_holds_no_tenant_data_and_uses_no_cdn(tenant: Tenant, sless: SlessProcess) -> None:
+    tenant.deploy("secret-name-fn", "python3.11", {"handler.py": "def handle(e):\n    return 1\n"})
+    page = requests.get(f"{sless.url}/console", headers={"Accept": "text/html"}, timeout=30)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "secret-name-fn" not in page.text and tenant.ns not in page.text
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    for asset in ("console.js", "console.css"):
+        resp = requests.get(f"{sless.url}/console/{asset}", timeout=30)
+        assert resp.status_code == 200 and "://" not in resp.text  # no third-party assets
+    assert "://" not in page.text
+    assert requests.get(f"{sless.url}/console/..%2fapp.py", timeout=30).status_code == 404
+
+
+def test_plain_text_listing_needs_the_token(tenant: Tenant, other_tenant: Tenant, sless: SlessProcess) -> None:
+    tenant.deploy("listed", "python3.11", {"handler.py": "def handle(e):\n    return 1\n"})
+    tenant.api("POST", "/functions", json={"name": "idle", "runtime": "nodejs20"}, expect=201)
+    assert requests.get(f"{sless.url}/console", timeout=30).status_code == 401
+    text = requests.get(f"{sless.url}/console", headers={"Authorization": f"Bearer {tenant.token}"}, timeout=30)
+    assert text.headers["content-type"].startswith("text/plain")
+    lines = text.text.splitlines()
+    assert lines[1].startswith("listed ") and "Ready" in lines[1] and f"/fn/{tenant.ns}/listed" in lines[1]
+    assert lines[2].startswith("idle ") and "Pending" in lines[2]
+    foreign = requests.get(f"{sless.url}/console", headers={"Authorization": f"Bearer {other_tenant.token}"},
+                           timeout=30)
+    assert "listed" not in foreign.text
