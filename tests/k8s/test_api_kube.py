@@ -1,0 +1,556 @@
+"""The API's Kubernetes backend end to end: the real API process, a real API server, a real S3 server.
+
+The API runs as its own process (uvicorn, ``SLESS_BACKEND=kubernetes``) and is driven over HTTP with
+tenant tokens. What it writes is checked in the cluster with kubectl, what it uploads in S3. The
+operator is not part of these tests: status is set the way the operator sets it, by patching the
+custom resources' status subresource on the API server, and the API must read it back.
+
+The API reaches the API server through :class:`Gate`, a TCP forwarder on loopback that counts the
+bytes the API sends and can cut the connection, so tests can prove that invocations cost no API
+server request and that an unreachable API server yields 503s instead of 500s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+import yaml
+
+from sless_api.storage import S3CodeStore
+from sless_core import crd
+from tests.support.platform import SECRET, Tenant, make_zip
+from tests.support.services import S3Endpoint, free_port
+from tests.support.testbed import Testbed
+
+pytestmark = pytest.mark.k8s
+
+REPO = Path(__file__).resolve().parents[2]
+CRDS = REPO / "charts" / "sless" / "crds"
+START_TIMEOUT = 60
+HELLO = {"handler.py": "def handle(event):\n    return 'hello'\n"}
+
+
+class Gate:
+    """A TCP forwarder between the API process and the API server that counts and can cut traffic."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.open = True
+        self.bytes_up = 0  # bytes the API sent to the API server
+        self.connections = 0
+        self._lock = threading.Lock()
+        self._socks: set[socket.socket] = set()
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.open:
+                conn.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                conn.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self.connections += 1
+                self._socks |= {conn, upstream}
+            threading.Thread(target=self._pump, args=(conn, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, conn, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, up: bool) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if up:
+                    with self._lock:
+                        self.bytes_up += len(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                self._drop(sock)
+
+    def _drop(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socks.discard(sock)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+
+    def cut(self) -> None:
+        """Refuse new connections and break every open one (the API server 'goes away')."""
+        self.open = False
+        with self._lock:
+            socks = list(self._socks)
+        for sock in socks:
+            self._drop(sock)
+
+    def restore(self) -> None:
+        self.open = True
+
+    def close(self) -> None:
+        self._closed = True
+        self.cut()
+        self.listener.close()
+
+
+def gated_kubeconfig(bed: Testbed, dest: Path) -> tuple[Path, tuple[str, int]]:
+    """A copy of the test bed's kubeconfig whose clusters point at a gate; also the real server's address."""
+    config = yaml.safe_load(bed.kubeconfig.read_text())
+    current = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]["cluster"]
+    cluster = next(c for c in config["clusters"] if c["name"] == current)["cluster"]
+    url = urlsplit(cluster["server"])
+    target = (url.hostname or "127.0.0.1", url.port or 443)
+    for entry in config["clusters"]:
+        for key in ("certificate-authority", "client-certificate", "client-key"):
+            if key in entry["cluster"] and not os.path.isabs(entry["cluster"][key]):
+                entry["cluster"][key] = str(bed.kubeconfig.parent / entry["cluster"][key])
+    dest.write_text(json.dumps(config))
+    return dest, target
+
+
+def point_at(kubeconfig: Path, gate: Gate) -> None:
+    config = json.loads(kubeconfig.read_text())
+    for entry in config["clusters"]:
+        host = urlsplit(entry["cluster"]["server"]).hostname or ""
+        if not host.replace(".", "").isdigit():
+            entry["cluster"]["tls-server-name"] = host  # the gate's 127.0.0.1 is not in a real cluster's cert
+        entry["cluster"]["server"] = f"https://127.0.0.1:{gate.port}"
+    kubeconfig.write_text(json.dumps(config))
+
+
+@dataclass
+class KubeApi:
+    url: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    gate: Gate
+    bed: Testbed
+    s3: S3Endpoint
+
+    def tenant(self, label: str = "t") -> Tenant:
+        return Tenant(self.url, f"{label}-{uuid.uuid4()}")
+
+    def store(self) -> S3CodeStore:
+        return S3CodeStore(self.s3.endpoint, self.s3.access_key, self.s3.secret_key, self.s3.bucket)
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> bool:
+        """SIGTERM; True when the API shut down cleanly (uvicorn re-raises the signal after its shutdown)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        clean = "Application shutdown complete" in self.log_tail(20)
+        return clean and self.proc.returncode in (0, -signal.SIGTERM)
+
+
+def apply_crds(bed: Testbed) -> None:
+    bed.kubectl("apply", "-f", str(CRDS))
+    names = [f"crd/{p}.{crd.GROUP}" for p in (crd.FUNCTION_PLURAL, crd.TRIGGER_PLURAL, crd.JOB_PLURAL)]
+    bed.kubectl("wait", "--for=condition=established", "--timeout=60s", *names)
+
+
+def start_api(bed: Testbed, s3: S3Endpoint, work: Path, extra_env: dict[str, str] | None = None) -> KubeApi:
+    apply_crds(bed)
+    work.mkdir(parents=True, exist_ok=True)
+    kubeconfig, target = gated_kubeconfig(bed, work / "kubeconfig")
+    gate = Gate(target)
+    point_at(kubeconfig, gate)
+    port = free_port()
+    env = {**bed.env, **s3.env(), "KUBECONFIG": str(kubeconfig), "SLESS_BACKEND": "kubernetes",
+           "SLESS_JWT_SECRET": SECRET, "SLESS_DATA_DIR": str(work / "data"), "SLESS_MAX_TIMEOUT_SEC": "7200",
+           "SLESS_KUBE_WATCH_TIMEOUT_SEC": "60", "SLESS_KUBE_REQUEST_TIMEOUT_SEC": "10", **(extra_env or {})}
+    env.pop("SLESS_DATABASE_URL", None)
+    env.pop("SLESS_RABBITMQ_URL", None) if "SLESS_RABBITMQ_URL" not in (extra_env or {}) else None
+    log_path = work / "api.log"
+    with log_path.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "--factory", "sless_api.app:create_app", "--host", "127.0.0.1",
+             "--port", str(port), "--log-level", "info"],
+            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+    api = KubeApi(f"http://127.0.0.1:{port}", proc, log_path, gate, bed, s3)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            gate.close()
+            raise RuntimeError(f"the API exited with {proc.returncode}:\n{api.log_tail()}")
+        try:
+            if requests.get(api.url + "/health", timeout=1).status_code == 200:
+                return api
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    api.stop()
+    gate.close()
+    raise RuntimeError(f"the API did not answer /health within {START_TIMEOUT}s:\n{api.log_tail()}")
+
+
+@pytest.fixture(scope="module")
+def kube_api(k8s_testbed: Testbed, s3_endpoint: S3Endpoint,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApi]:
+    api = start_api(k8s_testbed, s3_endpoint, tmp_path_factory.mktemp("kube-api"))
+    yield api
+    clean = api.stop()
+    api.gate.close()
+    assert clean, f"the API did not stop cleanly ({api.proc.returncode}):\n{api.log_tail()}"
+
+
+@pytest.fixture
+def tenant(kube_api: KubeApi) -> Tenant:
+    t = kube_api.tenant()
+    t.api("POST", "/ensure", expect=201)
+    return t
+
+
+# helpers on the cluster side
+
+def cr(bed: Testbed, plural: str, ns: str, name: str) -> dict[str, Any] | None:
+    result: dict[str, Any] | None = bed.get(f"{plural}.{crd.GROUP}", name, "-n", ns)
+    return result
+
+
+def set_status(bed: Testbed, plural: str, ns: str, name: str, status: dict[str, Any]) -> None:
+    """What the operator does: a merge patch of the status subresource."""
+    bed.kubectl("patch", f"{plural}.{crd.GROUP}", name, "-n", ns, "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": status}))
+
+
+def zip_hash(files: dict[str, str | bytes]) -> tuple[bytes, str]:
+    data = make_zip(files)
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def upload_raw(t: Tenant, name: str, data: bytes) -> requests.Response:
+    return t.api("POST", f"/functions/{name}/upload", files={"code": ("code.zip", data, "application/zip")})
+
+
+def context_files(api: KubeApi, key: str) -> dict[str, str]:
+    with tarfile.open(fileobj=io.BytesIO(api.store().get_bytes(key)), mode="r:gz") as tar:
+        return {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+# namespaces and tenancy
+
+def test_ensure_creates_a_labelled_tenant_namespace(kube_api: KubeApi) -> None:
+    t = kube_api.tenant()
+    assert t.api("POST", "/ensure", expect=201).json() == {"namespace": t.ns, "created": True}
+    assert t.api("POST", "/ensure", expect=200).json()["created"] is False
+    labels = kube_api.bed.get("namespace", t.ns)["metadata"]["labels"]
+    assert labels[crd.LABEL_MANAGED] == crd.MANAGED_BY
+    assert labels["sless.dev/tenant"] == "true"
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_another_tenants_namespace_is_forbidden(kube_api: KubeApi, tenant: Tenant) -> None:
+    intruder = kube_api.tenant("intruder")
+    intruder.ns = tenant.ns  # the intruder's token, the victim's namespace in the path
+    body = {"name": "sneaky", "runtime": "python3.11"}
+    for method, rest, kw in (("GET", "/functions", {}), ("POST", "/functions", {"json": body}),
+                             ("POST", "/ensure", {}), ("POST", "/jobs", {"json": {"name": "j", "function": "x"}})):
+        resp = intruder.api(method, rest, **kw)
+        assert resp.status_code == 403, (method, rest, resp.text)
+    assert cr(kube_api.bed, crd.FUNCTION_PLURAL, tenant.ns, "sneaky") is None
+
+
+def test_create_without_ensure_creates_the_namespace(kube_api: KubeApi) -> None:
+    t = kube_api.tenant()
+    t.api("POST", "/functions", json={"name": "first", "runtime": "python3.11"}, expect=201)
+    assert kube_api.bed.get("namespace", t.ns)["metadata"]["labels"]["sless.dev/tenant"] == "true"
+
+
+# functions
+
+def test_function_crud_through_custom_resources(kube_api: KubeApi, tenant: Tenant) -> None:
+    bed, ns = kube_api.bed, tenant.ns
+    body = {"name": "hello", "runtime": "python3.11", "memory_mb": 256, "env_vars": {"B": "2", "A": "1"}}
+    created = tenant.api("POST", "/functions", json=body, expect=201).json()
+    assert (created["phase"], created["message"]) == ("Pending", "waiting for code: upload a zip")
+    obj = cr(bed, crd.FUNCTION_PLURAL, ns, "hello")
+    assert obj is not None
+    assert obj["spec"]["runtime"] == "python3.11" and obj["spec"]["memoryMb"] == 256
+    assert obj["spec"]["envVars"] == {"A": "1", "B": "2"}
+    assert obj["metadata"]["labels"][crd.LABEL_MANAGED] == crd.MANAGED_BY
+
+    dup = tenant.api("POST", "/functions", json={**body, "memory_mb": 512}, expect=409).json()
+    assert dup["existing"]["memory_mb"] == 256 and dup["existing"]["name"] == "hello"
+
+    updated = tenant.api("PUT", "/functions/hello", json={"env_vars": {"C": "3"}, "timeout_sec": 120},
+                         expect=200).json()
+    assert updated["env_vars"] == {"C": "3"} and updated["timeout_sec"] == 120
+    obj = cr(bed, crd.FUNCTION_PLURAL, ns, "hello")
+    assert obj is not None and obj["spec"]["envVars"] == {"C": "3"} and obj["spec"]["timeoutSec"] == 120
+    rv = obj["metadata"]["resourceVersion"]
+    tenant.api("PUT", "/functions/hello", json={"memory_mb": 1}, expect=400)
+    tenant.api("PUT", "/functions/hello", json={"env_vars": {"PORT": "1"}}, expect=400)
+    assert cr(bed, crd.FUNCTION_PLURAL, ns, "hello")["metadata"]["resourceVersion"] == rv  # type: ignore[index]
+
+    set_status(bed, crd.FUNCTION_PLURAL, ns, "hello", {
+        "phase": "Failed", "message": "build failed:\nno module named x", "observedGeneration": 2})
+    got = tenant.api("GET", "/functions/hello", expect=200).json()
+    assert (got["phase"], got["message"]) == ("Failed", "build failed:\nno module named x")
+    set_status(bed, crd.FUNCTION_PLURAL, ns, "hello", {
+        "phase": "Ready", "message": "ready", "image": "registry.local/sless/hello:abc",
+        "lastBuiltAt": "2026-11-30T03:00:00Z"})
+    got = tenant.api("GET", "/functions/hello", expect=200).json()
+    assert (got["phase"], got["image"], got["last_built_at"]) == (
+        "Ready", "registry.local/sless/hello:abc", "2026-11-30T03:00:00Z")
+
+    tenant.api("POST", "/functions", json={"name": "second", "runtime": "go1.23"}, expect=201)
+    listed = tenant.api("GET", "/functions", expect=200).json()["items"]
+    assert [(f["name"], f["phase"]) for f in listed] == [("hello", "Ready"), ("second", "Pending")]
+    assert tenant.api("GET", "/functions?limit=1", expect=200).json()["next_cursor"]
+
+    tenant.api("DELETE", "/functions/hello", expect=204)
+    assert cr(bed, crd.FUNCTION_PLURAL, ns, "hello") is None
+    assert tenant.api("GET", "/functions/hello", expect=404).json()["error"] == "function 'hello' not found"
+    tenant.api("DELETE", "/functions/hello", expect=404)
+    tenant.api("PUT", "/functions/hello", json={"memory_mb": 256}, expect=404)
+
+
+def test_cluster_schema_rejections_are_400s_not_500s(kube_api: KubeApi, tenant: Tenant) -> None:
+    # SLESS_MAX_TIMEOUT_SEC is 7200 in this API, the CRD allows at most 3600: the API server says no.
+    resp = tenant.api("POST", "/functions", json={"name": "slow", "runtime": "python3.11", "timeout_sec": 5000},
+                      expect=400)
+    assert "rejected by the cluster" in resp.json()["error"] and "timeoutSec" in resp.json()["error"]
+    assert cr(kube_api.bed, crd.FUNCTION_PLURAL, tenant.ns, "slow") is None
+
+
+def test_upload_stores_zip_and_context_and_sets_the_code_hash(kube_api: KubeApi, tenant: Tenant) -> None:
+    bed, ns, store = kube_api.bed, tenant.ns, kube_api.store()
+    tenant.api("POST", "/functions", json={"name": "up", "runtime": "python3.11"}, expect=201)
+    data, digest = zip_hash({**HELLO, "requirements.txt": "six==1.16.0\n"})
+    record = upload_raw(tenant, "up", data)
+    assert record.status_code == 202, record.text
+    assert (record.json()["code_hash"], record.json()["phase"]) == (digest, "Pending")
+    obj = cr(bed, crd.FUNCTION_PLURAL, ns, "up")
+    assert obj is not None and obj["spec"]["codeHash"] == digest
+    context_key = obj["spec"]["contextKey"]
+    assert context_key.startswith(f"contexts/{ns}/up/") and context_key.endswith(f"-{digest[:12]}.tar.gz")
+    zips = store.list(f"functions/{ns}/up/")
+    assert len(zips) == 1 and store.get_bytes(zips[0]) == data
+    files = context_files(kube_api, context_key)
+    assert files["function/handler.py"] == HELLO["handler.py"]
+    assert "FROM sless/python3.11:latest" in files["Dockerfile"]
+    assert digest in files["Dockerfile"]  # the code hash label: never a stale cached layer
+    assert "-r /app/manifest/requirements.txt" in files["Dockerfile"]
+
+    # identical code: nothing is written, so nothing is rebuilt
+    rv, generation = obj["metadata"]["resourceVersion"], obj["metadata"]["generation"]
+    again = tenant.api("POST", "/functions/up/upload", files={"code": ("c.zip", data, "application/zip")},
+                       expect=202).json()
+    assert "identical code uploaded: no rebuild" in again["message"]
+    obj = cr(bed, crd.FUNCTION_PLURAL, ns, "up")
+    assert obj is not None and (obj["metadata"]["resourceVersion"], obj["metadata"]["generation"]) == (rv, generation)
+    assert len(store.list(f"functions/{ns}/up/")) == 1
+
+    source = tenant.api("GET", "/functions/up/source", expect=200).json()["files"]
+    assert [f["name"] for f in source] == ["handler.py", "requirements.txt"]
+
+    # the operator reports the build of this code; then new code arrives: not Ready until rebuilt
+    set_status(bed, crd.FUNCTION_PLURAL, ns, "up", {"phase": "Ready", "message": "ready", "codeHash": digest,
+                                                    "image": "r/up:1"})
+    assert tenant.api("GET", "/functions/up", expect=200).json()["phase"] == "Ready"
+    data2, digest2 = zip_hash({"handler.py": "def handle(event):\n    return 'v2'\n"})
+    after = upload_raw(tenant, "up", data2).json()
+    assert (after["code_hash"], after["phase"]) == (digest2, "Building")
+    obj = cr(bed, crd.FUNCTION_PLURAL, ns, "up")
+    assert obj is not None and obj["spec"]["codeHash"] == digest2 and obj["spec"]["contextKey"] != context_key
+    assert obj["metadata"]["generation"] == generation + 1
+    assert [f["content"] for f in tenant.api("GET", "/functions/up/source", expect=200).json()["files"]] == [
+        "def handle(event):\n    return 'v2'\n"]
+    assert len(store.list(f"contexts/{ns}/up/")) == 2
+
+
+def test_bad_zips_are_refused_and_change_nothing(kube_api: KubeApi, tenant: Tenant) -> None:
+    bed, ns, store = kube_api.bed, tenant.ns, kube_api.store()
+    tenant.api("POST", "/functions", json={"name": "bad", "runtime": "python3.11"}, expect=201)
+    rv = cr(bed, crd.FUNCTION_PLURAL, ns, "bad")["metadata"]["resourceVersion"]  # type: ignore[index]
+    for data in (b"this is not a zip", make_zip({"../escape.py": "x = 1\n"}), make_zip({"/etc/passwd": "x"})):
+        resp = upload_raw(tenant, "bad", data)
+        assert resp.status_code == 400, resp.text
+        assert "error" in resp.json()
+    assert cr(bed, crd.FUNCTION_PLURAL, ns, "bad")["metadata"]["resourceVersion"] == rv  # type: ignore[index]
+    assert store.list(f"functions/{ns}/bad/") == [] and store.list(f"contexts/{ns}/bad/") == []
+    assert tenant.api("GET", "/functions/bad/source", expect=200).json() == {"files": []}
+    assert upload_raw(tenant, "missing", make_zip(HELLO)).status_code == 404
+
+
+def test_runtime_change_regenerates_the_build_context(kube_api: KubeApi, tenant: Tenant) -> None:
+    bed, ns = kube_api.bed, tenant.ns
+    tenant.api("POST", "/functions", json={"name": "poly", "runtime": "python3.11"}, expect=201)
+    data, digest = zip_hash({"handler.js": "exports.handle = async () => 'hi'\n", **HELLO})
+    upload_raw(tenant, "poly", data)
+    before = cr(bed, crd.FUNCTION_PLURAL, ns, "poly")["spec"]["contextKey"]  # type: ignore[index]
+    tenant.api("PUT", "/functions/poly", json={"runtime": "nodejs20"}, expect=200)
+    spec = cr(bed, crd.FUNCTION_PLURAL, ns, "poly")["spec"]  # type: ignore[index]
+    assert spec["runtime"] == "nodejs20" and spec["codeHash"] == digest and spec["contextKey"] != before
+    dockerfile = context_files(kube_api, spec["contextKey"])["Dockerfile"]
+    assert "FROM sless/nodejs20:latest" in dockerfile
+    tenant.api("PUT", "/functions/poly", json={"memory_mb": 512}, expect=200)
+    assert cr(bed, crd.FUNCTION_PLURAL, ns, "poly")["spec"]["contextKey"] == spec["contextKey"]  # type: ignore[index]
+
+
+# triggers
+
+def test_trigger_crud_through_custom_resources(kube_api: KubeApi, tenant: Tenant) -> None:
+    bed, ns = kube_api.bed, tenant.ns
+    fn = tenant.api("POST", "/functions", json={"name": "tfn", "runtime": "python3.11"}, expect=201).json()
+    assert fn["name"] == "tfn"
+    uid = cr(bed, crd.FUNCTION_PLURAL, ns, "tfn")["metadata"]["uid"]  # type: ignore[index]
+    web = tenant.api("POST", "/triggers", json={"name": "web", "type": "http", "function": "tfn"},
+                     expect=201).json()
+    assert web["url"].endswith(f"/fn/{ns}/tfn") and web["enabled"] is True
+    obj = cr(bed, crd.TRIGGER_PLURAL, ns, "web")
+    assert obj is not None
+    assert obj["spec"] == {"type": "http", "function": "tfn", "enabled": True, "auth": "public"}
+    assert obj["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert obj["metadata"]["labels"][crd.LABEL_FUNCTION] == "tfn"
+
+    tenant.api("POST", "/triggers", json={"name": "web", "type": "http", "function": "tfn"}, expect=409)
+    tenant.api("POST", "/triggers", json={"name": "orphan", "type": "http", "function": "nope"}, expect=404)
+    resp = tenant.api("POST", "/triggers", json={"name": "q", "type": "event", "function": "tfn", "queue": "jobs"},
+                      expect=422)
+    assert "SLESS_RABBITMQ_URL" in resp.json()["error"]
+    assert cr(bed, crd.TRIGGER_PLURAL, ns, "q") is None
+
+    patched = tenant.api("PATCH", "/triggers/web", json={"enabled": False, "auth": "token"}, expect=200).json()
+    assert (patched["enabled"], patched["auth"]) == (False, "token")
+    assert cr(bed, crd.TRIGGER_PLURAL, ns, "web")["spec"]["enabled"] is False  # type: ignore[index]
+    tenant.api("PATCH", "/triggers/web", json={"type": "cron"}, expect=400)
+
+    cron = tenant.api("POST", "/triggers", json={"name": "nightly", "type": "cron", "function": "tfn",
+                                                 "schedule": "0 3 * * *"}, expect=201).json()
+    assert cron["schedule"] == "0 3 * * *"
+    assert cr(bed, crd.TRIGGER_PLURAL, ns, "nightly")["spec"]["schedule"] == "0 3 * * *"  # type: ignore[index]
+    set_status(bed, crd.TRIGGER_PLURAL, ns, "nightly", {"lastFiredAt": "2026-11-30T03:00:00Z", "message": "fired"})
+    got = tenant.api("GET", "/triggers/nightly", expect=200).json()
+    assert (got["last_fired_at"], got["message"]) == ("2026-11-30T03:00:00Z", "fired")
+
+    # moving a trigger to another function moves its owner reference
+    tenant.api("POST", "/functions", json={"name": "tfn2", "runtime": "python3.11"}, expect=201)
+    uid2 = cr(bed, crd.FUNCTION_PLURAL, ns, "tfn2")["metadata"]["uid"]  # type: ignore[index]
+    tenant.api("PATCH", "/triggers/web", json={"function": "tfn2"}, expect=200)
+    obj = cr(bed, crd.TRIGGER_PLURAL, ns, "web")
+    assert obj is not None and [r["uid"] for r in obj["metadata"]["ownerReferences"]] == [uid2]
+    assert obj["metadata"]["labels"][crd.LABEL_FUNCTION] == "tfn2"
+
+    names = [t["name"] for t in tenant.api("GET", "/triggers", expect=200).json()["items"]]
+    assert names == ["nightly", "web"]
+    tenant.api("DELETE", "/triggers/nightly", expect=204)
+    assert cr(bed, crd.TRIGGER_PLURAL, ns, "nightly") is None
+    tenant.api("DELETE", "/triggers/nightly", expect=404)
+
+
+def test_event_triggers_are_accepted_when_rabbitmq_is_configured(
+        k8s_testbed: Testbed, s3_endpoint: S3Endpoint, tmp_path: Path) -> None:
+    api = start_api(k8s_testbed, s3_endpoint, tmp_path, {"SLESS_RABBITMQ_URL": "amqp://guest:guest@127.0.0.1:1/"})
+    try:
+        t = api.tenant()
+        t.api("POST", "/functions", json={"name": "consumer", "runtime": "python3.11"}, expect=201)
+        t.api("POST", "/triggers", json={"name": "q", "type": "event", "function": "consumer", "queue": "orders"},
+              expect=201)
+        assert cr(k8s_testbed, crd.TRIGGER_PLURAL, t.ns, "q")["spec"]["queue"] == "orders"  # type: ignore[index]
+    finally:
+        assert api.stop(), api.log_tail()
+        api.gate.close()
+
+
+# jobs
+
+def test_job_lifecycle_and_run_id_semantics(kube_api: KubeApi, tenant: Tenant) -> None:
+    bed, ns = kube_api.bed, tenant.ns
+    tenant.api("POST", "/functions", json={"name": "worker", "runtime": "python3.11"}, expect=201)
+    job = tenant.api("POST", "/jobs", json={"name": "once", "function": "worker", "event": {"n": 7}},
+                     expect=201).json()
+    assert (job["phase"], job["run_id"]) == ("Pending", 1)
+    obj = cr(bed, crd.JOB_PLURAL, ns, "once")
+    assert obj is not None and obj["spec"] == {"function": "worker", "runId": 1, "event": {"n": 7}}
+    assert obj["metadata"]["ownerReferences"][0]["name"] == "worker"
+
+    set_status(bed, crd.JOB_PLURAL, ns, "once", {"phase": "Running", "runId": 1,
+                                                 "startTime": "2026-11-30T03:00:00Z"})
+    dup = tenant.api("POST", "/jobs", json={"name": "once", "function": "worker"}, expect=409).json()
+    assert (dup["existing"]["phase"], dup["existing"]["started_at"]) == ("Running", "2026-11-30T03:00:00Z")
+    busy = tenant.api("PATCH", "/jobs/once", json={"run_id": 2}, expect=409).json()
+    assert busy["existing"]["phase"] == "Running"
+
+    set_status(bed, crd.JOB_PLURAL, ns, "once", {"phase": "Succeeded", "runId": 1, "message": "{\"sum\": 7}",
+                                                 "completionTime": "2026-11-30T03:00:05Z"})
+    done = tenant.api("GET", "/jobs/once", expect=200).json()
+    assert (done["phase"], done["message"], done["completed_at"]) == ("Succeeded", "{\"sum\": 7}",
+                                                                      "2026-11-30T03:00:05Z")
+    assert tenant.api("PATCH", "/jobs/once", json={"run_id": 1}, expect=200).json()["phase"] == "Succeeded"
+    rerun = tenant.api("PATCH", "/jobs/once", json={"run_id": 2}, expect=200).json()
+    assert (rerun["run_id"], rerun["phase"], rerun["message"]) == (2, "Pending", "")
+    assert cr(bed, crd.JOB_PLURAL, ns, "once")["spec"]["runId"] == 2  # type: ignore[index]
+    tenant.api("PATCH", "/jobs/once", json={"run_id": 1}, expect=400)
+    set_status(bed, crd.JOB_PLURAL, ns, "once", {"phase": "Failed", "runId": 2, "message": "ZeroDivisionError"})
+    assert tenant.api("PATCH", "/jobs/once", json={"run_id": 1}, expect=400).json()["field"] == "run_id"
+    assert tenant.api("GET", "/jobs/once", expect=200).json()["phase"] == "Failed"
+
+    recorded = tenant.api("POST", "/jobs", json={"name": "later", "function": "worker", "run_id": 0},
+                          expect=201).json()
+    assert recorded["phase"] == "Recorded"
+    assert cr(bed, crd.JOB_PLURAL, ns, "later")["spec"]["runId"] == 0  # type: ignore[index]
+    tenant.api("POST", "/jobs", json={"name": "ghost", "function": "nope"}, expect=404)
+    tenant.api("DELETE", "/jobs/later", expect=204)
+    assert cr(bed, crd.JOB_PLURAL, ns, "later") is None
+    tenant.api("GET", "/jobs/later", expect=404)
+
+
+def test_deleting_a_function_removes_its_triggers_jobs_and_code(kube_api: KubeApi, tenant: Tenant) -> None:
+    bed, ns, store = kube_api.bed, tenant.ns, kube_api.store()
+    tenant.api("POST", "/functions", json={"name": "doomed", "runtime": "python3.11"}, expect=201)
+    tenant.api("POST", "/functions", json={"name": "bystander", "runtime": "python3.11"}, expect=201)
+    upload_raw(tenant, "doomed", make_zip(HELLO))
+    upload_raw(tenant, "bystander", make_zip(HELLO))
+    tenant.api("POST", "/triggers", json={"name": "doomed-web", "type": "http", "function": "doomed"}, expect=201)
+    tenant.api("POST", "/triggers", json={"name": "keep-web", "type": "http", "function": "bystander"}, expect=201)
+    tenant.api("POST", "/jobs", json={"name": "doomed-job", "function": "doomed"}, expect=201)
+    # one made with kubectl, without an owner reference
+    bed.apply({"apiVersion": crd.API_VERSION, "kind": "Trigger", "metadata": {"name": "manual", "namespace": ns},
+               "spec": {"type": "http", "function": "doomed"}})
+    tenant.api("DELETE", "/functions/doomed", expect=204)
+    for plural, name in ((crd.FUNCTION_PLURAL, "doomed"), (crd.TRIGGER_PLURAL, "doomed-web"),
+                         (crd.TRIGGER_PLURAL, "manual"), (crd.JOB_PLURAL, "doomed-job")):
+        bed.wait(f"{plural}/{name} gone", lambda p=plural, n=name: cr(bed, p, ns, n) is None, timeout=30)
+    assert store.list(f"functions/{ns}/doomed/") == [] and store.list(f"contexts/{ns}/doomed/") == []
+    assert cr(bed, crd.TRIGGER_PLURAL, ns, "keep-web") is not None
+    assert len(store.list(f"functions/{ns}/bystander/")) == 1
