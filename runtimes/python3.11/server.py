@@ -236,12 +236,17 @@ class Server:
     def _drain(self) -> None:
         """Refuse new connections, close idle ones, wait for in-flight requests, exit 0."""
         self.listener.close()
+        arrived: set[Connection] = set()  # a request arrived just before SIGTERM: serve it
         for conn in list(self.connections):
-            if not conn.busy:
+            if conn.busy:
+                continue
+            if _has_pending_input(conn.sock):
+                arrived.add(conn)
+            else:
                 _shutdown(conn.sock)
         deadline = time.monotonic() + self.config.drain_sec
         while time.monotonic() < deadline:
-            if not any(c.busy and not c.timed_out for c in list(self.connections)):
+            if not any((c.busy or c in arrived) and not c.timed_out for c in list(self.connections)):
                 break
             time.sleep(0.02)
         else:
@@ -276,7 +281,7 @@ class Server:
             del buf[:2]
         end = buf.find(b"\r\n\r\n")
         while end < 0:
-            if self.draining and not buf:
+            if self.draining and not buf and not _has_pending_input(conn.sock):
                 return False
             if len(buf) > MAX_HEAD_BYTES:
                 raise BadRequest(431, "request header too large", "HeaderTooLarge")
@@ -455,6 +460,14 @@ def _encode(result: Any) -> rt.Response:
     except rt.ResultError as exc:
         rt.log(f"bad handler result: {exc}")
         return rt.exception_response(exc)
+
+
+def _has_pending_input(sock: socket.socket) -> bool:
+    """True when request bytes wait unread in the kernel (without consuming or blocking)."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:  # nothing there (EAGAIN) or a broken socket
+        return False
 
 
 def _shutdown(sock: socket.socket) -> None:

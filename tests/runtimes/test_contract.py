@@ -472,13 +472,20 @@ def _refused(port: int) -> bool:
 def test_sigterm_drains_in_flight_request(runtime: str, start_server: ServerFactory) -> None:
     server = start_server(runtime, env={"SLESS_DRAIN_SEC": "20"})
     results: dict[str, Any] = {}
+    sent = threading.Event()
 
     def slow() -> None:
-        results["slow"] = requests.get(f"{server.url}/slow?s=3", timeout=30)
+        conn = server.connection()
+        conn.request("GET", "/slow?s=3")
+        sent.set()
+        resp = conn.getresponse()
+        results["slow"] = (resp.status, json.loads(resp.read()))
+        conn.close()
 
     thread = threading.Thread(target=slow)
     thread.start()
-    time.sleep(0.7)
+    assert sent.wait(10)
+    time.sleep(0.5)  # the request is on the wire and being handled
     server.proc.send_signal(signal.SIGTERM)
     refused_while_draining = False
     deadline = time.monotonic() + 2.0
@@ -488,8 +495,7 @@ def test_sigterm_drains_in_flight_request(runtime: str, start_server: ServerFact
             break
         time.sleep(0.1)
     thread.join(30)
-    assert results["slow"].status_code == 200
-    assert results["slow"].json() == {"slept": 3}
+    assert results.get("slow") == (200, {"slept": 3}), server.stderr
     assert server.proc.wait(timeout=15) == 0
     assert refused_while_draining, "new connections were still accepted while draining"
     assert _refused(server.port)
