@@ -8,10 +8,11 @@ response back, and hands the invocation record to a bounded queue instead of wri
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -20,7 +21,7 @@ import aiohttp
 
 from sless_api.auth import AuthError, TokenVerifier, bearer_token
 from sless_api.invocations import Invocation, InvocationLog
-from sless_api.platform import NotFound, Platform, PlatformError, Route
+from sless_api.platform import Platform, PlatformError, Route
 
 log = logging.getLogger("sless.proxy")
 
@@ -87,32 +88,42 @@ class Invoker:
             duration_ms=(time.monotonic() - started) * 1000, request_bytes=req_bytes,
             response_bytes=resp_bytes, trigger=trigger, error=error, started_at=time.time()))
 
+    @contextlib.asynccontextmanager
+    async def request(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
+                      body: bytes) -> AsyncIterator[aiohttp.ClientResponse]:
+        """One upstream exchange on a pooled connection; timeouts and connection failures become UpstreamError."""
+        try:
+            async with self.platform.upstream(route) as base_url, self.session.request(
+                method, base_url + path_qs, headers=headers, data=body or None,
+                timeout=aiohttp.ClientTimeout(total=route.timeout_sec + self.margin), allow_redirects=False,
+            ) as resp:
+                yield resp
+        except TimeoutError:
+            raise UpstreamError(504, f"function did not answer within {route.timeout_sec:g}s") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(502, f"function unreachable: {type(exc).__name__}") from None
+
     async def call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
                    body: bytes, trigger: str) -> InvokeResult:
-        """One buffered invocation (cron, events, jobs through HTTP); recorded like a proxied call."""
+        """One buffered invocation (cron, events); recorded like a proxied call."""
         started = time.monotonic()
-        result = await self._call(route, method, path_qs, headers, body)
+        try:
+            async with self.request(route, method, path_qs, headers, body) as resp:
+                data = await resp.read()
+                result = InvokeResult(resp.status, end_to_end(resp.headers.items()), data,
+                                      error=None if resp.status < 500 else data[:500].decode("utf-8", "replace"))
+        except (UpstreamError, PlatformError) as exc:
+            result = error_body(exc.status, exc.message)
         self.record(route.namespace, route.function, method, path_qs.split("?", 1)[0], result.status, started,
                     len(body), len(result.body), trigger, result.error)
         return result
 
-    async def _call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
-                    body: bytes) -> InvokeResult:
-        try:
-            async with self.platform.upstream(route) as base_url, self.session.request(
-                method, base_url + path_qs, headers=headers, data=body,
-                timeout=aiohttp.ClientTimeout(total=route.timeout_sec + self.margin),
-                allow_redirects=False,
-            ) as resp:
-                data = await resp.read()
-                return InvokeResult(resp.status, end_to_end(resp.headers.items()), data,
-                                    error=None if resp.status < 500 else data[:500].decode("utf-8", "replace"))
-        except PlatformError as exc:
-            return error_body(exc.status, exc.message)
-        except TimeoutError:
-            return error_body(504, f"function did not answer within {route.timeout_sec}s")
-        except aiohttp.ClientError as exc:
-            return error_body(502, f"function unreachable: {type(exc).__name__}")
+
+class UpstreamError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 class ProxyApp:
@@ -187,35 +198,30 @@ class ProxyApp:
         if client:
             upstream_headers.append(("X-Forwarded-For", client[0]))
         upstream_headers.append(("X-Forwarded-Proto", scope.get("scheme", "http")))
-        invoker = self.invoker
+        started, sent = False, 0
         try:
-            async with invoker.platform.upstream(route) as base_url, invoker.session.request(
-                method, base_url + path_qs, headers=upstream_headers, data=body if body else None,
-                timeout=aiohttp.ClientTimeout(total=route.timeout_sec + invoker.margin),
-                allow_redirects=False,
-            ) as resp:
+            async with self.invoker.request(route, method, path_qs, upstream_headers, body) as resp:
                 out = [(k.lower().encode("latin-1"), v.encode("latin-1"))
                        for k, v in end_to_end(resp.headers.items())]
-                if resp.content_length is not None and method != "HEAD":
-                    out.append((b"content-length", str(resp.content_length).encode()))
-                elif method == "HEAD" and "Content-Length" in resp.headers:
-                    out.append((b"content-length", resp.headers["Content-Length"].encode()))
-                first = await resp.content.readany() if method != "HEAD" else b""
+                if "Content-Length" in resp.headers:
+                    out.append((b"content-length", resp.headers["Content-Length"].encode("latin-1")))
+                chunk = await resp.content.readany() if method != "HEAD" else b""
                 await send({"type": "http.response.start", "status": resp.status, "headers": out})
-                sent = len(first)
-                chunk = first
+                started = True
                 while chunk:
-                    nxt = await resp.content.readany()
-                    await send({"type": "http.response.body", "body": chunk, "more_body": bool(nxt)})
-                    chunk = nxt
-                    sent += len(nxt)
-                if not first:
+                    following = await resp.content.readany()
+                    await send({"type": "http.response.body", "body": chunk, "more_body": bool(following)})
+                    sent += len(chunk)
+                    chunk = following
+                if sent == 0:
                     await send({"type": "http.response.body", "body": b""})
                 return resp.status, sent, None if resp.status < 500 else f"function answered {resp.status}"
-        except TimeoutError:
-            raise _Reply(error_body(504, f"function did not answer within {route.timeout_sec}s")) from None
-        except aiohttp.ClientError as exc:
-            raise _Reply(error_body(502, f"function unreachable: {type(exc).__name__}")) from None
+        except UpstreamError as exc:
+            if not started:
+                raise _Reply(error_body(exc.status, exc.message)) from None
+            # the status line is gone already: end the body early; the client sees a short response
+            await send({"type": "http.response.body", "body": b""})
+            return exc.status, sent, exc.message
 
     @staticmethod
     async def _send(send: Send, result: InvokeResult) -> None:
@@ -231,4 +237,4 @@ class _Reply(Exception):
         self.result = result
 
 
-__all__ = ["HOP_BY_HOP", "InvokeResult", "Invoker", "NotFound", "ProxyApp", "end_to_end"]
+__all__ = ["HOP_BY_HOP", "InvokeResult", "Invoker", "ProxyApp", "UpstreamError", "end_to_end"]
