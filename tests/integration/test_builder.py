@@ -532,6 +532,12 @@ def test_node_and_go_dockerfiles(tmp_path: Path) -> None:
     assert lines[download - 1] == "COPY function/go.mod function/go.sum /app/manifest/"
     assert download < label < lines.index("COPY function/ /app/function/") < build
     assert next(i for i, line in enumerate(lines) if "SLESS_ENTRYPOINT" in line) < build
+    # two stages: the function image holds the binary only, no Go toolchain, as a non-root user
+    stages = [i for i, line in enumerate(lines) if line.startswith("FROM ")]
+    assert lines[stages[0]] == "FROM sless/go1.23:1 AS build" and len(stages) == 2 and stages[1] > build
+    final = lines[stages[1]:]
+    assert "COPY --from=build /app/bin /app/bin" in final and 'CMD ["/app/bin/server"]' in final
+    assert final[-1].startswith("USER ") and not final[-1].startswith("USER root")
 
 
 def test_build_context_refuses_unsafe_input(tmp_path: Path) -> None:
