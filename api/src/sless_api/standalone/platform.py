@@ -250,7 +250,8 @@ class StandalonePlatform:
                "SLESS_TIMEOUT_SEC": str(rec.spec.timeout_sec),
                "SLESS_MAX_BODY_BYTES": str(self.config.max_body_bytes)}
         version = hashlib.sha256(json.dumps([rec.code_hash, rec.spec.to_dict()], sort_keys=True).encode())
-        return ProcessSpec(argv=list(argv), env=env, cwd=artifact.code_dir, version=version.hexdigest()[:16])
+        return ProcessSpec(argv=list(argv), env=env, cwd=artifact.code_dir, version=version.hexdigest()[:16],
+                           drain_sec=float(rec.spec.timeout_sec) + self.config.proxy_timeout_margin_sec)
 
     async def _sync_process(self, namespace: str, name: str) -> None:
         """Make the supervisor and the route table agree with the state of one function.

@@ -91,6 +91,9 @@ class ProcessSpec:
     env: dict[str, str]
     cwd: Path
     version: str
+    #: How long a retired process may finish its calls; None = the supervisor's drain_sec.
+    #: The platform sets the function's timeout here, so a redeploy never cuts a call short.
+    drain_sec: float | None = None
 
 
 def free_port(exclude: set[int] | frozenset[int] = frozenset()) -> int:
@@ -182,6 +185,7 @@ class _Proc:
     port: int
     version: str
     started_at: float
+    drain_sec: float
     stderr_tail: bytearray = field(default_factory=bytearray)
     readers: list[asyncio.Task[None]] = field(default_factory=list)
     monitor: asyncio.Task[None] | None = None
@@ -482,7 +486,8 @@ class Supervisor:
         env = dict(spec.env)
         env["PORT"] = str(port)
         env["SLESS_HOST"] = "127.0.0.1"
-        env.setdefault("SLESS_DRAIN_SEC", f"{self.drain_sec:g}")
+        drain = spec.drain_sec if spec.drain_sec is not None else self.drain_sec
+        env.setdefault("SLESS_DRAIN_SEC", f"{drain:g}")
         slot.log.note(f"starting version {spec.version} on port {port}")
         try:
             child = await asyncio.create_subprocess_exec(
@@ -499,7 +504,7 @@ class Supervisor:
             message = f"{slot.key}: cannot start {spec.argv[0] if spec.argv else '(empty argv)'}: {exc}"
             slot.log.note(message)
             raise StartFailed(message) from exc
-        proc = _Proc(child, port, spec.version, time.monotonic())
+        proc = _Proc(child, port, spec.version, time.monotonic(), drain)
         assert child.stdout is not None and child.stderr is not None
         proc.readers = [
             asyncio.create_task(_pump(child.stdout, slot.log, None)),
@@ -558,10 +563,10 @@ class Supervisor:
 
     async def _stop(self, proc: _Proc) -> None:
         """Wait for leases to end, SIGTERM (the runtime drains), SIGKILL after the drain period."""
-        deadline = time.monotonic() + self.drain_sec
+        deadline = time.monotonic() + proc.drain_sec
         if proc.inflight:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.idle.wait(), self.drain_sec)
+                await asyncio.wait_for(proc.idle.wait(), proc.drain_sec)
         if proc.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.proc.send_signal(signal.SIGTERM)
