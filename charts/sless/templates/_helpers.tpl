@@ -1,0 +1,112 @@
+{{/* Every helper is prefixed "sless." so it cannot clash with a parent chart's. */}}
+
+{{/* The chart name, or nameOverride. */}}
+{{- define "sless.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The prefix of every object: release name (plus chart name unless the release holds it). */}}
+{{- define "sless.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* chart label value: name-version */}}
+{{- define "sless.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels of every object. */}}
+{{- define "sless.labels" -}}
+helm.sh/chart: {{ include "sless.chart" . }}
+{{ include "sless.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: sless
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Labels that select this release's pods (add app.kubernetes.io/component per workload). */}}
+{{- define "sless.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sless.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Component-scoped names and labels: include with (dict "root" $ "component" "api"). */}}
+{{- define "sless.componentName" -}}
+{{- printf "%s-%s" (include "sless.fullname" .root | trunc (int (sub 62 (len .component))) | trimSuffix "-") .component -}}
+{{- end -}}
+{{- define "sless.componentLabels" -}}
+{{ include "sless.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+{{- define "sless.componentSelectorLabels" -}}
+{{ include "sless.selectorLabels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* ServiceAccount names. */}}
+{{- define "sless.api.serviceAccountName" -}}
+{{- if .Values.api.serviceAccount.create -}}
+{{- default (include "sless.componentName" (dict "root" . "component" "api")) .Values.api.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.api.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+{{- define "sless.operator.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create -}}
+{{- default (include "sless.componentName" (dict "root" . "component" "operator")) .Values.operator.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.operator.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The platform image: repository@digest, else repository:tag (tag defaults to appVersion). */}}
+{{- define "sless.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Seconds the Ingress waits for the API: the longest function call, the proxy margin, 10 s slack. */}}
+{{- define "sless.ingressTimeoutSec" -}}
+{{- add .Values.limits.maxTimeoutSec .Values.limits.proxyTimeoutMarginSec 10 -}}
+{{- end -}}
+
+{{/* The ConfigMap of the platform's non-secret settings. */}}
+{{- define "sless.configMapName" -}}
+{{- include "sless.componentName" (dict "root" . "component" "config") -}}
+{{- end -}}
+
+{{/* Pod-level settings shared by the API, the operator and the test hook. */}}
+{{- define "sless.podSecurity" -}}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- range . }}
+  - name: {{ . }}
+  {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Secret-backed environment variables (by name and key; values never pass through the chart). */}}
+{{- define "sless.secretEnv" -}}
+- name: {{ .env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .name }}
+      key: {{ .key }}
+{{- end -}}
