@@ -125,17 +125,18 @@ class Gate:
         self.listener.close()
 
 
-def gated_kubeconfig(bed: Testbed, dest: Path) -> tuple[Path, tuple[str, int]]:
-    """A copy of the test bed's kubeconfig whose clusters point at a gate; also the real server's address."""
-    config = yaml.safe_load(bed.kubeconfig.read_text())
+def gated_kubeconfig(source: Path, dest: Path) -> tuple[Path, tuple[str, int]]:
+    """A copy of SOURCE (a kubeconfig) with absolute paths, and the address of its current server."""
+    config = yaml.safe_load(source.read_text())
     current = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]["cluster"]
     cluster = next(c for c in config["clusters"] if c["name"] == current)["cluster"]
     url = urlsplit(cluster["server"])
     target = (url.hostname or "127.0.0.1", url.port or 443)
-    for entry in config["clusters"]:
-        for key in ("certificate-authority", "client-certificate", "client-key"):
-            if key in entry["cluster"] and not os.path.isabs(entry["cluster"][key]):
-                entry["cluster"][key] = str(bed.kubeconfig.parent / entry["cluster"][key])
+    entries = [(e["cluster"], "certificate-authority") for e in config.get("clusters") or []]
+    entries += [(e["user"], k) for e in config.get("users") or [] for k in ("client-certificate", "client-key")]
+    for section, key in entries:
+        if key in section and not os.path.isabs(section[key]):
+            section[key] = str(source.parent / section[key])
     dest.write_text(json.dumps(config))
     return dest, target
 
@@ -187,10 +188,12 @@ def apply_crds(bed: Testbed) -> None:
     bed.kubectl("wait", "--for=condition=established", "--timeout=60s", *names)
 
 
-def start_api(bed: Testbed, s3: S3Endpoint, work: Path, extra_env: dict[str, str] | None = None) -> KubeApi:
+def start_api(bed: Testbed, s3: S3Endpoint, work: Path, extra_env: dict[str, str] | None = None,
+              kubeconfig: Path | None = None) -> KubeApi:
+    """The API process on a free loopback port, reaching the API server (as KUBECONFIG says) through a gate."""
     apply_crds(bed)
     work.mkdir(parents=True, exist_ok=True)
-    kubeconfig, target = gated_kubeconfig(bed, work / "kubeconfig")
+    kubeconfig, target = gated_kubeconfig(kubeconfig or bed.kubeconfig, work / "kubeconfig")
     gate = Gate(target)
     point_at(kubeconfig, gate)
     port = free_port()

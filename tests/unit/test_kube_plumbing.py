@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 import urllib3.exceptions
+from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from sless_api.kube.client import KubeConflict, KubeNotFound, translate
+from sless_api.kube.client import KubeClient, KubeConflict, KubeNotFound, translate
 from sless_api.kube.code import stamp
+from sless_api.kube.routes import FUNCTIONS, RouteTable
 from sless_api.kube.settings import KubeSettings
-from sless_api.kube.watch import Backoff, iter_lines
+from sless_api.kube.watch import Backoff, Gone, Watcher, iter_lines
 from sless_api.platform import Unavailable
 from sless_core.errors import ValidationError
 
@@ -89,3 +92,31 @@ def test_stamps_sort_by_time_and_name_the_code() -> None:
     first, second = stamp("a" * 64, 1767323045.25), stamp("b" * 64, 1767323045.5)
     assert first == "20260102T030405250000Z-aaaaaaaaaaaa"
     assert first < second
+
+
+def _watcher(table: RouteTable) -> Watcher:
+    """A watcher that is never started: its event handling is plain code (no server needed)."""
+    kube = KubeClient(KubeSettings(), configuration=k8s.Configuration())
+    return Watcher(kube, table, FUNCTIONS, None, threading.Event())
+
+
+def test_watch_events_update_the_table_and_the_resume_point() -> None:
+    table = RouteTable()
+    watcher = _watcher(table)
+    obj = {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "12"}, "spec": {},
+           "status": {"phase": "Ready"}}
+    assert watcher._event({"type": "ADDED", "object": obj}, "10") == "12"
+    assert ("ns", "a") in table._functions
+    bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "20"}}}
+    assert watcher._event(bookmark, "12") == "20"
+    assert watcher._event({"type": "DELETED", "object": {**obj, "metadata": {**obj["metadata"],
+                                                                             "resourceVersion": "21"}}}, "20") == "21"
+    assert ("ns", "a") not in table._functions
+
+
+def test_a_gone_watch_relists_and_other_errors_fail_the_watch() -> None:
+    watcher = _watcher(RouteTable())
+    with pytest.raises(Gone):
+        watcher._event({"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}, "1")
+    with pytest.raises(RuntimeError, match="500"):
+        watcher._event({"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "boom"}}, "1")

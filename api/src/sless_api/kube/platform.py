@@ -307,9 +307,9 @@ class KubernetesPlatform:
         route = self.table.lookup(namespace, name)
         if route is not None:
             return route
-        if not self.watch.synced():
+        if not self.watch.synced(namespace):
             deadline = time.monotonic() + SYNC_WAIT_SEC
-            while not self.watch.synced():
+            while not self.watch.synced(namespace):
                 if time.monotonic() > deadline:
                     raise Unavailable("the route table is still loading from the cluster; try again")
                 await asyncio.sleep(0.05)

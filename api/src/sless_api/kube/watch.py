@@ -32,6 +32,7 @@ TENANT_LABEL = "sless.dev/tenant"
 LIST_PAGE = 500
 BACKOFF_MIN_SEC, BACKOFF_MAX_SEC = 0.5, 30.0
 DISCOVERY_INTERVAL_SEC = 30.0
+DENIED_RETRY_SEC = 300.0
 
 
 class Gone(Exception):
@@ -73,7 +74,7 @@ class Watcher(threading.Thread):
     """Keeps one resource of one scope (a namespace, or the whole cluster) mirrored in the table."""
 
     def __init__(self, kube: KubeClient, table: RouteTable, plural: str, namespace: str | None,
-                 stop: threading.Event, on_forbidden: Callable[[Watcher], None] | None = None) -> None:
+                 stop: threading.Event, on_forbidden: Callable[[Watcher, str], None] | None = None) -> None:
         scope = namespace or "cluster"
         super().__init__(name=f"sless-watch-{plural}-{scope}", daemon=True)
         self.kube = kube
@@ -91,6 +92,12 @@ class Watcher(threading.Thread):
 
     # the loop
     def run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            self.api.api_client.close()
+
+    def _loop(self) -> None:
         backoff = Backoff()
         while not self.stop_event.is_set():
             try:
@@ -102,14 +109,9 @@ class Watcher(threading.Thread):
                 log.info("watch of %s (%s) expired: relisting", self.plural, self.namespace or "cluster")
             except Forbidden as exc:
                 if self.on_forbidden is not None:
-                    log.warning("may not watch %s cluster-wide (%s): watching per tenant namespace",
-                                self.plural, exc)
-                    self.on_forbidden(self)
+                    self.on_forbidden(self, str(exc))
                     return
-                delay = backoff.next()
-                log.warning("may not watch %s in %s (%s); retrying in %.1fs", self.plural, self.namespace, exc,
-                            delay)
-                self.stop_event.wait(delay)
+                self.stop_event.wait(backoff.next())
             except Exception as exc:
                 if self.stop_event.is_set():
                     break
@@ -117,7 +119,6 @@ class Watcher(threading.Thread):
                 log.warning("watch of %s (%s) failed: %s: %s; retrying in %.1fs", self.plural,
                             self.namespace or "cluster", type(exc).__name__, exc, delay)
                 self.stop_event.wait(delay)
-        self.api.api_client.close()
 
     def stop(self) -> None:
         """Unblock a watch waiting for the next event (the caller has set the stop event)."""
@@ -207,7 +208,11 @@ class Watcher(threading.Thread):
 
 
 class RouteWatch:
-    """The watchers behind one route table: cluster-wide, or per tenant namespace when that is refused."""
+    """The watchers behind one route table: cluster-wide, or per tenant namespace when that is refused.
+
+    In per-namespace mode a namespace whose resources may not be read either is left alone (and
+    tried again after ``DENIED_RETRY_SEC``): it is some other tenant's, not served by these credentials.
+    """
 
     def __init__(self, kube: KubeClient, table: RouteTable) -> None:
         self.kube = kube
@@ -217,18 +222,24 @@ class RouteWatch:
         self.watchers: dict[tuple[str, str | None], Watcher] = {}
         self.per_namespace: set[str] = set()  # resources watched per namespace (cluster-wide was refused)
         self._namespaces: set[str] = set()
+        self._denied: dict[tuple[str, str], float] = {}  # (plural, namespace) -> when it was refused
         self._discovery: threading.Thread | None = None
 
     def start(self) -> None:
         for plural in (FUNCTIONS, TRIGGERS):
             self._spawn(plural, None)
 
-    def synced(self) -> bool:
-        """Every watcher has listed once (so a miss in the table is a real miss)."""
+    def synced(self, namespace: str) -> bool:
+        """Whether the table holds NAMESPACE's state (its watches have listed), so a miss is a real miss."""
         with self._lock:
-            watchers = list(self.watchers.values())
-            fallen = bool(self.per_namespace)
-        return (bool(watchers) or fallen) and all(w.listed.is_set() for w in watchers)
+            for plural in (FUNCTIONS, TRIGGERS):
+                per_namespace = plural in self.per_namespace
+                watcher = self.watchers.get((plural, namespace if per_namespace else None))
+                if watcher is None and not per_namespace:
+                    return False  # not started yet
+                if watcher is not None and not watcher.listed.is_set():
+                    return False
+        return True
 
     def add_namespace(self, namespace: str) -> None:
         """A tenant namespace the API has touched; watched on its own in per-namespace mode."""
@@ -258,19 +269,29 @@ class RouteWatch:
         with self._lock:
             if self.stop_event.is_set() or (plural, namespace) in self.watchers:
                 return
-            on_forbidden = self._fall_back if namespace is None else None
-            watcher = Watcher(self.kube, self.table, plural, namespace, self.stop_event, on_forbidden)
+            if namespace is not None:
+                denied = self._denied.get((plural, namespace))
+                if denied is not None and time.monotonic() - denied < DENIED_RETRY_SEC:
+                    return
+                self._denied.pop((plural, namespace), None)
+            watcher = Watcher(self.kube, self.table, plural, namespace, self.stop_event, self._forbidden)
             self.watchers[(plural, namespace)] = watcher
         watcher.start()
 
-    def _fall_back(self, watcher: Watcher) -> None:
+    def _forbidden(self, watcher: Watcher, reason: str) -> None:
+        plural, namespace = watcher.plural, watcher.namespace
         with self._lock:
-            self.watchers.pop((watcher.plural, None), None)
+            self.watchers.pop((plural, namespace), None)
+            if namespace is not None:
+                self._denied[(plural, namespace)] = time.monotonic()
+                log.info("may not watch %s in %s (%s): not served by these credentials", plural, namespace, reason)
+                return
             first = not self.per_namespace
-            self.per_namespace.add(watcher.plural)
+            self.per_namespace.add(plural)
             known = set(self._namespaces)
-        for namespace in known:
-            self._spawn(watcher.plural, namespace)
+        log.warning("may not watch %s cluster-wide (%s): watching per tenant namespace", plural, reason)
+        for ns in known:
+            self._spawn(plural, ns)
         if first:
             self._discovery = threading.Thread(target=self._discover, name="sless-watch-namespaces", daemon=True)
             self._discovery.start()
@@ -285,4 +306,8 @@ class RouteWatch:
                     self.add_namespace(item.metadata.name)
             except Exception as exc:
                 log.info("cannot list tenant namespaces (%s): watching only those this API touches", exc)
+            with self._lock:
+                wanted = [(p, ns) for p in self.per_namespace for ns in self._namespaces]
+            for plural, ns in wanted:
+                self._spawn(plural, ns)  # retries namespaces refused long enough ago
             self.stop_event.wait(DISCOVERY_INTERVAL_SEC)

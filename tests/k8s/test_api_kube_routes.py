@@ -1,0 +1,233 @@
+"""The invoke proxy on the Kubernetes backend: routes from watches, no API server request per call.
+
+kwok runs no containers and the test machine has no cluster DNS, so a routable function's Service
+(``http://<fn>.<ns>.svc.cluster.local:8080``) is unreachable from here: a routable function answers
+502 ("function unreachable"), one that is not routable 404. That difference is what these tests
+observe; a real round trip to a function pod is not possible on this test bed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+from sless_core import crd
+from tests.k8s.test_api_kube import KubeApi, cr, set_status, start_api
+from tests.support.platform import Tenant
+from tests.support.services import S3Endpoint
+from tests.support.testbed import Testbed
+
+pytestmark = pytest.mark.k8s
+
+READY = {"phase": "Ready", "message": "ready", "image": "registry.local/sless/fn:1"}
+
+
+@pytest.fixture(scope="module")
+def routes_api(k8s_testbed: Testbed, s3_endpoint: S3Endpoint,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApi]:
+    # Long watches: within a test, the only requests the API sends are the ones the test causes.
+    api = start_api(k8s_testbed, s3_endpoint, tmp_path_factory.mktemp("kube-routes"),
+                    {"SLESS_KUBE_WATCH_TIMEOUT_SEC": "600"})
+    yield api
+    clean = api.stop()
+    api.gate.close()
+    assert clean, f"the API did not stop cleanly ({api.proc.returncode}):\n{api.log_tail()}"
+
+
+def invoke(t: Tenant, name: str, token: str | None = None, **kw: Any) -> requests.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return requests.get(t.fn_url(name, "/x?y=1"), headers=headers, timeout=30, **kw)
+
+
+def until(what: str, probe: Callable[[], bool], timeout: float = 20.0) -> float:
+    """Seconds until PROBE holds; fail after TIMEOUT (generous: a shared, noisy machine)."""
+    started = time.monotonic()
+    while not probe():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"{what}: not within {timeout}s (last: {getattr(probe, 'last', None)})")
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+class status_is:  # a predicate, named like one
+    """A probe: the function answers CODE with TEXT in the body; remembers the last answer for the failure."""
+
+    def __init__(self, t: Tenant, name: str, code: int, text: str = "") -> None:
+        self.t, self.name, self.code, self.text = t, name, code, text
+        self.last = ""
+
+    def __call__(self) -> bool:
+        resp = invoke(self.t, self.name)
+        self.last = f"{resp.status_code} {resp.text[:200]}"
+        return resp.status_code == self.code and self.text in resp.text
+
+
+def routable_function(api: KubeApi, name: str = "web") -> Tenant:
+    t = api.tenant()
+    t.api("POST", "/functions", json={"name": name, "runtime": "python3.11", "timeout_sec": 5}, expect=201)
+    t.api("POST", "/triggers", json={"name": name, "type": "http", "function": name}, expect=201)
+    set_status(api.bed, crd.FUNCTION_PLURAL, t.ns, name, READY)
+    until("route appears", status_is(t, name, 502))
+    return t
+
+
+def test_route_follows_ready_and_trigger_state(routes_api: KubeApi) -> None:
+    api, bed = routes_api, routes_api.bed
+    t = api.tenant()
+    t.api("POST", "/functions", json={"name": "web", "runtime": "python3.11"}, expect=201)
+    resp = invoke(t, "web")
+    assert resp.status_code == 404 and "not ready (phase Pending)" in resp.json()["error"]
+    t.api("POST", "/triggers", json={"name": "web", "type": "http", "function": "web"}, expect=201)
+    assert invoke(t, "web").status_code == 404
+
+    timings: dict[str, float] = {}
+    set_status(bed, crd.FUNCTION_PLURAL, t.ns, "web", READY)
+    timings["Ready -> routed"] = until("Ready routes", status_is(t, "web", 502))
+    resp = invoke(t, "web")
+    assert resp.json()["error"].startswith("function unreachable")  # the Service, not the route, is missing
+    assert resp.headers["content-type"] == "application/json"
+
+    t.api("PATCH", "/triggers/web", json={"enabled": False}, expect=200)
+    timings["disabled -> 404"] = until("disable unroutes", status_is(t, "web", 404, "no enabled http trigger"))
+    t.api("PATCH", "/triggers/web", json={"enabled": True}, expect=200)
+    timings["enabled -> routed"] = until("enable routes", status_is(t, "web", 502))
+
+    # a rebuild keeps the deployed version routable; a function with nothing deployed is not
+    set_status(bed, crd.FUNCTION_PLURAL, t.ns, "web", {"phase": "Building", "message": "building"})
+    time.sleep(1.0)
+    assert invoke(t, "web").status_code == 502
+    set_status(bed, crd.FUNCTION_PLURAL, t.ns, "web", {"phase": "Failed", "image": None, "message": "boom"})
+    timings["Failed -> 404"] = until("Failed unroutes", status_is(t, "web", 404, "not ready (phase Failed)"))
+    set_status(bed, crd.FUNCTION_PLURAL, t.ns, "web", READY)
+    until("Ready again", status_is(t, "web", 502))
+
+    t.api("DELETE", "/triggers/web", expect=204)
+    timings["trigger deleted -> 404"] = until("trigger delete unroutes", status_is(t, "web", 404))
+    t.api("POST", "/triggers", json={"name": "web2", "type": "http", "function": "web"}, expect=201)
+    until("new trigger routes", status_is(t, "web", 502))
+    t.api("DELETE", "/functions/web", expect=204)
+    timings["function deleted -> 404"] = until("delete unroutes", status_is(t, "web", 404, "not found"))
+    print("route table latency (s):", json.dumps({k: round(v, 3) for k, v in timings.items()}))
+    assert all(v < 10 for v in timings.values()), timings
+
+
+def test_invocations_cost_no_api_server_requests(routes_api: KubeApi) -> None:
+    api = routes_api
+    t = routable_function(api, "counted")
+    time.sleep(0.5)
+    before = api.gate.bytes_up
+    for _ in range(50):
+        assert invoke(t, "counted").status_code == 502
+    assert invoke(t, "unknown").status_code == 404
+    time.sleep(0.5)
+    assert api.gate.bytes_up == before, "invocations sent requests to the API server"
+    # the counter does count: one REST read is one request through the gate
+    t.api("GET", "/functions/counted", expect=200)
+    assert api.gate.bytes_up > before
+
+
+def test_routing_answers_from_memory_while_the_api_server_is_away(routes_api: KubeApi) -> None:
+    api, bed = routes_api, routes_api.bed
+    t = routable_function(api, "steady")
+    api.gate.cut()
+    try:
+        for _ in range(20):
+            assert invoke(t, "steady").status_code == 502
+        assert invoke(t, "nope").status_code == 404
+        # the REST API cannot reach the cluster: a JSON 503, never a 500
+        for method, rest, body in (("GET", "/functions", None), ("GET", "/functions/steady", None),
+                                   ("POST", "/functions", {"name": "x", "runtime": "python3.11"}),
+                                   ("PATCH", "/triggers/steady", {"enabled": False})):
+            resp = t.api(method, rest, json=body)
+            assert resp.status_code == 503, (method, rest, resp.status_code, resp.text)
+            assert "Kubernetes API is unreachable" in resp.json()["error"]
+        # a change the API cannot see yet: it keeps serving what it knew
+        set_status(bed, crd.FUNCTION_PLURAL, t.ns, "steady", {"phase": "Failed", "image": None})
+        time.sleep(1.0)
+        assert invoke(t, "steady").status_code == 502
+    finally:
+        api.gate.restore()
+    # back: the watch reconnects (backoff) and relists, and the missed change arrives
+    took = until("watch recovers", status_is(t, "steady", 404, "not ready (phase Failed)"), timeout=60)
+    print(f"route table caught up {took:.1f}s after the API server came back")
+    t.api("GET", "/functions/steady", expect=200)
+
+
+def test_token_triggers_need_a_token_of_the_tenant(routes_api: KubeApi) -> None:
+    api = routes_api
+    t = api.tenant()
+    t.api("POST", "/functions", json={"name": "private", "runtime": "python3.11"}, expect=201)
+    t.api("POST", "/triggers", json={"name": "private", "type": "http", "function": "private", "auth": "token"},
+          expect=201)
+    set_status(api.bed, crd.FUNCTION_PLURAL, t.ns, "private", READY)
+    until("route appears", lambda: invoke(t, "private").status_code == 401)
+    assert invoke(t, "private", token="not-a-jwt").status_code == 401
+    assert invoke(t, "private", token=api.tenant("other").token).status_code == 403
+    assert invoke(t, "private", token=t.token).status_code == 502
+
+
+def _limited_kubeconfig(bed: Testbed, namespace: str, dest: Path) -> Path:
+    """Credentials that may manage sless resources in NAMESPACE only (no cluster-wide list/watch)."""
+    sa_ns = "sless-api-limited"
+    if bed.get("namespace", sa_ns) is None:
+        bed.kubectl("create", "namespace", sa_ns)
+    rules: list[dict[str, Any]] = [{"apiGroups": [crd.GROUP], "verbs": ["*"],
+                                    "resources": ["functions", "triggers", "functionjobs"]}]
+    bed.apply(
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "api", "namespace": sa_ns}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "sless-api-limited-namespaces"},
+         "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "create", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "sless-api-limited-namespaces"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "sless-api-limited-namespaces"},
+         "subjects": [{"kind": "ServiceAccount", "name": "api", "namespace": sa_ns}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "sless-api", "namespace": namespace}, "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "sless-api", "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "sless-api"},
+         "subjects": [{"kind": "ServiceAccount", "name": "api", "namespace": sa_ns}]},
+    )
+    token = bed.kubectl("create", "token", "api", "-n", sa_ns, "--duration=1h").stdout.strip()
+    config = yaml.safe_load(bed.kubeconfig.read_text())
+    config["users"] = [{"name": "limited", "user": {"token": token}}]
+    for ctx in config["contexts"]:
+        ctx["context"]["user"] = "limited"
+    dest.write_text(json.dumps(config))
+    return dest
+
+
+def test_without_cluster_wide_access_routes_come_from_per_namespace_watches(
+        k8s_testbed: Testbed, s3_endpoint: S3Endpoint, tmp_path: Path) -> None:
+    bed = k8s_testbed
+    probe = Tenant("http://unused", f"limited-{time.monotonic_ns()}")
+    bed.apply({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": probe.ns, "labels": {"sless.dev/tenant": "true",
+                                                         crd.LABEL_MANAGED: crd.MANAGED_BY}}})
+    kubeconfig = _limited_kubeconfig(bed, probe.ns, tmp_path / "limited.kubeconfig")
+    denied = bed.kubectl("--kubeconfig", str(kubeconfig), "get", f"functions.{crd.GROUP}", "-A", check=False)
+    assert denied.returncode != 0 and "forbidden" in denied.stderr.lower()  # the premise of this test
+    api = start_api(bed, s3_endpoint, tmp_path / "api", kubeconfig=kubeconfig)
+    try:
+        t = Tenant(api.url, probe.sub)
+        t.api("POST", "/ensure", expect=200)
+        t.api("POST", "/functions", json={"name": "scoped", "runtime": "python3.11"}, expect=201)
+        t.api("POST", "/triggers", json={"name": "scoped", "type": "http", "function": "scoped"}, expect=201)
+        set_status(bed, crd.FUNCTION_PLURAL, t.ns, "scoped", READY)
+        until("route appears", status_is(t, "scoped", 502), timeout=30)
+        t.api("PATCH", "/triggers/scoped", json={"enabled": False}, expect=200)
+        until("route follows", status_is(t, "scoped", 404, "no enabled http trigger"), timeout=30)
+        assert cr(bed, crd.TRIGGER_PLURAL, t.ns, "scoped")["spec"]["enabled"] is False  # type: ignore[index]
+        assert "watching per tenant namespace" in api.log_tail(400)
+    finally:
+        assert api.stop(), api.log_tail()
+        api.gate.close()
