@@ -108,6 +108,11 @@ def test_job_pod_with_kwok_fail_label_fails_the_job(k8s_testbed: Testbed) -> Non
         assert pod["status"]["phase"] == "Failed"
         assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 1
 
+        # the logs of a failed pod stay readable, as the operator needs for a failed build
+        bed.set_pod_logs(ns, pod["metadata"]["name"], ["error: missing requirements.txt"])
+        logs = lambda: bed.kubectl("-n", ns, "logs", "job/bad", check=False).stdout  # noqa: E731
+        assert bed.wait("failed pod's logs", lambda: "missing requirements" in logs(), timeout=30)
+
 
 def test_failing_stage_fails_unlabelled_job_pods_only_in_its_namespace(k8s_testbed: Testbed) -> None:
     bed = k8s_testbed
@@ -117,9 +122,7 @@ def test_failing_stage_fails_unlabelled_job_pods_only_in_its_namespace(k8s_testb
             bed.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
             bed.kubectl("-n", other, "apply", "-f", "-", stdin=json.dumps(job))
             kind, cond = bed.wait("job build finished", lambda: _job_finished(bed, ns, "build"), timeout=120)
-            other_kind, _ = bed.wait(
-                "other job finished", lambda: _job_finished(bed, other, "build"), timeout=120
-            )
+            other_kind, _ = bed.wait("other job finished", lambda: _job_finished(bed, other, "build"), timeout=120)
         assert (kind, cond["reason"]) == ("Failed", "BackoffLimitExceeded")
         assert other_kind == "Complete"
         pods = _job_pods(bed, ns, "build")

@@ -81,9 +81,7 @@ class Testbed:
         proc = subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True, env=self.env,
                               timeout=timeout, check=False)  # fmt: skip
         if check and proc.returncode != 0:
-            raise AssertionError(
-                f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}"
-            )
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
         return proc
 
     def get(self, *args: str) -> Any:
@@ -97,9 +95,7 @@ class Testbed:
 
     def apply(self, *objects: dict[str, Any]) -> None:
         """Apply OBJECTS (dicts); JSON needs no YAML library."""
-        self.kubectl(
-            "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
-        )
+        self.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
 
     def wait(self, what: str, probe: Callable[[], Any], timeout: float = 60, interval: float = 0.25) -> Any:
         """Poll PROBE until it returns something truthy; fail the test after TIMEOUT seconds."""
@@ -189,9 +185,7 @@ def start_testbed(state: Path | None = None, timeout: float = 600) -> Testbed:
     if not existing:
         check = _run_cli("build", "--check", timeout=60)
         if check.returncode == NOT_BUILT:
-            raise RuntimeError(
-                f"the test bed binaries are not built; run `{TESTBED} build` first (cold: ~30 min)"
-            )
+            raise RuntimeError(f"the test bed binaries are not built; run `{TESTBED} build` first (cold: ~30 min)")
     state = state or Path(tempfile.mkdtemp(prefix="sless-testbed-"))
     proc = _run_cli("up", "--state", str(state), "--owner-pid", str(os.getpid()), timeout=timeout)
     sys.stderr.write(proc.stderr)

@@ -13,9 +13,7 @@ BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler
 
 def build() -> Path:
     """Build (or find in the cache) every binary; returns the bin folder. Progress goes to stderr."""
-    proc = subprocess.run(
-        ["bash", str(BUILD_SH)], stdout=subprocess.PIPE, stderr=sys.stderr, text=True, check=False
-    )
+    proc = subprocess.run(["bash", str(BUILD_SH)], stdout=subprocess.PIPE, stderr=sys.stderr, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{BUILD_SH} failed with exit code {proc.returncode}")
     lines = proc.stdout.strip().splitlines()

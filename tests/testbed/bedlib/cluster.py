@@ -76,9 +76,7 @@ def load_env(state: Path) -> dict[str, str]:
     try:
         data = json.loads((state / "env.json").read_text())
     except FileNotFoundError:
-        raise RuntimeError(
-            f"{state} holds no test bed (no env.json); run `testbed up --state {state}`"
-        ) from None
+        raise RuntimeError(f"{state} holds no test bed (no env.json); run `testbed up --state {state}`") from None
     return dict(data["env"])
 
 
@@ -98,9 +96,7 @@ def up_existing(state: Path) -> dict[str, str]:
     kubectl = Kubectl(kubectl_bin, kubeconfig)
     ready = kubectl.run("get", "--raw", "/readyz")
     if ready.returncode != 0 or ready.stdout.strip() != "ok":
-        raise RuntimeError(
-            f"the cluster in {kubeconfig} is not ready: {ready.stdout.strip()} {ready.stderr.strip()}"
-        )
+        raise RuntimeError(f"the cluster in {kubeconfig} is not ready: {ready.stdout.strip()} {ready.stderr.strip()}")
     version = json.loads(kubectl.check("version", "-o", "json"))["serverVersion"]["gitVersion"]
     log(f"reusing the cluster in {kubeconfig} (server {version})")
     env = {"KUBECONFIG": kubeconfig, "SLESS_TESTBED_STATE": str(state), "SLESS_TESTBED_EXISTING": "1"}
@@ -115,9 +111,7 @@ def _check_state_free(state: Path) -> None:
     if any(procs.alive(p) for p in procs.recorded(state)):
         raise RuntimeError(f"a test bed already runs in {state}; run `testbed down --state {state}` first")
     if state.exists() and any(state.iterdir()):
-        raise RuntimeError(
-            f"{state} is not empty; run `testbed down --state {state}` or choose another folder"
-        )
+        raise RuntimeError(f"{state} is not empty; run `testbed down --state {state}` or choose another folder")
 
 
 def _https_context(pki: Pki | None) -> ssl.SSLContext:
@@ -236,10 +230,11 @@ def up(opts: UpOptions) -> dict[str, str]:
     with timed("build (cache check)", t):
         bin_dir = build()
     _check_state_free(state)
+    port = _pick_ports(opts)
     state.mkdir(parents=True, exist_ok=True)
     started: list[procs.Started] = []
     try:
-        env = _start(opts, state, bin_dir, started)
+        env = _start(opts, state, bin_dir, port, started)
     except BaseException:
         log(f"start failed; stopping what was started (logs stay in {state} until `testbed down`)")
         procs.stop(started)
@@ -249,9 +244,10 @@ def up(opts: UpOptions) -> dict[str, str]:
     return env
 
 
-def _start(opts: UpOptions, state: Path, bin_dir: Path, started: list[procs.Started]) -> dict[str, str]:
+def _start(
+    opts: UpOptions, state: Path, bin_dir: Path, port: dict[str, int], started: list[procs.Started]
+) -> dict[str, str]:
     t = opts.timings
-    port = _pick_ports(opts)
     with timed("certs + kubeconfig", t):
         pki = make_pki(state / "pki", SERVICE_IP)
         server = f"https://127.0.0.1:{port['apiserver']}"

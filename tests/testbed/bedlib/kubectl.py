@@ -22,9 +22,7 @@ class Kubectl:
         self.binary = binary
         self.env = os.environ | {"KUBECONFIG": str(kubeconfig)}
 
-    def run(
-        self, *args: str, stdin: str | None = None, timeout: float = 60
-    ) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [self.binary, "--request-timeout=20s", *args],
             input=stdin,

@@ -91,9 +91,7 @@ def make_pki(directory: Path, service_ip: str) -> Pki:
         f"subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n{usage}",
         directory,
     )
-    _openssl(
-        "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "sa.key", cwd=directory
-    )
+    _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "sa.key", cwd=directory)
     _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=directory)
     for leftover in directory.glob("*.csr"):
         leftover.unlink()
