@@ -388,7 +388,7 @@ def test_upload_stores_zip_and_context_and_sets_the_code_hash(kube_api: KubeApi,
 
     # the operator reports the build of this code; then new code arrives: not Ready until rebuilt
     set_status(bed, crd.FUNCTION_PLURAL, ns, "up", {"phase": "Ready", "message": "ready", "codeHash": digest,
-                                                    "image": "r/up:1"})
+                                                    "image": "r/up:1", "observedGeneration": generation})
     assert tenant.api("GET", "/functions/up", expect=200).json()["phase"] == "Ready"
     data2, digest2 = zip_hash({"handler.py": "def handle(event):\n    return 'v2'\n"})
     after = upload_raw(tenant, "up", data2).json()

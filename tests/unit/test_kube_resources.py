@@ -60,13 +60,21 @@ def test_status_fields_are_reported() -> None:
 
 
 def test_a_status_about_older_code_is_not_shown_as_current() -> None:
-    status = {"phase": "Ready", "message": "ready", "image": "reg/x:1", "codeHash": "a" * 64}
-    record = resources.function_record(_fn_obj({"runtime": "python3.11", "codeHash": "b" * 64}, status))
+    status = {"phase": "Ready", "message": "", "image": "reg/x:1", "codeHash": "a" * 64, "observedGeneration": 1}
+    new_code = {"runtime": "python3.11", "codeHash": "b" * 64}
+    record = resources.function_record(_fn_obj(new_code, status, generation=2))
     assert (record.phase, record.message) == ("Building", resources.NEW_CODE)
     assert record.image == "reg/x:1"  # the deployed version is still the old image
-    failed = resources.function_record(_fn_obj({"runtime": "python3.11", "codeHash": "b" * 64},
-                                               {**status, "phase": "Failed", "message": "boom"}))
-    assert failed.phase == "Building"
+    # the operator has seen the new code and its build failed: Failed, though the old code still serves
+    seen = {**status, "phase": "Failed", "message": "build failed: boom", "observedGeneration": 2}
+    failed = resources.function_record(_fn_obj(new_code, seen, generation=2))
+    assert (failed.phase, failed.message) == ("Failed", "build failed: boom")
+    # a stale status about the same code (an env change) is shown as it is
+    same = resources.function_record(_fn_obj({"runtime": "python3.11", "codeHash": "a" * 64}, status, generation=2))
+    assert same.phase == "Ready"
+    # a status without observedGeneration cannot be judged stale
+    unknown = resources.function_record(_fn_obj(new_code, {"phase": "Ready", "codeHash": "a" * 64}, generation=2))
+    assert unknown.phase == "Ready"
 
 
 def test_unknown_phase_falls_back_to_pending() -> None:

@@ -4,10 +4,13 @@ Pure functions, no client: the spec travels through ``sless_core.crd`` (the one 
 operator shares), and status is read defensively, because the operator may not have reported
 yet and a person may have created the object with kubectl.
 
-Status freshness: the operator reports ``status.codeHash`` (the code its phase describes) and
-``status.runId`` (the run a job's phase describes). When the spec has moved on, the stale phase is
-not shown as current: new code reads as Building and a bumped job as Pending until the operator
-catches up, so a client waiting for Ready/Succeeded never accepts the previous version's result.
+Status freshness: the operator writes ``status.observedGeneration`` (the spec generation its
+status describes), ``status.codeHash`` (the code of the last successful build) and ``status.runId``
+(the run a job's phase describes). When the spec has moved on, a stale phase is not shown as
+current: new code the operator has not seen yet reads as Building, and a bumped job as Pending, so
+a client waiting for Ready/Succeeded never accepts the previous version's result. Once the operator
+has seen the new generation its phase is shown as is (a failed build of new code is Failed, while
+``status.codeHash`` still names the older code that keeps serving).
 """
 
 from __future__ import annotations
@@ -106,8 +109,9 @@ def function_record(obj: dict[str, Any]) -> FunctionRecord:
     code_hash = cr_spec.get("codeHash") or None
     phase = status.get("phase") if status.get("phase") in _PHASES else None
     message = str(status.get("message") or "")
-    built_hash = status.get("codeHash") or None
-    if code_hash and built_hash and built_hash != code_hash and phase != Phase.BUILDING:
+    observed, generation = status.get("observedGeneration"), meta.get("generation")
+    stale = isinstance(observed, int) and isinstance(generation, int) and observed < generation
+    if phase is not None and stale and code_hash and status.get("codeHash") != code_hash:
         phase, message = Phase.BUILDING, NEW_CODE
     if phase is None:
         phase = Phase.PENDING
