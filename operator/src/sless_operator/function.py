@@ -82,7 +82,6 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         base = int((body.get("spec") or {}).get("replicas", 1))
         replicas = desired_replicas(base, ctx.triggers_of(namespace, name))
         rollout = (await _deploy(ctx, ref, image, replicas)).rollout()
-        await trigger.sync_for_function(ctx, body, image)
 
     ready_state, ready_message = rollout or ("absent", "")
     if rollout is None:
@@ -106,6 +105,8 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
     else:
         st.set(phase=Phase.BUILDING.value, message=f"rolling out: {ready_message}")
     await write(ctx.kube, path, st)
+    if image:
+        await trigger.sync_for_function(ctx, body, image)
 
 
 async def _build(ctx: Context, ref: FunctionRef, old: dict[str, Any], st: StatusBuilder) -> str:

@@ -35,6 +35,12 @@ def trigger_path(namespace: str, name: str) -> str:
 
 async def reconcile(ctx: Context, body: dict[str, Any]) -> None:
     meta = body["metadata"]
+    async with ctx.state.locks.hold(("trigger", meta["namespace"], meta["name"])):
+        await _reconcile(ctx, body)
+
+
+async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
+    meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     st = StatusBuilder(body.get("status"), int(meta.get("generation", 0)))
     path = trigger_path(namespace, name)
@@ -52,13 +58,25 @@ async def reconcile(ctx: Context, body: dict[str, Any]) -> None:
             message = f"disabled: {spec.function} is scaled to zero and /fn/{namespace}/{spec.function} answers 404"
         st.condition("Ready", True, "Enabled" if spec.enabled else "Disabled", message)
     elif spec.type == TriggerType.CRON:
-        message, ok = await _reconcile_cron(ctx, body, spec)
-        st.condition("Ready", ok, ("Suspended" if not spec.enabled else "Scheduled") if ok else "Waiting", message)
+        waiting = await _reconcile_cron(ctx, body, spec)
+        if waiting:
+            message = waiting
+            st.condition("Ready", False, "Waiting", message)
+        else:
+            assert spec.schedule is not None
+            message = _cron_ready(st, name, spec.schedule, spec.enabled)
     else:
         message = EVENT_MESSAGE
         st.condition("Ready", True, "Dispatcher", message)
     st.set(message=message)
     await write(ctx.kube, path, st)
+
+
+def _cron_ready(st: StatusBuilder, name: str, schedule: str, enabled: bool) -> str:
+    state = "scheduled" if enabled else "suspended"
+    message = f"{state}: {schedule} (UTC) as CronJob {manifests.cron_job_name(name)}"
+    st.condition("Ready", True, "Scheduled" if enabled else "Suspended", message)
+    return message
 
 
 async def scale_for_http(ctx: Context, namespace: str, function: str) -> None:
@@ -77,44 +95,63 @@ async def scale_for_http(ctx: Context, namespace: str, function: str) -> None:
                                  {"spec": {"replicas": replicas}}, MERGE)  # fmt: skip
 
 
-async def _reconcile_cron(ctx: Context, body: dict[str, Any], spec: TriggerSpec) -> tuple[str, bool]:
+async def _reconcile_cron(ctx: Context, body: dict[str, Any], spec: TriggerSpec) -> str:
+    """Ensure the CronJob; "" when it is in place, else why it cannot be yet."""
     namespace = body["metadata"]["namespace"]
     fn = await ctx.kube.get(api_path(crd.API_VERSION, crd.FUNCTION_PLURAL, namespace, spec.function))
     if fn is None or fn["metadata"].get("deletionTimestamp"):
-        return f"waiting for function {spec.function}: not found", False
+        return f"waiting for function {spec.function}: not found"
     image = str((fn.get("status") or {}).get("image") or "")
     if not image:
-        return f"waiting for function {spec.function} to be built", False
+        return f"waiting for function {spec.function} to be built"
     try:
         ref = function_ref(fn)
     except InvalidSpec as exc:
-        return f"function {spec.function} is invalid: {exc}", False
+        return f"function {spec.function} is invalid: {exc}"
     assert spec.schedule is not None
     await ensure_cron(ctx, ref, image, Owner.of(body), spec.schedule, spec.enabled)
-    state = "suspended" if not spec.enabled else "scheduled"
-    return f"{state}: {spec.schedule} (UTC) as CronJob {manifests.cron_job_name(body['metadata']['name'])}", True
+    return ""
 
 
-async def ensure_cron(ctx: Context, ref: FunctionRef, image: str, owner: Owner, schedule: str, enabled: bool) -> None:
+async def ensure_cron(ctx: Context, ref: FunctionRef, image: str, owner: Owner, schedule: str, enabled: bool) -> bool:
+    """Create or update the CronJob; False when this process already applied exactly this."""
     want = manifests.cron_job(ctx.config, ref, image, owner, schedule, enabled)
     key = (ref.namespace, "CronJob", want["metadata"]["name"])
     stamp = f"{owner.uid}/{want['metadata']['annotations'][manifests.SPEC_HASH]}"
     if ctx.state.applied.get(key) == stamp:
-        return
+        return False
     await children.ensure(ctx.kube, want)
     ctx.state.applied[key] = stamp
+    return True
 
 
 async def sync_for_function(ctx: Context, fn: dict[str, Any], image: str) -> None:
-    """Keep the Function's cron triggers' CronJobs on its current image and spec."""
+    """Keep the Function's cron triggers' CronJobs on its current image and spec.
+
+    Called after the Function's status has been written, so a trigger reconcile that starts
+    later sees the image; the trigger lock orders this status write after an earlier one.
+    """
     meta = fn["metadata"]
-    crons = [t for t in ctx.triggers_of(meta["namespace"], meta["name"]) if t.type == "cron" and not t.deleting]
+    namespace = meta["namespace"]
+    crons = [t for t in ctx.triggers_of(namespace, meta["name"]) if t.type == "cron" and not t.deleting]
     if not crons:
         return
     ref = function_ref(fn)
     for summary in crons:
-        if summary.schedule:
-            await ensure_cron(ctx, ref, image, _owner(summary), summary.schedule, summary.enabled)
+        if not summary.schedule:
+            continue
+        async with ctx.state.locks.hold(("trigger", namespace, summary.name)):
+            if not await ensure_cron(ctx, ref, image, _owner(summary), summary.schedule, summary.enabled):
+                continue
+            body = await ctx.kube.get(trigger_path(namespace, summary.name))
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                continue
+            spec = body.get("spec") or {}
+            if spec.get("function") != meta["name"] or spec.get("schedule") != summary.schedule:
+                continue  # changed meanwhile: its own reconcile reports it
+            st = StatusBuilder(body.get("status"), int(body["metadata"].get("generation", 0)))
+            st.set(message=_cron_ready(st, summary.name, summary.schedule, summary.enabled))
+            await write(ctx.kube, trigger_path(namespace, summary.name), st)
 
 
 def _owner(summary: TriggerSummary) -> Owner:
