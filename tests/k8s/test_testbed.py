@@ -12,11 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import testbed as support
 from tests.support.testbed import FAIL_LABEL, Testbed
-
-# The session fixture, registered here too; it is one shared bed even if a conftest registers it.
-k8s_testbed = support.k8s_testbed
 
 pytestmark = pytest.mark.k8s
 
