@@ -1,0 +1,118 @@
+"""API -> custom resources -> the real operator -> status back through the API.
+
+Everything is real except what kwok simulates: the build Job and the function's pods "run" on a
+fake node (no container starts, so the image is never really built and the Service never
+answers; a routable function therefore answers 502 here, as in test_api_kube_routes).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sless_core import crd
+from tests.k8s.conftest import Operator, strip_finalizers
+from tests.k8s.test_api_kube import HELLO, KubeApi, cr, kube_api, upload_raw, zip_hash
+from tests.k8s.test_api_kube_routes import invoke, status_is, until
+from tests.support.platform import Tenant
+from tests.support.testbed import Testbed
+
+pytestmark = [pytest.mark.k8s, pytest.mark.slow]
+__all__ = ["kube_api"]  # the module's API process (fixture)
+
+
+@pytest.fixture
+def served(kube_api: KubeApi, tmp_path: Path) -> Iterator[tuple[Tenant, Operator]]:
+    """A tenant whose namespace the API created, served by its own operator process."""
+    bed: Testbed = kube_api.bed
+    t = kube_api.tenant("op")
+    t.api("POST", "/ensure", expect=201)
+    build_ns = f"sless-build-{secrets.token_hex(4)}"
+    op = Operator(bed, t.ns, build_ns, tmp_path, extra_env=kube_api.s3.env()).start()
+    try:
+        yield t, op
+    finally:
+        op.stop()
+        strip_finalizers(bed, t.ns)
+        bed.kubectl("delete", "namespace", t.ns, build_ns, "--wait=false", "--ignore-not-found", check=False)
+
+
+def wait_api(op: Operator, what: str, t: Tenant, rest: str, check: object, timeout: float = 120) -> dict:
+    """Poll GET REST through the API until CHECK(body) holds; the operator's log on failure."""
+    last: dict = {}
+
+    def probe() -> bool:
+        nonlocal last
+        last = t.api("GET", rest, expect=200).json()
+        return bool(check(last))  # type: ignore[operator]
+
+    try:
+        op.wait(what, probe, timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nlast API answer: {last}") from None
+    return last
+
+
+def test_function_lifecycle_with_the_operator(kube_api: KubeApi, served: tuple[Tenant, Operator]) -> None:
+    t, op = served
+    bed = kube_api.bed
+    t.api("POST", "/functions", json={"name": "hello", "runtime": "python3.11"}, expect=201)
+    pending = wait_api(op, "operator saw the function", t, "/functions/hello",
+                       lambda b: b["phase"] == "Pending" and b["message"] == "waiting for code")
+    assert pending["image"] is None
+
+    data, digest = zip_hash(HELLO)
+    started = time.monotonic()
+    assert upload_raw(t, "hello", data).status_code == 202
+    ready = wait_api(op, "Ready after upload", t, "/functions/hello", lambda b: b["phase"] == "Ready")
+    print(f"upload -> Ready through the operator: {time.monotonic() - started:.1f}s")
+    assert ready["code_hash"] == digest and digest[:16] in ready["image"] and ready["last_built_at"]
+    assert bed.get("deployment", "hello", "-n", t.ns) is not None
+    assert bed.get("service", "hello", "-n", t.ns) is not None
+
+    t.api("POST", "/triggers", json={"name": "hello", "type": "http", "function": "hello"}, expect=201)
+    until("route appears", status_is(t, "hello", 502))
+
+    # new code: Building (not the old Ready) until the operator has built and rolled it out
+    data2, digest2 = zip_hash({"handler.py": "def handle(event):\n    return 'v2'\n"})
+    after = upload_raw(t, "hello", data2).json()
+    assert (after["code_hash"], after["phase"]) == (digest2, "Building")
+    assert invoke(t, "hello").status_code == 502  # the old version keeps serving meanwhile
+    ready2 = wait_api(op, "Ready with new code", t, "/functions/hello",
+                      lambda b: b["phase"] == "Ready" and digest2[:16] in (b["image"] or ""))
+    assert ready2["code_hash"] == digest2
+
+    t.api("DELETE", "/functions/hello", expect=204)
+    op.wait("function and children gone", lambda: cr(bed, crd.FUNCTION_PLURAL, t.ns, "hello") is None
+            and bed.get("deployment", "hello", "-n", t.ns) is None, timeout=60)
+    until("route gone", status_is(t, "hello", 404))
+    assert cr(bed, crd.TRIGGER_PLURAL, t.ns, "hello") is None
+
+
+def test_jobs_run_and_rerun_with_the_operator(kube_api: KubeApi, served: tuple[Tenant, Operator]) -> None:
+    t, op = served
+    t.api("POST", "/functions", json={"name": "worker", "runtime": "python3.11"}, expect=201)
+    upload_raw(t, "worker", zip_hash(HELLO)[0])
+    wait_api(op, "worker Ready", t, "/functions/worker", lambda b: b["phase"] == "Ready")
+
+    t.api("POST", "/jobs", json={"name": "once", "function": "worker", "event": {"n": 1}}, expect=201)
+    done = wait_api(op, "job finished", t, "/jobs/once", lambda b: b["phase"] in ("Succeeded", "Failed"))
+    assert done["phase"] == "Succeeded", done
+    assert done["started_at"] and done["completed_at"]
+    dup = t.api("POST", "/jobs", json={"name": "once", "function": "worker"}, expect=409).json()
+    assert dup["existing"]["phase"] == "Succeeded"
+
+    rerun = t.api("PATCH", "/jobs/once", json={"run_id": 2}, expect=200).json()
+    assert (rerun["run_id"], rerun["phase"]) == (2, "Pending")
+    again = wait_api(op, "second run finished", t, "/jobs/once",
+                     lambda b: b["run_id"] == 2 and b["phase"] in ("Succeeded", "Failed"))
+    assert again["phase"] == "Succeeded", again
+
+    recorded = t.api("POST", "/jobs", json={"name": "later", "function": "worker", "run_id": 0}, expect=201).json()
+    assert recorded["phase"] == "Recorded"
+    time.sleep(2)
+    assert t.api("GET", "/jobs/later", expect=200).json()["phase"] == "Recorded"
