@@ -264,7 +264,7 @@ def test_local_header_name_differs_from_directory(parent: Path) -> None:
     local = data.index(b"handler.py")  # the first occurrence is the local header
     data = data[:local] + b"../evil.p" + data[local + 9 :]
     assert_rejected(data, parent, "corrupt")
-    assert not list(parent.parent.rglob("evil*")  # this test's own tmp_path: other tests make "evil" files too)
+    assert not list(parent.parent.rglob("evil*"))  # this test's own tmp_path: other tests make "evil" files too
 
 
 @pytest.mark.parametrize(
