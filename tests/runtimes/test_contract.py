@@ -462,10 +462,13 @@ def test_env_case_reads_process_environment(runtime: str, start_server: ServerFa
 
 
 def _refused(port: int) -> bool:
+    """True when a new connection is refused; a reset (listener closing right then) is undecided."""
     try:
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
     except ConnectionRefusedError:
         return True
+    except ConnectionResetError:
+        return False
     return False
 
 
