@@ -12,24 +12,14 @@ import requests
 from minio import Minio
 
 from tests.support.platform import Tenant, running_sless
-from tests.support.services import S3Endpoint
+from tests.support.services import S3Endpoint, fresh_pg_database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pg, pytest.mark.s3]
 CODE = "def handle(event):\n    return {'ok': True}\n"
 
 
-def fresh_database(pg_url: str) -> str:
-    name = "e2e_" + uuid.uuid4().hex[:10]
-    conn = psycopg2.connect(pg_url)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {name}")
-    conn.close()
-    return pg_url.rsplit("/", 1)[0] + "/" + name
-
-
 def test_invocations_in_postgres_and_code_in_s3(tmp_path: Path, pg_url: str, s3_endpoint: S3Endpoint) -> None:
-    db_url = fresh_database(pg_url)
+    db_url = fresh_pg_database(pg_url)
     bucket = "e2e-" + uuid.uuid4().hex[:10]
     env = {**s3_endpoint.env(), "SLESS_S3_BUCKET": bucket, "SLESS_DATABASE_URL": db_url}
     with running_sless(tmp_path / "data", env) as sp:

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,25 +26,13 @@ from sless_api.invocations import (
     sink_from_url,
     sqlite_path,
 )
-from tests.support.services import PostgresServer, free_port, postgres_server
-
+from tests.support.services import PostgresServer, free_port, fresh_pg_database, postgres_server
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def inv(i: int, ns: str = "ns", fn: str = "fn", *, error: str | None = None) -> Invocation:
     return Invocation(ns, fn, "POST", f"/p/{i}", 200 + i % 3, 1.25 + i, i, 2 * i, "http", error, 1_700_000_000.5 + i)
-
-
-def fresh_pg_database(base_url: str) -> str:
-    """A new empty database on the session server; its URL."""
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    conn = psycopg2.connect(base_url)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    conn.close()
-    return base_url.rsplit("/", 1)[0] + "/" + name
 
 
 def pg_count(url: str, where: str = "TRUE") -> int:

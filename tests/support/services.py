@@ -305,6 +305,21 @@ def postgres_server(*, fsync: bool = False, attempts: int = 3) -> Iterator[Postg
         shutil.rmtree(base, ignore_errors=True)
 
 
+def fresh_pg_database(base_url: str) -> str:
+    """A new empty database on a running server; its URL (tests share one server, not one database)."""
+    import uuid
+
+    import psycopg2
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    conn = psycopg2.connect(base_url)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    conn.close()
+    return base_url.rsplit("/", 1)[0] + "/" + name
+
+
 # ---------------------------------------------------------------------------- S3 (moto)
 
 
