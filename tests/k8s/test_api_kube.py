@@ -201,7 +201,8 @@ def start_api(bed: Testbed, s3: S3Endpoint, work: Path, extra_env: dict[str, str
            "SLESS_JWT_SECRET": SECRET, "SLESS_DATA_DIR": str(work / "data"), "SLESS_MAX_TIMEOUT_SEC": "7200",
            "SLESS_KUBE_WATCH_TIMEOUT_SEC": "60", "SLESS_KUBE_REQUEST_TIMEOUT_SEC": "10", **(extra_env or {})}
     env.pop("SLESS_DATABASE_URL", None)
-    env.pop("SLESS_RABBITMQ_URL", None) if "SLESS_RABBITMQ_URL" not in (extra_env or {}) else None
+    if "SLESS_RABBITMQ_URL" not in (extra_env or {}):
+        env.pop("SLESS_RABBITMQ_URL", None)
     log_path = work / "api.log"
     with log_path.open("ab") as out:
         proc = subprocess.Popen(
