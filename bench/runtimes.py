@@ -281,8 +281,7 @@ def ratios(runtime: str, results: Results, ceilings: list[str], peers: list[str]
             table.add(f"req/s at {conns} conn", s.rps, "req/s", results[b][conns].rps, b,
                       ">= 1.00x" if is_target else "", s.rps >= results[b][conns].rps if is_target else None)
         if runtime == "python3.11" and conns == 32 and FLASK_BJOERN not in results:
-            reason = next((n for n in notes if n.startswith(FLASK_BJOERN)), "not measured")
-            table.rows.append((f"req/s at {conns} conn", f"{s.rps:.3f} req/s", f"- ({reason})", "-",
+            table.rows.append((f"req/s at {conns} conn", f"{s.rps:.3f} req/s", f"- ({FLASK_BJOERN}: see NOTE)", "-",
                                ">= Flask+bjoern", "not measured"))
         for b in baselines:
             target = conns == 1 and b == baselines[0]
