@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python -m bench.runtimes [--quick]`` (needs wrk: ``scripts/install-test-services.sh``;
 Node 20 and Go for their runtimes; Flask/waitress/bjoern are installed on first use into a peer virtualenv
 outside the repository, see ``bench/peers/venv.py``). Everything listens on 127.0.0.1; every load is one
-wrk run bounded by ``-d``; a full run takes about four minutes, ``--quick`` about one and a half.
+wrk run bounded by ``-d``; a full run takes about three minutes, ``--quick`` about one.
 
 For each runtime, the same run measures, with wrk (1 thread, keep-alive) at 1 and 32 connections,
 requests/s and p50/p99 latency of:
