@@ -163,6 +163,13 @@ def test_query_headers_and_path_in_event(runtime: str, start_server: ServerFacto
     assert event["_accept"] == ""
 
 
+def test_path_is_not_percent_decoded(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    event = requests.get(f"{server.url}/a%20b/c%2Fd/echo?k=%41", timeout=10).json()
+    assert event["_path"] == "/a%20b/c%2Fd/echo"
+    assert event["_query"] == {"k": "A"}
+
+
 def test_case_from_event_wins_over_path(runtime: str, start_server: ServerFactory) -> None:
     server = start_server(runtime)
     resp = requests.post(f"{server.url}/echo", json={"case": "text"}, timeout=10)
