@@ -4,6 +4,7 @@ Each marker's setup is automatic: a test that asks for ``pg_url``, ``s3_endpoint
 gets a real server started once per session; nothing is mocked.
 """
 
+from tests.support.rabbitmq import rabbitmq_broker, rabbitmq_url  # noqa: F401 - session fixtures
 from tests.support.services import pg_server, pg_url, s3_endpoint
 from tests.support.testbed import k8s_testbed
 
