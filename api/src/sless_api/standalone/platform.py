@@ -76,6 +76,7 @@ class StandalonePlatform:
         self._routes: dict[tuple[str, str], Route] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.cron: Any = None  # set by the app: the scheduler needs the invoker, which needs us
+        self.events: Any = None  # set by the app when SLESS_RABBITMQ_URL is set: the event dispatcher
 
     # lifecycle
     async def start(self) -> None:
@@ -153,6 +154,8 @@ class StandalonePlatform:
         self._routes.pop((namespace, name), None)
         if self.cron is not None:
             self.cron.refresh()
+        if self.events is not None:
+            self.events.refresh()
         await self.supervisor.remove(_key(namespace, name))
         await asyncio.to_thread(self._delete_files, namespace, name)
 
@@ -314,8 +317,12 @@ class StandalonePlatform:
 
     def _check_trigger(self, namespace: str, spec: TriggerSpec) -> None:
         if spec.type == TriggerType.EVENT:
-            raise Unsupported("event triggers need RabbitMQ: set SLESS_RABBITMQ_URL (not supported by this "
-                              "installation yet)")
+            if not self.config.rabbitmq_url:
+                raise Unsupported("event triggers need RabbitMQ: set SLESS_RABBITMQ_URL (not supported by this "
+                                  "installation yet)")
+            from sless_api.events.validation import check_queue_free
+
+            check_queue_free(spec, self.state.list_triggers(namespace))
         self._function(namespace, spec.function)
 
     async def create_trigger(self, namespace: str, spec: TriggerSpec) -> TriggerRecord:
@@ -347,6 +354,8 @@ class StandalonePlatform:
         await self._sync_process(namespace, function)
         if self.cron is not None:
             self.cron.refresh()
+        if self.events is not None:
+            self.events.refresh()
 
     def cron_triggers(self) -> list[TriggerRecord]:
         return [t for t in self.state.list_triggers() if t.spec.type == TriggerType.CRON and t.spec.enabled]
