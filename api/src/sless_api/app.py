@@ -132,6 +132,12 @@ class SlessApp:
             cron = CronScheduler(services.platform, services.invoker)
             cron.start()
             services.background.append(cron)
+            if services.config.rabbitmq_url:
+                from sless_api.events.standalone import StandaloneEvents
+
+                events = StandaloneEvents(services.platform, services.invoker, services.config)
+                events.start()
+                services.background.append(events)
 
     async def shutdown(self) -> None:
         for item in self.services.background:
