@@ -25,7 +25,7 @@ import pytest
 
 from sless_api.events import CallResult, Dispatcher, EventsConfig, EventTarget, SqliteDedupStore
 from sless_api.events.dedup import process_owner
-from tests.support.rabbitmq import RabbitBroker
+from tests.support.rabbitmq import RabbitBroker, drain, publish, queue_counts
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -128,59 +128,6 @@ def harness_factory(rabbitmq_url: str, tmp_path: Path) -> Iterator[Callable[...,
     yield make
     for h in made:
         h.close()
-
-
-def publish(broker: RabbitBroker, queue: str, bodies: list[bytes | dict[str, Any]],
-            props: Callable[[int], pika.BasicProperties] | None = None) -> None:
-    conn = broker.connection()
-    try:
-        ch = conn.channel()
-        ch.confirm_delivery()
-        ch.queue_declare(queue, passive=True)  # declared by the dispatcher, with its own settings
-        for i, body in enumerate(bodies):
-            raw = json.dumps(body).encode() if isinstance(body, dict) else body
-            p = props(i) if props else pika.BasicProperties(message_id=f"m{i}", content_type="application/json",
-                                                             delivery_mode=2)
-            ch.basic_publish("", queue, raw, p)
-    finally:
-        conn.close()
-
-
-def queue_counts(broker: RabbitBroker, queue: str) -> tuple[int, int]:
-    """(ready messages, consumers); (0, 0) when the queue does not exist."""
-    conn = broker.connection()
-    try:
-        ch = conn.channel()
-        try:
-            ok_ = ch.queue_declare(queue, passive=True)
-        except pika.exceptions.ChannelClosedByBroker:
-            return (0, 0)
-        return ok_.method.message_count, ok_.method.consumer_count
-    finally:
-        conn.close()
-
-
-def drain(broker: RabbitBroker, queue: str, expect: int, timeout: float = 30) -> list[tuple[Any, bytes]]:
-    """Take ``expect`` messages off ``queue`` (waiting for them), acking each."""
-    got: list[tuple[Any, bytes]] = []
-    deadline = time.monotonic() + timeout
-    conn = broker.connection()
-    try:
-        ch = conn.channel()
-        while len(got) < expect and time.monotonic() < deadline:
-            try:
-                method, props, body = ch.basic_get(queue, auto_ack=True)
-            except pika.exceptions.ChannelClosedByBroker:
-                ch = conn.channel()
-                method = None
-            if method is None:
-                time.sleep(0.1)
-                continue
-            got.append((props, body))
-    finally:
-        conn.close()
-    assert len(got) == expect, f"{queue}: {len(got)} of {expect} messages"
-    return got
 
 
 def wait_for(check: Callable[[], bool], timeout: float = 30, what: str = "condition") -> None:

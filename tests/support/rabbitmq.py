@@ -12,6 +12,7 @@ When the broker cannot start, the fixture fails with the reason and the log tail
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import pwd
@@ -21,8 +22,9 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pika
 import pika.exceptions
@@ -34,7 +36,7 @@ from tests.support.services import INSTALL_HINT, ServiceError, free_port
 START_TIMEOUT = 120
 STOP_TIMEOUT = 60
 #: The broker's consumer_timeout (ms): above the longest a dispatcher holds one message with the
-#: defaults (4 attempts x (900 s + margin) + backoff), as docs/events.md asks of a production broker.
+#: defaults (4 attempts x (900 s + margin) + backoff), as the events README asks of a production broker.
 CONSUMER_TIMEOUT_MS = 4 * 3600 * 1000
 SERVER_GLOBS = ("/usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin/rabbitmq-server",)
 
@@ -207,6 +209,82 @@ class RabbitBroker:
 
     def connection(self) -> pika.BlockingConnection:
         return pika.BlockingConnection(pika.URLParameters(self.url))
+
+
+# ---------------------------------------------------------------------- helpers for tests
+
+
+def publish(broker: RabbitBroker, queue: str, bodies: list[bytes | dict[str, Any]],
+            props: Callable[[int], pika.BasicProperties] | None = None) -> None:
+    """Publish with confirms to an existing queue (the dispatcher declares it); dicts as JSON with
+    message ids ``m0, m1, ...`` unless ``props(i)`` says otherwise."""
+    conn = broker.connection()
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(queue, passive=True)  # declared by the dispatcher, with its own settings
+        for i, body in enumerate(bodies):
+            raw = json.dumps(body).encode() if isinstance(body, dict) else body
+            p = props(i) if props else pika.BasicProperties(message_id=f"m{i}", content_type="application/json",
+                                                             delivery_mode=2)
+            ch.basic_publish("", queue, raw, p)
+    finally:
+        conn.close()
+
+
+def queue_counts(broker: RabbitBroker, queue: str) -> tuple[int, int]:
+    """(ready messages, consumers); (0, 0) when the queue does not exist."""
+    conn = broker.connection()
+    try:
+        ch = conn.channel()
+        try:
+            ok_ = ch.queue_declare(queue, passive=True)
+        except pika.exceptions.ChannelClosedByBroker:
+            return (0, 0)
+        return ok_.method.message_count, ok_.method.consumer_count
+    finally:
+        conn.close()
+
+
+def drain(broker: RabbitBroker, queue: str, expect: int, timeout: float = 30) -> list[tuple[Any, bytes]]:
+    """Take ``expect`` messages off ``queue`` (waiting for them), acking each."""
+    got: list[tuple[Any, bytes]] = []
+    deadline = time.monotonic() + timeout
+    conn = broker.connection()
+    try:
+        ch = conn.channel()
+        while len(got) < expect and time.monotonic() < deadline:
+            try:
+                method, props, body = ch.basic_get(queue, auto_ack=True)
+            except pika.exceptions.ChannelClosedByBroker:
+                ch = conn.channel()
+                method = None
+            if method is None:
+                time.sleep(0.1)
+                continue
+            got.append((props, body))
+    finally:
+        conn.close()
+    assert len(got) == expect, f"{queue}: {len(got)} of {expect} messages"
+    return got
+
+
+def take_all(broker: RabbitBroker, queue: str) -> list[tuple[Any, bytes]]:
+    """Every message ready in ``queue`` now (acked), none when the queue does not exist."""
+    got: list[tuple[Any, bytes]] = []
+    conn = broker.connection()
+    try:
+        ch = conn.channel()
+        try:
+            while True:
+                method, props, body = ch.basic_get(queue, auto_ack=True)
+                if method is None:
+                    return got
+                got.append((props, body))
+        except pika.exceptions.ChannelClosedByBroker:
+            return got
+    finally:
+        conn.close()
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""Event triggers: RabbitMQ queues consumed by a dispatcher that calls functions (docs/events.md)."""
+"""Event triggers: RabbitMQ queues consumed by a dispatcher that calls functions (see README.md here)."""
 
 from sless_api.events.config import EventsConfig
 from sless_api.events.dedup import DedupStore, SqliteDedupStore

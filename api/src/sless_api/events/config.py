@@ -36,7 +36,7 @@ class EventsConfig:
     #: First retry delay; doubles per retry (with +-20 % jitter) up to ``retry_backoff_max_sec``.
     retry_backoff_sec: float = 1.0
     retry_backoff_max_sec: float = 30.0
-    #: How long a message id is remembered to suppress a second run (see docs/events.md).
+    #: How long a message id is remembered to suppress a second run (see the events README).
     dedup_window_sec: float = 86400.0
     #: Reconnect delays after the broker went away: doubling from 0.5 s up to this cap.
     reconnect_max_sec: float = 10.0
@@ -74,5 +74,5 @@ class EventsConfig:
 
     def consumer_timeout_ms(self) -> int:
         """What the dispatcher asks the broker for (``x-consumer-timeout``; brokers that ignore it need the
-        ``consumer_timeout`` setting instead, docs/events.md)."""
+        ``consumer_timeout`` setting instead, see the events README)."""
         return int(self.longest_hold_sec() * 1000)

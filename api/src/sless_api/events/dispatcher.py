@@ -6,7 +6,7 @@ and a :class:`~sless_api.events.dedup.DedupStore`. That is all, so `sless up` ru
 and the Kubernetes backend can run the same class as a process of its own.
 
 Per trigger: one channel with ``basic.qos(prefetch)``, a durable queue ``<namespace>.<queue>`` and
-its dead-letter queue ``<namespace>.<queue>.dlq``, manual acks. Per message (docs/events.md):
+its dead-letter queue ``<namespace>.<queue>.dlq``, manual acks. Per message (README.md here):
 
 1. map it to a CloudEvent (:mod:`.message`); a malformed one goes straight to the DLQ;
 2. claim its message id in the store (a redelivery of a finished message is acked unseen);

@@ -1,0 +1,273 @@
+"""Event triggers end to end: `sless up` with SLESS_RABBITMQ_URL, real runtimes, a real broker.
+
+Functions here append what they receive to a file, so "how many times did it run" is a line
+count, whatever the platform believes.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+
+from tests.support.platform import SlessProcess, Tenant, start_sless
+from tests.support.rabbitmq import RabbitBroker, drain, publish, queue_counts, take_all
+
+pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq]
+
+EVENT_ENV = {"SLESS_EVENT_MAX_RETRIES": "2", "SLESS_EVENT_RETRY_BACKOFF_SEC": "0.1",
+             "SLESS_EVENT_RECONNECT_MAX_SEC": "1"}
+
+#: Appends one JSON line per call: the message id and what the function saw.
+RECORDER = """
+import json, os, time
+
+def handle(event):
+    data = event.get("data")
+    if isinstance(data, dict) and data.get("fail"):
+        raise ValueError("asked to fail: " + event["id"])
+    if isinstance(data, dict) and data.get("sleep"):
+        open(os.path.join(os.environ["OUT_DIR"], "started-" + event["id"]), "w").close()
+        time.sleep(data["sleep"])
+    line = {"id": event["id"], "type": event.get("type"), "source": event.get("source"), "data": data,
+            "trigger": event.get("_trigger"), "queue": event.get("_queue")}
+    with open(os.path.join(os.environ["OUT_DIR"], "calls.jsonl"), "a") as f:
+        f.write(json.dumps(line) + "\\n")
+    return {"ok": True}
+"""
+
+
+def lines(out: Path) -> list[dict[str, Any]]:
+    path = out / "calls.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 60, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def sless_events(tmp_path_factory: pytest.TempPathFactory, rabbitmq_url: str) -> Iterator[SlessProcess]:
+    sp = start_sless(Path(tmp_path_factory.mktemp("sless-events")), {"SLESS_RABBITMQ_URL": rabbitmq_url,
+                                                                      **EVENT_ENV})
+    yield sp
+    code = sp.stop()
+    assert code == 0, f"sless up did not stop cleanly ({code}):\n{sp.log_tail()}"
+
+
+def subscriber(sp: SlessProcess, sub: str, out: Path, queue: str = "inbox",
+               broker: RabbitBroker | None = None) -> Tenant:
+    """A tenant with the recorder function subscribed to ``queue`` (consuming when this returns)."""
+    out.mkdir(parents=True, exist_ok=True)
+    tenant = Tenant(sp.url, sub)
+    tenant.deploy("recorder", "python3.11", {"handler.py": RECORDER}, http=False, timeout_sec=10,
+                  env_vars={"OUT_DIR": str(out)})
+    tenant.api("POST", "/triggers", json={"name": "on-inbox", "type": "event", "function": "recorder",
+                                          "queue": queue}, expect=201)
+    if broker is not None:
+        wait_for(lambda: queue_counts(broker, f"{tenant.ns}.{queue}")[1] == 1, what="the consumer")
+    return tenant
+
+
+def test_messages_call_the_function_and_are_recorded_as_event_invocations(
+        sless_events: SlessProcess, rabbitmq_broker: RabbitBroker, tmp_path: Path) -> None:
+    tenant = subscriber(sless_events, "events-delivery", tmp_path, broker=rabbitmq_broker)
+    queue = f"{tenant.ns}.inbox"
+    trigger = tenant.api("GET", "/triggers/on-inbox", expect=200).json()
+    assert queue in trigger["message"] and f"{queue}.dlq" in trigger["message"]
+    publish(rabbitmq_broker, queue, [{"n": i} for i in range(10)])
+    structured = {"specversion": "1.0", "id": "ce-1", "source": "/shop", "type": "shop.order", "data": {"o": 1}}
+    publish(rabbitmq_broker, queue, [json.dumps(structured).encode(), b'{"o": 2}'], lambda i: [
+        pika.BasicProperties(content_type="application/cloudevents+json"),
+        pika.BasicProperties(content_type="application/json", headers={
+            "ce-specversion": "1.0", "ce-id": "ce-2", "ce-source": "/shop", "ce-type": "shop.paid"})][i])
+    wait_for(lambda: len(lines(tmp_path)) >= 12, what="12 calls")
+    by_id = {line["id"]: line for line in lines(tmp_path)}
+    assert sorted(by_id) == sorted([f"m{i}" for i in range(10)] + ["ce-1", "ce-2"])
+    assert by_id["m3"]["data"] == {"n": 3} and by_id["m3"]["trigger"] == "on-inbox"
+    assert by_id["m3"]["queue"] == queue
+    assert (by_id["ce-1"]["type"], by_id["ce-1"]["source"], by_id["ce-1"]["data"]) == ("shop.order", "/shop", {"o": 1})
+    assert (by_id["ce-2"]["type"], by_id["ce-2"]["data"]) == ("shop.paid", {"o": 2})
+
+    def recorded() -> list[dict[str, Any]]:
+        items = tenant.api("GET", "/functions/recorder/invocations", expect=200).json()["items"]
+        return [i for i in items if i["trigger"] == "event"]
+    wait_for(lambda: len(recorded()) == 12, timeout=30, what="12 event invocation records")
+    assert {i["status"] for i in recorded()} == {200}
+    wait_for(lambda: "12 done" in tenant.api("GET", "/triggers/on-inbox").json()["message"], timeout=20,
+             what="the trigger's counters")
+    assert queue_counts(rabbitmq_broker, queue) == (0, 1)
+
+
+def test_a_failing_function_is_retried_then_dead_lettered(sless_events: SlessProcess, rabbitmq_broker: RabbitBroker,
+                                                          tmp_path: Path) -> None:
+    tenant = subscriber(sless_events, "events-failing", tmp_path, broker=rabbitmq_broker)
+    queue = f"{tenant.ns}.inbox"
+    publish(rabbitmq_broker, queue, [{"fail": True}, b"not json at all"],
+            lambda i: pika.BasicProperties(message_id=["bad-1", "poison-1"][i], content_type="application/json",
+                                           delivery_mode=2))
+    dead = {p.message_id: p.headers for p, _ in drain(rabbitmq_broker, f"{queue}.dlq", 2, timeout=60)}
+    assert dead["bad-1"]["x-sless-kind"] == "failed" and dead["bad-1"]["x-sless-attempts"] == 3
+    assert dead["bad-1"]["x-sless-status"] == 500
+    assert "ValueError" in dead["bad-1"]["x-sless-reason"] and "asked to fail" in dead["bad-1"]["x-sless-reason"]
+    assert dead["poison-1"]["x-sless-kind"] == "malformed"
+    assert lines(tmp_path) == []
+    wait_for(lambda: len([i for i in tenant.api("GET", "/functions/recorder/invocations").json()["items"]
+                          if i["trigger"] == "event" and i["status"] == 500]) == 3, timeout=30,
+             what="three failed event invocations recorded")
+
+
+def test_disable_enable_and_delete(sless_events: SlessProcess, rabbitmq_broker: RabbitBroker, tmp_path: Path) -> None:
+    tenant = subscriber(sless_events, "events-lifecycle", tmp_path, broker=rabbitmq_broker)
+    queue = f"{tenant.ns}.inbox"
+    tenant.api("PATCH", "/triggers/on-inbox", json={"enabled": False}, expect=200)
+    wait_for(lambda: queue_counts(rabbitmq_broker, queue)[1] == 0, what="the consumer to be cancelled")
+    publish(rabbitmq_broker, queue, [{"n": i} for i in range(5)])
+    time.sleep(2.0)
+    assert lines(tmp_path) == [] and queue_counts(rabbitmq_broker, queue) == (5, 0)
+
+    tenant.api("PATCH", "/triggers/on-inbox", json={"enabled": True}, expect=200)
+    wait_for(lambda: len(lines(tmp_path)) == 5, what="the queued messages after enabling")
+
+    tenant.api("DELETE", "/triggers/on-inbox", expect=204)
+    wait_for(lambda: queue_counts(rabbitmq_broker, queue)[1] == 0, what="the consumer to be cancelled on delete")
+    publish(rabbitmq_broker, queue, [{"after": "delete"}], lambda i: pika.BasicProperties(message_id="late"))
+    time.sleep(1.0)
+    assert queue_counts(rabbitmq_broker, queue) == (1, 0)  # the queue and its messages belong to the tenant
+    assert len(lines(tmp_path)) == 5
+
+    # Deleting the function deletes its triggers too: a new trigger, then the function goes.
+    tenant.api("POST", "/triggers", json={"name": "again", "type": "event", "function": "recorder",
+                                          "queue": "inbox"}, expect=201)
+    wait_for(lambda: len(lines(tmp_path)) == 6, what="the late message")
+    tenant.api("DELETE", "/functions/recorder", expect=204)
+    wait_for(lambda: queue_counts(rabbitmq_broker, queue)[1] == 0, what="no consumer after the function went")
+
+
+def test_bad_event_trigger_specs(sless_events: SlessProcess) -> None:
+    tenant = Tenant(sless_events.url, "events-bad-specs")
+    tenant.api("POST", "/ensure", expect=(200, 201))
+    tenant.api("POST", "/functions", json={"name": "f", "runtime": "python3.11"}, expect=201)
+    base = {"name": "t", "type": "event", "function": "f"}
+    tenant.api("POST", "/triggers", json=base, expect=400)  # no queue
+    for queue in ("", "has space", "slash/ed", "x" * 201, "ünï", 42):
+        body = tenant.api("POST", "/triggers", json={**base, "queue": queue}, expect=400).json()
+        assert body.get("field") == "queue" or "queue" in body["error"], body
+    tenant.api("POST", "/triggers", json={**base, "name": "Bad_Name", "queue": "q"}, expect=400)
+    tenant.api("POST", "/triggers", json={**base, "queue": "q", "schedule": "* * * * *"}, expect=400)
+    tenant.api("POST", "/triggers", json={**base, "function": "ghost", "queue": "q"}, expect=404)
+    tenant.api("POST", "/triggers", json={"name": "h", "type": "http", "function": "f", "queue": "q"}, expect=400)
+    tenant.api("POST", "/triggers", json={**base, "queue": "q"}, expect=201)
+    tenant.api("POST", "/triggers", json={**base, "queue": "q"}, expect=409)  # same name
+    dup = tenant.api("POST", "/triggers", json={**base, "name": "t2", "queue": "q"}, expect=409).json()
+    assert "already consumed" in dup["error"]
+    tenant.api("PATCH", "/triggers/t", json={"queue": "bad queue"}, expect=400)
+    tenant.api("POST", "/triggers", json={**base, "name": "t3", "queue": "q2"}, expect=201)
+    tenant.api("PATCH", "/triggers/t3", json={"queue": "q"}, expect=409)
+    # Queue names are per tenant: another tenant may use "q" too.
+    other = Tenant(sless_events.url, "events-bad-specs-other")
+    other.api("POST", "/ensure", expect=(200, 201))
+    other.api("POST", "/functions", json={"name": "f", "runtime": "python3.11"}, expect=201)
+    other.api("POST", "/triggers", json={**base, "queue": "q"}, expect=201)
+
+
+def test_event_triggers_without_rabbitmq_are_422(tenant: Tenant) -> None:
+    tenant.api("POST", "/ensure", expect=(200, 201))
+    tenant.api("POST", "/functions", json={"name": "f", "runtime": "python3.11"}, expect=201)
+    body = tenant.api("POST", "/triggers", json={"name": "t", "type": "event", "function": "f", "queue": "q"},
+                      expect=422).json()
+    assert "SLESS_RABBITMQ_URL" in body["error"]
+
+
+@pytest.mark.slow
+def test_broker_restart_while_consuming(sless_events: SlessProcess, rabbitmq_broker: RabbitBroker,
+                                        tmp_path: Path) -> None:
+    tenant = subscriber(sless_events, "events-broker-restart", tmp_path, broker=rabbitmq_broker)
+    queue = f"{tenant.ns}.inbox"
+    publish(rabbitmq_broker, queue, [{"n": i} for i in range(40)])
+    wait_for(lambda: len(lines(tmp_path)) >= 5, what="the stream to start")
+    try:
+        rabbitmq_broker.stop()
+    finally:
+        rabbitmq_broker.start()
+    wait_for(lambda: queue_counts(rabbitmq_broker, queue)[1] == 1, timeout=60, what="the consumer to come back")
+    publish(rabbitmq_broker, queue, [{"n": i} for i in range(40, 50)],
+            lambda i: pika.BasicProperties(message_id=f"m{40 + i}", content_type="application/json", delivery_mode=2))
+    wait_for(lambda: {line["id"] for line in lines(tmp_path)} >= {f"m{i}" for i in range(50)}, timeout=90,
+             what="every message after the broker restart")
+    ids = [line["id"] for line in lines(tmp_path)]
+    assert len(ids) == len(set(ids)), "a message ran twice"
+
+
+# ------------------------------------------------------------------------------- sless up SIGKILLed
+
+
+def _restart(sp: SlessProcess) -> SlessProcess:
+    sp.stop(signal.SIGKILL)
+    return start_sless(sp.data_dir, {k: sp.env[k] for k in ("SLESS_RABBITMQ_URL", *EVENT_ENV)})
+
+
+@pytest.mark.slow
+def test_sigkill_mid_message_runs_the_function_once(rabbitmq_url: str, rabbitmq_broker: RabbitBroker,
+                                                    tmp_path: Path) -> None:
+    sp = start_sless(tmp_path / "data", {"SLESS_RABBITMQ_URL": rabbitmq_url, **EVENT_ENV})
+    try:
+        tenant = subscriber(sp, "events-sigkill-one", tmp_path / "out", broker=rabbitmq_broker)
+        queue = f"{tenant.ns}.inbox"
+        publish(rabbitmq_broker, queue, [{"sleep": 3}], lambda i: pika.BasicProperties(
+            message_id="slow-1", content_type="application/json", delivery_mode=2))
+        wait_for(lambda: (tmp_path / "out" / "started-slow-1").exists(), what="the call to start")
+        sp = _restart(sp)  # the runtime finishes the call it holds (it drains on its parent's death)
+        [(props, body)] = drain(rabbitmq_broker, f"{queue}.dlq", 1, timeout=60)
+        assert props.message_id == "slow-1" and props.headers["x-sless-kind"] == "interrupted"
+        assert json.loads(body) == {"sleep": 3}
+        wait_for(lambda: len(lines(tmp_path / "out")) >= 1, what="the interrupted call's own side effect")
+        publish(rabbitmq_broker, queue, [{"n": 2}], lambda i: pika.BasicProperties(
+            message_id="after", content_type="application/json", delivery_mode=2))
+        wait_for(lambda: len(lines(tmp_path / "out")) >= 2, what="the next message")
+        time.sleep(1.0)
+        assert [line["id"] for line in lines(tmp_path / "out")] == ["slow-1", "after"]
+    finally:
+        sp.stop()
+
+
+@pytest.mark.slow
+def test_sigkill_mid_stream_loses_nothing_and_repeats_nothing(rabbitmq_url: str, rabbitmq_broker: RabbitBroker,
+                                                              tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    sp = start_sless(tmp_path / "data", {"SLESS_RABBITMQ_URL": rabbitmq_url, **EVENT_ENV})
+    total = 120
+    try:
+        tenant = subscriber(sp, "events-sigkill-stream", out, broker=rabbitmq_broker)
+        queue = f"{tenant.ns}.inbox"
+        publish(rabbitmq_broker, queue, [{"n": i, "sleep": 0.2} for i in range(total)])
+        wait_for(lambda: len(lines(out)) >= 30, what="part of the stream")
+        sp = _restart(sp)
+        ids = {f"m{i}" for i in range(total)}
+        dead: dict[str, str] = {}
+
+        def settled() -> bool:
+            dead.update({p.message_id: p.headers["x-sless-kind"] for p, _ in take_all(rabbitmq_broker, f"{queue}.dlq")})
+            return {line["id"] for line in lines(out)} | set(dead) >= ids
+        wait_for(settled, timeout=120, what="every message to be handled or dead-lettered")
+        time.sleep(1.0)
+        seen = [line["id"] for line in lines(out)]
+        assert len(seen) == len(set(seen)), f"ran twice: {[i for i in set(seen) if seen.count(i) > 1]}"
+        assert set(dead.values()) <= {"interrupted"}, dead
+        assert len(dead) <= 8  # at most the prefetch window was in flight at the kill
+        assert queue_counts(rabbitmq_broker, queue)[0] == 0
+    finally:
+        sp.stop()
