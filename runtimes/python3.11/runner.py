@@ -103,7 +103,7 @@ def main() -> None:
         _exit(EXIT_FAILED)
     try:
         data = rt.to_json(outcome.get("result"))
-    except rt.ResultError as exc:
+    except rt.InvalidResponse as exc:
         rt.log(str(exc))
         _exit(EXIT_FAILED)
         return

@@ -17,10 +17,7 @@ Design (why it looks like this):
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
-import inspect
 import os
 import select
 import signal
@@ -29,15 +26,19 @@ import struct
 import sys
 import threading
 import time
-from email.utils import formatdate
 from http import HTTPStatus
 from types import FrameType
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at start-up
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 import sless_runtime as rt  # noqa: E402
+
+if TYPE_CHECKING:
+    import asyncio
+    from typing import Any
 
 # The user's modules must not be shadowed by this directory (e.g. their own "server.py").
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
@@ -80,12 +81,31 @@ class _Clock:
     def date(self) -> bytes:
         now = int(time.time())
         if now != self.second:
-            self.header = b"Date: " + formatdate(now, usegmt=True).encode() + b"\r\n"
+            self.header = b"Date: " + _http_date(now) + b"\r\n"
             self.second = now
         return self.header
 
 
 _clock = _Clock()
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, read without importing inspect at start-up
+
+
+def _http_date(now: int) -> bytes:
+    """RFC 9110 IMF-fixdate, independent of the handler's locale (and of email.utils' import cost)."""
+    t = time.gmtime(now)
+    return (f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} "
+            f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT").encode()
+
+
+def _is_coroutine_function(fn: Any) -> bool:
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is None:  # a callable object or a partial: rare, so pay for inspect here
+        import inspect
+
+        return inspect.iscoroutinefunction(fn)
+    return bool(code.co_flags & _CO_COROUTINE)
 
 
 def serialize(resp: rt.Response, keep_alive: bool, head_only: bool, http10: bool = False) -> bytes:
@@ -170,7 +190,7 @@ class Server:
     def __init__(self, config: rt.Config, handler: rt.Handler) -> None:
         self.config = config
         self.handler = handler
-        self.is_async = inspect.iscoroutinefunction(handler)
+        self.is_async = _is_coroutine_function(handler)
         self.connections: set[Connection] = set()
         self.draining = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -393,7 +413,7 @@ class Server:
         remaining = conn.deadline - time.monotonic()
         if self._disarm(conn):
             return None
-        if inspect.isawaitable(result):  # e.g. a sync wrapper around an async function
+        if hasattr(type(result), "__await__"):  # e.g. a sync wrapper around an async function
             return self._run_async(result, max(0.001, remaining))
         return _encode(result)
 
@@ -404,10 +424,12 @@ class Server:
             return conn.timed_out
 
     def _run_async(self, awaitable: Any, timeout: float) -> rt.Response:
+        import asyncio
+
         future = asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), self._event_loop())
         try:
             result = future.result(timeout)
-        except concurrent.futures.TimeoutError:
+        except TimeoutError:  # concurrent.futures.TimeoutError is this builtin since 3.11
             future.cancel()
             rt.log(rt.timeout_message(self.config.timeout_sec) + " (async handler cancelled)")
             return rt.error_response(504, rt.timeout_message(self.config.timeout_sec), "Timeout")
@@ -418,6 +440,8 @@ class Server:
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         """The shared loop for async handlers, started on first use."""
+        import asyncio  # on first use: most handlers are sync, and asyncio costs ~40 ms of cold start
+
         with self._loop_lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
@@ -457,7 +481,7 @@ async def _as_coroutine(awaitable: Any) -> Any:
 def _encode(result: Any) -> rt.Response:
     try:
         return rt.encode_result(result)
-    except rt.ResultError as exc:
+    except rt.InvalidResponse as exc:
         rt.log(f"bad handler result: {exc}")
         return rt.exception_response(exc)
 
@@ -481,8 +505,10 @@ def _too_large(limit: int) -> str:
 
 def _reserved(method: str, path: str) -> rt.Response:
     """The platform's own /_/ endpoints; the handler never sees these paths."""
-    if path == "/_/health" and method in ("GET", "HEAD"):
-        return rt.Response(200, [("Content-Type", rt.JSON_TYPE)], b'{"status":"ok"}')
+    if path == "/_/health":
+        if method in ("GET", "HEAD"):
+            return rt.Response(200, [("Content-Type", rt.JSON_TYPE)], b'{"status":"ok"}')
+        return rt.error_response(405, f"method {method} not allowed on {path}", "MethodNotAllowed")
     return rt.error_response(404, f"no such endpoint: {path}", "NotFound")
 
 

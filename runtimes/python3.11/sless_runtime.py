@@ -9,19 +9,21 @@ the runtime image next to server.py and runner.py.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import importlib
 import json
 import os
 import sys
-import traceback
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
 from urllib.parse import parse_qsl
 
-Handler = Callable[[dict[str, Any]], Any]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at start-up
+
+# Start-up time is a function's cold start: typing, dataclasses, traceback and base64 are left
+# out of the import path (imported where they are needed, or for type checking only).
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+    Handler = Callable[[dict[str, Any]], Any]
 
 TEXT_TYPE = "text/plain; charset=utf-8"
 HTML_TYPE = "text/html; charset=utf-8"
@@ -35,22 +37,26 @@ class LoadError(Exception):
     """The handler named by SLESS_ENTRYPOINT cannot be loaded."""
 
 
-class ResultError(Exception):
+class InvalidResponse(Exception):
     """A handler result that cannot be turned into a response (bad statusCode, headers, JSON)."""
 
 
-@dataclass(frozen=True)
 class Config:
     """The runtime's settings; every field comes from one documented environment variable."""
 
-    port: int = 8080
-    host: str = "0.0.0.0"
-    code_dir: str = "/app/function"
-    entrypoint: str = "handler.handle"
-    deps_dir: str | None = None
-    timeout_sec: float = 30.0
-    max_body_bytes: int = 6291456
-    drain_sec: float = 25.0
+    __slots__ = ("code_dir", "deps_dir", "drain_sec", "entrypoint", "host", "max_body_bytes", "port", "timeout_sec")
+
+    def __init__(self, port: int = 8080, host: str = "0.0.0.0", code_dir: str = "/app/function",
+                 entrypoint: str = "handler.handle", deps_dir: str | None = None, timeout_sec: float = 30.0,
+                 max_body_bytes: int = 6291456, drain_sec: float = 25.0) -> None:
+        self.port = port
+        self.host = host
+        self.code_dir = code_dir
+        self.entrypoint = entrypoint
+        self.deps_dir = deps_dir
+        self.timeout_sec = timeout_sec
+        self.max_body_bytes = max_body_bytes
+        self.drain_sec = drain_sec
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -111,6 +117,8 @@ def load_handler(config: Config) -> Handler:
     try:
         module = importlib.import_module(module_name)
     except BaseException as exc:  # any failure at import time, SystemExit included
+        import traceback
+
         raise LoadError(f"cannot import {module_name!r} from {config.code_dir}:\n{traceback.format_exc()}") from exc
     func = getattr(module, func_name, None)
     if func is None:
@@ -130,6 +138,8 @@ def build_event(method: str, path: str, query: str, headers: dict[str, str], bod
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
+            import base64
+
             event = {"body": base64.b64encode(body).decode("ascii"), "isBase64Encoded": True}
         else:
             parsed = _json_object(text)
@@ -158,16 +168,18 @@ def to_json(value: Any) -> bytes:
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
-        raise ResultError(f"result is not JSON-serializable: {exc}") from exc
+        raise InvalidResponse(f"result is not JSON-serializable: {exc}") from exc
 
 
-@dataclass
 class Response:
     """A response ready to send: status, headers (name, value) and the full body."""
 
-    status: int
-    headers: list[tuple[str, str]]
-    body: bytes
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
 
 
 def encode_result(result: Any) -> Response:
@@ -189,16 +201,16 @@ def _is_int(value: Any) -> bool:
 def _from_description(desc: dict[str, Any]) -> Response:
     status: int = desc["statusCode"]
     if not 200 <= status <= 599:
-        raise ResultError(f"statusCode {status} is out of range 200-599")
+        raise InvalidResponse(f"statusCode {status} is out of range 200-599")
     headers: list[tuple[str, str]] = []
     raw_headers = desc.get("headers")
     if raw_headers is not None:
         if not isinstance(raw_headers, dict):
-            raise ResultError("headers must be an object of strings")
+            raise InvalidResponse("headers must be an object of strings")
         for raw_name, raw_value in raw_headers.items():
             name, value = str(raw_name), str(raw_value)
             if not _valid_header(name, value):
-                raise ResultError(f"invalid response header {name!r}")
+                raise InvalidResponse(f"invalid response header {name!r}")
             if name.lower() not in FRAMING_HEADERS:
                 headers.append((name, value))
     has_type = any(name.lower() == "content-type" for name, _ in headers)
@@ -207,10 +219,12 @@ def _from_description(desc: dict[str, Any]) -> Response:
         data = b""
     elif isinstance(body, str):
         if desc.get("isBase64Encoded") is True:
+            import base64
+
             try:
                 data = base64.b64decode(body, validate=True)
-            except (binascii.Error, ValueError) as exc:
-                raise ResultError(f"body is not valid base64: {exc}") from exc
+            except ValueError as exc:  # binascii.Error is a ValueError
+                raise InvalidResponse(f"body is not valid base64: {exc}") from exc
         else:
             data = body.encode("utf-8", "surrogatepass")
         if not has_type:
@@ -259,5 +273,7 @@ def log(message: str) -> None:
 
 def log_exception(what: str, exc: BaseException) -> None:
     """Log ``what`` with the exception's traceback on stderr."""
+    import traceback
+
     detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     log(f"{what}:\n{detail.rstrip()}")

@@ -331,6 +331,7 @@ def test_reserved_prefix(runtime: str, start_server: ServerFactory) -> None:
     assert health.json() == {"status": "ok"}
     for path in ("/_/other", "/_/echo", "/_/health/x"):
         assert_error_body(requests.get(f"{server.url}{path}", timeout=10), 404)
+    assert_error_body(requests.post(f"{server.url}/_/health", timeout=10), 405)
 
 
 # --------------------------------------------------------------------------- body limits

@@ -295,10 +295,10 @@ def test_python_result_types(start_server: ServerFactory, tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("case", "type_"),
     [
-        ("range", "ResultError"),
-        ("inject", "ResultError"),
-        ("set", "ResultError"),
-        ("nan", "ResultError"),
+        ("range", "InvalidResponse"),
+        ("inject", "InvalidResponse"),
+        ("set", "InvalidResponse"),
+        ("nan", "InvalidResponse"),
         ("exit", "SystemExit"),
         ("silent-error", "KeyError"),
     ],
