@@ -36,7 +36,7 @@ from sless_api.standalone.builder import BuildArtifact, Builder, BuildFailed, Bu
 from sless_api.standalone.runner import run_once
 from sless_api.standalone.state import StateStore
 from sless_api.standalone.supervisor import NotDeployed, ProcessSpec, StartFailed, Supervisor
-from sless_api.storage import CodeStore, context_key, zip_key
+from sless_api.storage import CodeStore, context_key, function_prefixes, zip_key
 from sless_api.zipsafe import ZipLimits, extract_zip, read_source_files
 from sless_core.errors import ValidationError
 from sless_core.models import FunctionSpec, JobPhase, JobSpec, Phase, TriggerSpec, TriggerType
@@ -161,14 +161,13 @@ class StandalonePlatform:
 
     def _delete_files(self, namespace: str, name: str) -> None:
         shutil.rmtree(self.code_root / namespace / name, ignore_errors=True)
-        self.store.delete_prefix(f"functions/{namespace}/{name}/")
-        self.store.delete_prefix(f"contexts/{namespace}/{name}/")
+        for prefix in function_prefixes(namespace, name):
+            self.store.delete_prefix(prefix)
 
     async def upload_code(self, namespace: str, name: str, zip_path: Path, code_hash: str) -> FunctionRecord:
         rec = self._function(namespace, name)
         if rec.code_hash == code_hash and rec.phase in (Phase.READY, Phase.BUILDING):
-            rec.message = f"{rec.message} (identical code uploaded: no rebuild)" if "identical" not in \
-                rec.message else rec.message
+            rec.message = f"identical code uploaded: no rebuild ({rec.message})"
             return rec
         code_dir = self.code_root / namespace / name / code_hash
         await asyncio.to_thread(self._store_code, rec, zip_path, code_dir, code_hash)
