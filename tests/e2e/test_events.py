@@ -157,6 +157,28 @@ def test_disable_enable_and_delete(sless_events: SlessProcess, rabbitmq_broker: 
     wait_for(lambda: queue_counts(rabbitmq_broker, queue)[1] == 0, what="no consumer after the function went")
 
 
+def test_messages_wait_while_the_function_is_not_ready(sless_events: SlessProcess, rabbitmq_broker: RabbitBroker,
+                                                      tmp_path: Path) -> None:
+    tenant = Tenant(sless_events.url, "events-not-ready")
+    tenant.api("POST", "/ensure", expect=(200, 201))
+    tenant.api("POST", "/functions", json={"name": "recorder", "runtime": "python3.11", "timeout_sec": 10,
+                                           "env_vars": {"OUT_DIR": str(tmp_path)}}, expect=201)
+    tenant.api("POST", "/triggers", json={"name": "early", "type": "event", "function": "recorder",
+                                          "queue": "inbox"}, expect=201)
+    queue = f"{tenant.ns}.inbox"
+    conn = rabbitmq_broker.connection()
+    conn.channel().queue_declare(queue, durable=True)  # the producer came first
+    conn.close()
+    publish(rabbitmq_broker, queue, [{"n": i} for i in range(3)])
+    time.sleep(3.0)  # no code yet: no consumer, nothing fails into the DLQ
+    assert queue_counts(rabbitmq_broker, queue) == (3, 0)
+    assert queue_counts(rabbitmq_broker, f"{queue}.dlq") == (0, 0)
+    tenant.upload("recorder", {"handler.py": RECORDER})
+    tenant.wait_phase("recorder", ("Ready",))
+    wait_for(lambda: len(lines(tmp_path)) == 3, what="the waiting messages once the function is Ready")
+    assert sorted(line["id"] for line in lines(tmp_path)) == ["m0", "m1", "m2"]
+
+
 def test_bad_event_trigger_specs(sless_events: SlessProcess) -> None:
     tenant = Tenant(sless_events.url, "events-bad-specs")
     tenant.api("POST", "/ensure", expect=(200, 201))
