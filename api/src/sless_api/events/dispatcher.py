@@ -407,13 +407,15 @@ class Dispatcher:
         else:
             slot = (target.broker_queue, key)
             task = self._inflight.get(slot)
+            joined = task is not None
             if task is None:
                 task = asyncio.create_task(work())
                 self._inflight[slot] = task
                 task.add_done_callback(lambda t: self._inflight.pop(slot) if self._inflight.get(slot) is t else None)
-            else:
-                self.stats["joined"] += 1
             final = await asyncio.shield(task)
+            if joined:  # a second delivery of a message being handled: settled by the first one's outcome
+                consumer.stats["duplicate"] += 1
+                self.stats["duplicate"] += 1
         await _settle(message, final)
 
     async def _process(self, consumer: _Consumer, delivery: Delivery, key: str | None, body: bytes) -> Final:
