@@ -1,0 +1,383 @@
+"""The Helm chart charts/sless, rendered by the real helm: lint, schema strictness, RBAC,
+Secrets by name, Ingress timeouts, pod security, probes, NetworkPolicies, the test hook."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.install.helm import CHART, NAMESPACE, HelmError, by_kind, helm, one, pod_specs, render
+
+API = "sless-api"
+OPERATOR = "sless-operator"
+
+
+@pytest.fixture(scope="module")
+def default() -> list[dict[str, Any]]:
+    return render()
+
+
+def test_lint_strict_passes() -> None:
+    proc = helm("lint", "--strict", str(CHART), "--kube-version", "1.34.4")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_lint_strict_passes_with_everything_on() -> None:
+    on = {
+        "ingress": {"enabled": True, "host": "f.example.com", "tls": {"enabled": True, "secretName": "tls"}},
+        "networkPolicy": {"egress": {"enabled": True, "to": [{"cidr": "10.0.0.1/32"}]}},
+    }
+    sets = [arg for key, value in on.items() for arg in ("--set-json", f"{key}={json.dumps(value)}")]
+    proc = helm("lint", "--strict", str(CHART), "--kube-version", "1.34.4", *sets)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_renders_every_part(default: list[dict[str, Any]]) -> None:
+    kinds = sorted({o["kind"] for o in default})
+    assert kinds == sorted(["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Namespace",
+                            "NetworkPolicy", "PodDisruptionBudget", "Pod", "Service", "ServiceAccount"])  # fmt: skip
+    assert {o["metadata"]["name"] for o in by_kind(default, "Deployment")} == {API, OPERATOR}
+
+
+def test_every_object_is_labelled_and_prefixed(default: list[dict[str, Any]]) -> None:
+    for obj in default:
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/part-of"] == "sless"
+        assert labels["app.kubernetes.io/instance"] == "sless"
+        if obj["kind"] != "Namespace":
+            assert obj["metadata"]["name"].startswith("sless-"), obj["metadata"]["name"]
+
+
+def test_fullname_override_prefixes_everything() -> None:
+    objects = render({"fullnameOverride": "fx"})
+    names = {o["metadata"]["name"] for o in objects if o["kind"] != "Namespace"}
+    assert names and all(n.startswith("fx-") for n in names), names
+
+
+# ---------------------------------------------------------------- values and schema
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"api": {"replica": 3}}, "additional properties 'replica' not allowed"),
+    ({"imagee": {}}, "additional properties 'imagee' not allowed"),
+    ({"secrets": {"jwt": {"name": "x", "key": "k", "value": "inline"}}}, "additional properties 'value' not allowed"),
+    ({"operator": {"replicas": 2}}, "maximum"),
+    ({"limits": {"maxTimeoutSec": "900"}}, "got string, want integer"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "value must be one of"),
+])  # fmt: skip
+def test_schema_rejects_mistakes(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(HelmError) as err:
+        render(values)
+    assert message in str(err.value)
+
+
+def _schema_objects(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    found = []
+    if "properties" in node:
+        found.append((path or "/", node))
+        for key, child in node["properties"].items():
+            found += _schema_objects(child, f"{path}/{key}")
+    if isinstance(node.get("items"), dict):
+        found += _schema_objects(node["items"], f"{path}[]")
+    return found
+
+
+def test_schema_is_closed_at_every_level() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    objects = _schema_objects(schema)
+    assert len(objects) > 20
+    open_ones = [path for path, node in objects if node.get("additionalProperties") is not False
+                 and path != "/api/extraEnv[]" and path != "/operator/extraEnv[]"]  # fmt: skip
+    assert open_ones == []
+
+
+def _leaf_paths(node: Any, path: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    if isinstance(node, dict) and node:
+        return set().union(*(_leaf_paths(v, (*path, k)) for k, v in node.items()))
+    return {path}
+
+
+def test_schema_and_values_name_the_same_keys() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def schema_has(path: tuple[str, ...]) -> bool:
+        node = schema
+        for key in path:
+            props = node.get("properties")
+            if props is None:  # a free-form map (labels, resources, securityContext)
+                return node.get("type") == "object"
+            if key not in props:
+                return False
+            node = props[key]
+        return True
+
+    missing = [".".join(p) for p in _leaf_paths(values) if not schema_has(p)]
+    assert missing == []
+    assert set(schema["properties"]) == set(values)
+
+
+def test_every_value_is_commented() -> None:
+    """Each key of values.yaml has a comment right above it, or sits under a commented key."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    commented_at: list[int] = []  # indentation of the commented ancestors in scope
+    bare = []
+    for i, line in enumerate(lines):
+        match = re.match(r"^( *)([A-Za-z][\w.-]*):", line)
+        if not match:
+            continue
+        indent = len(match.group(1))
+        commented_at = [level for level in commented_at if level < indent]
+        above = lines[i - 1].strip() if i else ""
+        if above.startswith("#"):
+            commented_at.append(indent)
+        elif not commented_at and not line.rstrip().endswith(":"):
+            bare.append(line.strip())
+        elif not commented_at:
+            # a section header: fine when every child is commented (checked as they come)
+            pass
+    assert bare == []
+
+
+# ---------------------------------------------------------------- RBAC
+
+
+def _rules(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [(o["metadata"]["name"], rule) for o in objects if o["kind"] in ("ClusterRole", "Role")
+            for rule in o.get("rules", [])]  # fmt: skip
+
+
+def test_rbac_has_no_wildcards(default: list[dict[str, Any]]) -> None:
+    rules = _rules(default)
+    assert len(rules) > 10
+    for name, rule in rules:
+        for field in ("verbs", "resources", "apiGroups"):
+            assert "*" not in rule.get(field, []), f"{name}: '*' in {field}: {rule}"
+            assert not any("*" in item for item in rule.get(field, [])), f"{name}: wildcard in {field}"
+
+
+def test_rbac_never_reads_secrets(default: list[dict[str, Any]]) -> None:
+    for name, rule in _rules(default):
+        if "" in rule.get("apiGroups", []):
+            assert "secrets" not in rule.get("resources", []), f"{name} grants Secrets: {rule}"
+
+
+def test_rbac_binds_each_role_to_its_own_service_account(default: list[dict[str, Any]]) -> None:
+    for component in ("api", "operator"):
+        binding = one(default, "ClusterRoleBinding", f"sless-{component}")
+        assert binding["roleRef"]["name"] == f"sless-{component}"
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"sless-{component}", "namespace": NAMESPACE}]
+        deployment = one(default, "Deployment", f"sless-{component}")
+        assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == f"sless-{component}"
+
+
+def test_operator_may_write_status_but_api_may_not(default: list[dict[str, Any]]) -> None:
+    def resources(role: str) -> set[str]:
+        return {r for rule in one(default, "ClusterRole", role)["rules"] for r in rule["resources"]}
+
+    assert {"functions/status", "triggers/status", "functionjobs/status"} <= resources("sless-operator")
+    assert not any(r.endswith("/status") for r in resources("sless-api"))
+
+
+# ---------------------------------------------------------------- secrets and config
+
+
+def _env(deployment: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def test_secrets_are_referenced_by_name_never_inlined(default: list[dict[str, Any]]) -> None:
+    assert by_kind(default, "Secret") == []
+    env = _env(one(default, "Deployment", API))
+    expected = {
+        "SLESS_JWT_SECRET": ("sless-jwt", "secret"),
+        "SLESS_DATABASE_URL": ("sless-database", "url"),
+        "SLESS_S3_ACCESS_KEY": ("sless-s3", "access-key"),
+        "SLESS_S3_SECRET_KEY": ("sless-s3", "secret-key"),
+        "SLESS_RABBITMQ_URL": ("sless-rabbitmq", "url"),
+    }
+    for name, (secret, key) in expected.items():
+        assert env[name]["valueFrom"]["secretKeyRef"] == {"name": secret, "key": key}
+        assert "value" not in env[name]
+
+
+def test_secret_names_follow_values() -> None:
+    secrets = {
+        "jwt": {"name": "my-jwt", "key": "pem"},
+        "database": {"name": "db", "key": "dsn"},
+        "s3": {"name": "s3", "accessKeyKey": "a", "secretKeyKey": "b"},
+        "rabbitmq": {"name": "", "key": "url"},
+        "buildS3": {"name": "bs3"},
+        "registry": {"name": "push"},
+    }
+    auth = {"algorithm": "RS256", "jwksUrl": "", "issuer": "", "audience": "", "leewaySec": 30}
+    objects = render({"secrets": secrets, "auth": auth})
+    env = _env(one(objects, "Deployment", API))
+    assert env["SLESS_JWT_PUBLIC_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "my-jwt", "key": "pem"}
+    assert "SLESS_JWT_SECRET" not in env
+    assert "SLESS_RABBITMQ_URL" not in env
+    data = one(objects, "ConfigMap", "sless-config")["data"]
+    assert data["SLESS_BUILD_S3_SECRET"] == "bs3"
+    assert data["SLESS_BUILD_REGISTRY_SECRET"] == "push"
+
+
+def test_jwks_url_needs_no_secret() -> None:
+    objects = render({"auth": {"algorithm": "RS256", "jwksUrl": "https://idp/jwks", "issuer": "i", "audience": "a",
+                               "leewaySec": 5}})  # fmt: skip
+    env = _env(one(objects, "Deployment", API))
+    assert not {"SLESS_JWT_SECRET", "SLESS_JWT_PUBLIC_KEY"} & set(env)
+    data = one(objects, "ConfigMap", "sless-config")["data"]
+    assert (data["SLESS_JWKS_URL"], data["SLESS_JWT_ISSUER"], data["SLESS_JWT_AUDIENCE"]) == (
+        "https://idp/jwks",
+        "i",
+        "a",
+    )
+
+
+def test_configmap_carries_the_settings_both_components_read(default: list[dict[str, Any]]) -> None:
+    data = one(default, "ConfigMap", "sless-config")["data"]
+    assert data["SLESS_BACKEND"] == "kubernetes"
+    assert data["SLESS_PLATFORM_NAMESPACE"] == NAMESPACE
+    assert data["SLESS_MAX_TIMEOUT_SEC"] == "900"
+    assert data["SLESS_BUILD_NAMESPACE"] == "sless-build"
+    assert all(isinstance(v, str) for v in data.values())
+    for name in (API, OPERATOR):
+        container = one(default, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]
+        assert container["envFrom"] == [{"configMapRef": {"name": "sless-config"}}]
+
+
+def test_a_changed_setting_rolls_the_pods(default: list[dict[str, Any]]) -> None:
+    changed = render({"limits": {"maxTimeoutSec": 300, "proxyTimeoutMarginSec": 5, "maxUploadBytes": 33554432,
+                                 "maxBodyBytes": 6291456}})  # fmt: skip
+    for name in (API, OPERATOR):
+        before = one(default, "Deployment", name)["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        after = one(changed, "Deployment", name)["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        assert before != after
+
+
+# ---------------------------------------------------------------- ingress
+
+
+@pytest.mark.parametrize(("max_timeout", "margin", "expected"), [(900, 5, "915"), (60, 0, "70"), (3600, 30, "3640")])
+def test_ingress_timeouts_follow_the_longest_function(max_timeout: int, margin: int, expected: str) -> None:
+    objects = render({"ingress": {"enabled": True, "className": "nginx", "host": "fn.example.com",
+                                  "tls": {"enabled": False, "secretName": ""}, "annotations": {}},
+                      "limits": {"maxTimeoutSec": max_timeout, "proxyTimeoutMarginSec": margin,
+                                 "maxUploadBytes": 33554432, "maxBodyBytes": 6291456}})  # fmt: skip
+    annotations = one(objects, "Ingress", API)["metadata"]["annotations"]
+    assert annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"] == expected
+    assert annotations["nginx.ingress.kubernetes.io/proxy-send-timeout"] == expected
+    assert annotations["nginx.ingress.kubernetes.io/proxy-body-size"] == "33m"
+    assert one(objects, "ConfigMap", "sless-config")["data"]["SLESS_MAX_TIMEOUT_SEC"] == str(max_timeout)
+
+
+def test_ingress_routes_to_the_api_service_with_tls() -> None:
+    objects = render({"ingress": {"enabled": True, "className": "nginx", "host": "fn.example.com",
+                                  "tls": {"enabled": True, "secretName": "fn-tls"},
+                                  "annotations": {"example.com/extra": "yes"}}})  # fmt: skip
+    ingress = one(objects, "Ingress", API)
+    assert ingress["spec"]["tls"] == [{"secretName": "fn-tls", "hosts": ["fn.example.com"]}]
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": API, "port": {"name": "http"}}
+    assert ingress["metadata"]["annotations"]["example.com/extra"] == "yes"
+
+
+def test_ingress_is_off_by_default(default: list[dict[str, Any]]) -> None:
+    assert by_kind(default, "Ingress") == []
+
+
+# ---------------------------------------------------------------- pods
+
+
+def test_pods_are_pod_security_restricted(default: list[dict[str, Any]]) -> None:
+    specs = pod_specs(default)
+    assert set(specs) == {API, OPERATOR, "sless-test-health"}
+    for name, spec in specs.items():
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True and pod["runAsUser"] > 0, name
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert not spec.get("hostNetwork") and not spec.get("hostPID"), name
+        for container in spec["containers"]:
+            ctx = container["securityContext"]
+            assert ctx["allowPrivilegeEscalation"] is False, name
+            assert ctx["capabilities"] == {"drop": ["ALL"]}, name
+            assert ctx["readOnlyRootFilesystem"] is True, name
+            assert container["resources"]["requests"] and container["resources"]["limits"]["memory"], name
+
+
+def test_probes_and_commands(default: list[dict[str, Any]]) -> None:
+    api = one(default, "Deployment", API)["spec"]["template"]["spec"]["containers"][0]
+    assert api["command"] == ["sless-api"]
+    assert api["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert api["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert api["startupProbe"]["httpGet"]["path"] == "/health"
+    assert _env(one(default, "Deployment", API))["SLESS_BIND"]["value"] == "0.0.0.0:8090"
+    operator = one(default, "Deployment", OPERATOR)
+    container = operator["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["sless-operator"]
+    assert container["args"] == ["--liveness=http://0.0.0.0:8081/healthz"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "liveness"}
+    assert operator["spec"]["strategy"] == {"type": "Recreate"}
+    assert operator["spec"]["replicas"] == 1
+
+
+def test_image_tag_defaults_to_app_version_and_digest_wins(default: list[dict[str, Any]]) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    image = one(default, "Deployment", API)["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == f"ghcr.io/sless-dev/sless:{chart['appVersion']}"
+    digest = "sha256:" + "a" * 64
+    objects = render({"image": {"repository": "r.example/s", "tag": "x", "digest": digest, "pullPolicy": "Always"}})
+    assert (
+        one(objects, "Deployment", OPERATOR)["spec"]["template"]["spec"]["containers"][0]["image"]
+        == f"r.example/s@{digest}"
+    )
+
+
+# ---------------------------------------------------------------- network, namespaces, hook
+
+
+def test_network_policies_limit_ingress(default: list[dict[str, Any]]) -> None:
+    api = one(default, "NetworkPolicy", API)["spec"]
+    assert api["policyTypes"] == ["Ingress"]
+    assert api["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "api"
+    assert api["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 8090}]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}} in api["ingress"][
+        0
+    ]["from"]
+    operator = one(default, "NetworkPolicy", OPERATOR)["spec"]
+    assert operator["ingress"] == [{"ports": [{"protocol": "TCP", "port": 8081}]}]
+
+
+def test_network_policies_restrict_egress_when_asked() -> None:
+    egress = {"enabled": True, "to": [{"cidr": "10.0.0.1/32", "ports": [443]}]}
+    objects = render({"networkPolicy": {"enabled": True, "apiIngressNamespaceSelectors": [], "egress": egress}})
+    api = one(objects, "NetworkPolicy", API)["spec"]
+    assert api["policyTypes"] == ["Ingress", "Egress"]
+    to_tenants = [r for r in api["egress"] if r.get("to") and "namespaceSelector" in r["to"][0]]
+    assert to_tenants[0]["to"][0]["namespaceSelector"]["matchLabels"] == {"app.kubernetes.io/managed-by": "sless"}
+    assert {"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}], "ports": [{"protocol": "TCP", "port": 443}]} in api["egress"]
+    operator = one(objects, "NetworkPolicy", OPERATOR)["spec"]
+    assert not any("namespaceSelector" in (r.get("to") or [{}])[0] for r in operator["egress"])
+
+
+def test_build_namespace_is_baseline_and_optional(default: list[dict[str, Any]]) -> None:
+    namespace = one(default, "Namespace", "sless-build")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    objects = render(
+        {"build": {**yaml.safe_load((CHART / "values.yaml").read_text())["build"], "createNamespace": False}}
+    )
+    assert by_kind(objects, "Namespace") == []
+
+
+def test_helm_test_hook_checks_the_api_health(default: list[dict[str, Any]]) -> None:
+    pod = one(default, "Pod", "sless-test-health")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    command = pod["spec"]["containers"][0]["command"]
+    assert command[-2] == f"http://{API}.{NAMESPACE}.svc:80/health"
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert pod["spec"]["restartPolicy"] == "Never"

@@ -1,0 +1,133 @@
+"""The Ansible roles' shape: defaults and meta/argument_specs.yml in sync, role-prefixed
+variables, tasks/main.yml as a table of contents that starts with the preflight."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").is_file())
+EXPECTED = {"postgresql", "rabbitmq", "ingress_timeouts", "vault_secrets", "runtime_images", "sless"}
+
+
+def _load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def _defaults(role: Path) -> dict[str, Any]:
+    return _load(role / "defaults" / "main.yml") or {}
+
+
+def _specs(role: Path) -> dict[str, dict[str, Any]]:
+    return dict(_load(role / "meta" / "argument_specs.yml")["argument_specs"])
+
+
+def test_every_role_exists() -> None:
+    assert {r.name for r in ROLES} == EXPECTED
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
+def test_defaults_are_all_specified(role: Path) -> None:
+    options = _specs(role)["main"]["options"]
+    missing = sorted(set(_defaults(role)) - set(options))
+    assert missing == [], f"{role.name}: defaults without an argument spec: {missing}"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
+def test_spec_defaults_equal_the_defaults_file(role: Path) -> None:
+    defaults = _defaults(role)
+    for entry, spec in _specs(role).items():
+        for name, option in spec["options"].items():
+            where = f"{role.name} {entry} {name}"
+            assert option.get("description"), f"{where}: no description"
+            assert option.get("type"), f"{where}: no type"
+            if name in defaults:
+                assert not option.get("required"), f"{where}: required, yet defaults/main.yml sets it"
+                assert "default" in option, f"{where}: defaults/main.yml sets it, the spec has no default"
+                assert option["default"] == defaults[name], (
+                    f"{where}: spec default {option['default']!r} != {defaults[name]!r}"
+                )
+            else:
+                assert option.get("required") is True, f"{where}: neither in defaults/main.yml nor required"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
+def test_required_options_are_documented_in_defaults(role: Path) -> None:
+    text = (role / "defaults" / "main.yml").read_text()
+    for spec in _specs(role).values():
+        for name, option in spec["options"].items():
+            if option.get("required"):
+                assert f"# Required, no default: {name}" in text, f"{role.name}: {name} is not explained in defaults"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
+def test_defaults_are_commented(role: Path) -> None:
+    lines = (role / "defaults" / "main.yml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line and not line.startswith((" ", "#", "-")) and ":" in line:
+            block = [ln for ln in lines[:i] if ln.strip()]
+            above = block[-1] if block else ""
+            is_group_member = above and not above.startswith("#") and not above.startswith(" ")
+            assert above.startswith("#") or is_group_member, f"{role.name}: {line.split(':')[0]} has no comment"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
+def test_variables_carry_the_role_prefix(role: Path) -> None:
+    names = set(_defaults(role))
+    for spec in _specs(role).values():
+        names |= set(spec["options"])
+    assert all(n.startswith(f"{role.name}_") for n in names), sorted(n for n in names if not n.startswith(role.name))
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
+def test_main_is_a_table_of_contents(role: Path) -> None:
+    tasks = _load(role / "tasks" / "main.yml")
+    assert tasks[0] == {"name": "Preflight", "ansible.builtin.import_tasks": "preflight.yml"}
+    for task in tasks:
+        modules = set(task) - {"name", "when", "loop", "loop_control", "tags"}
+        assert modules <= {"ansible.builtin.import_tasks", "ansible.builtin.include_tasks"}, f"{role.name}: {task}"
+        target = task.get("ansible.builtin.import_tasks") or task.get("ansible.builtin.include_tasks")
+        assert (role / "tasks" / target).is_file(), f"{role.name}: {target} missing"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
+def test_preflight_asserts_before_changing_anything(role: Path) -> None:
+    tasks = _load(role / "tasks" / "preflight.yml")
+    assert any("ansible.builtin.assert" in t for t in tasks)
+    changing = {"kubernetes.core.k8s", "kubernetes.core.helm", "ansible.builtin.apt", "ansible.builtin.lineinfile",
+                "community.postgresql.postgresql_user", "community.rabbitmq.rabbitmq_user"}  # fmt: skip
+    assert not any(changing & set(t) for t in tasks), f"{role.name}: preflight changes something"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
+def test_entry_points_have_task_files(role: Path) -> None:
+    for entry in _specs(role):
+        assert (role / "tasks" / f"{entry}.yml").is_file(), f"{role.name}: entry point {entry} has no tasks file"
+
+
+def _modules(node: Any) -> set[str]:
+    """Module names used anywhere in a task list (blocks included)."""
+    found: set[str] = set()
+    if isinstance(node, list):
+        for item in node:
+            found |= _modules(item)
+    elif isinstance(node, dict):
+        for key in ("block", "rescue", "always"):
+            found |= _modules(node.get(key))
+        keys = set(node) - {"name", "when", "loop", "loop_control", "register", "vars", "no_log", "become",
+                            "become_user", "changed_when", "failed_when", "notify", "environment", "tags",
+                            "block", "rescue", "always", "delegate_to", "run_once", "until", "retries", "delay",
+                            "listen", "check_mode", "ignore_errors"}  # fmt: skip
+        found |= keys
+    return found
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda r: r.name)
+def test_modules_are_fully_qualified(role: Path) -> None:
+    for path in [*(role / "tasks").glob("*.yml"), *(role / "handlers").glob("*.yml")]:
+        for module in _modules(_load(path)):
+            assert module.count(".") >= 2, f"{path.relative_to(ROOT)}: {module} is not a fully qualified name"
