@@ -23,7 +23,6 @@ from sless_api.storage import (
 )
 from tests.support.services import S3Endpoint
 
-
 BAD_KEYS = [
     "",
     "/etc/passwd",
