@@ -14,15 +14,17 @@ if [ "${SLESS_TESTBED_EXISTING:-0}" != 1 ]; then
   log "Kubernetes test bed binaries (cold build happens once per version; timings follow)"
   t=$SECONDS; tests/testbed/build.sh >/dev/null; log "test bed binaries ready in $((SECONDS - t))s"
 fi
-log "lint: ruff, mypy, import-linter"
-.venv/bin/ruff check .
-.venv/bin/mypy
-.venv/bin/lint-imports
-log "pytest"
 set +e
+log "lint: ruff, mypy, import-linter"
+lint=0
+.venv/bin/ruff check . || lint=1
+.venv/bin/mypy || lint=1
+.venv/bin/lint-imports || lint=1
+log "pytest"
 .venv/bin/pytest -p no:cacheprovider "$@"
 code=$?
 set -e
 if [ "$code" = 5 ]; then log "pytest collected no tests: that is a failure"; exit 1; fi
+if [ "$lint" != 0 ]; then log "lint failed (see above)"; [ "$code" = 0 ] && code=1; fi
 log "done in $((SECONDS - T0))s (pytest exit $code)"
 exit "$code"
