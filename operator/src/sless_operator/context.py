@@ -73,10 +73,12 @@ class State:
 class Context:
     """The Kopf memo: shared by reference, so a shallow copy is the same context."""
 
-    def __init__(self, config: OperatorConfig, kube: Kube | None = None) -> None:
+    def __init__(self, config: OperatorConfig, kube: Kube | None = None, watch_streams: int = 8) -> None:
         self.config = config
         self.kube = kube or Kube(concurrency=config.api_concurrency)
         self.state = State()
+        # Kopf's pool: its long-lived watch streams plus as many requests as our own client
+        self.kopf_connections = watch_streams + config.api_concurrency
 
     # -- indices ----------------------------------------------------------------------------------
 

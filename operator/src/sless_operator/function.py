@@ -91,7 +91,9 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
     elif ready_state == "failed":
         st.condition("Ready", False, "RolloutFailed", ready_message)
     else:
-        st.condition("Ready", False, "RollingOut", ready_message)
+        # no replica counts here: each change of the status is a write and a watch event for
+        # everyone; the Deployment has the details, a stuck rollout ends in "failed" anyway
+        st.condition("Ready", False, "RollingOut", f"rolling out {image}")
 
     if build == "failed":
         st.set(phase=Phase.FAILED.value)  # message: the build log's tail, set by _build
@@ -103,7 +105,7 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
     elif ready_state == "failed":
         st.set(phase=Phase.FAILED.value, message=ready_message)
     else:
-        st.set(phase=Phase.BUILDING.value, message=f"rolling out: {ready_message}")
+        st.set(phase=Phase.BUILDING.value, message=f"rolling out {image}")
     await write(ctx.kube, path, st)
     if image:
         await trigger.sync_for_function(ctx, body, image)

@@ -200,7 +200,11 @@ class Kube:
     async def delete_collection(self, path: str, label_selector: str, propagation: str = "Background") -> None:
         """Delete every object under PATH matching LABEL_SELECTOR (one request)."""
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
-        await self.request("DELETE", path, params={"labelSelector": label_selector}, body=body)
+        try:
+            await self.request("DELETE", path, params={"labelSelector": label_selector}, body=body)
+        except ApiError as exc:
+            if exc.status != 404:  # e.g. the namespace does not exist: nothing to delete
+                raise
 
     async def text(self, path: str, params: dict[str, str] | None = None) -> str:
         """A plain-text subresource, e.g. a pod's log."""
