@@ -9,11 +9,12 @@
 # its sdk/v2 is not served either), so OpenBao cannot be built here. Vault's server module is
 # served. Its go.mod, like Kubernetes', has `replace ./api ./sdk ...` lines, so `go install
 # pkg@version` is refused; a wrapper module requiring the published api/sdk versions works.
-# The version is one whose go.mod names a published sdk matching its own tree: v1.21.4 asks for
-# sdk v0.21.0, whose framework.Backend.ActivationFunc takes three arguments where the v1.21.4
-# server passes two (compile error); v1.21.2 asks for sdk v0.20.0, which fits.
+# The version must be one whose go.mod names a published sdk that matches its own tree (release
+# branches carry sdk changes that no sdk tag has): v1.21.4 asks for sdk v0.21.0, whose
+# ActivationFunc takes three arguments where that server passes two; v1.21.2 asks for v0.20.0 but
+# calls TryRecordObservationWithRequest, which v0.20.0 lacks; v1.21.0 and sdk v0.20.0 fit.
 set -euo pipefail
-VAULT=${SLESS_VAULT_VERSION:-v1.21.2}
+VAULT=${SLESS_VAULT_VERSION:-v1.21.0}
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 C=${SLESS_TOOLS_DIR:-/var/cache/sless-tools}/vault
 export GOMODCACHE=$C/gomod GOCACHE=$C/gobuild
@@ -33,9 +34,10 @@ MOD=$(go mod download -json "github.com/hashicorp/vault@$VAULT" | sed -n 's/.*"G
 sed -n 's#^replace \([^ ]*\( v[^ ]*\)\?\) => \([^.][^ ]* v[^ ]*\)$#\1=\3#p' "$MOD" | while IFS='=' read -r old new; do
   go mod edit -replace="${old// /@}=${new// /@}"; done
 log "downloading modules (cold: several hundred MB)"
-t=$SECONDS; go get "github.com/hashicorp/vault@$VAULT" >&2; log "modules in $((SECONDS - t))s"
+t=$SECONDS; go get "github.com/hashicorp/vault@$VAULT" >&2 9>&-; log "modules in $((SECONDS - t))s"
 t=$SECONDS; mkdir -p "$B.partial"
-nice -n 10 go build -trimpath -ldflags "-s -w" -o "$B.partial/vault" github.com/hashicorp/vault
+# 9>&-: the compilers must not inherit the lock (a killed build would otherwise keep it)
+nice -n 10 go build -trimpath -ldflags "-s -w" -o "$B.partial/vault" github.com/hashicorp/vault 9>&-
 log "compiled in $((SECONDS - t))s"
 rm -rf "$B"; mv "$B.partial" "$B"
 "$B/vault" version >&2

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One command per Molecule scenario, against the Kubernetes test bed on this machine:
+#   molecule/run.sh default            # install, idempotence, verify, uninstall  (molecule test)
+#   molecule/run.sh e2e                # the platform against the test bed + real services
+#   molecule/run.sh stress             # stress functions on the standalone platform
+#   molecule/run.sh default converge   # any other molecule verb
+# Needs the project's .venv (scripts/bootstrap.sh). Builds, once, the test bed's binaries
+# (tests/testbed/testbed build) and Vault (tests/install/build-vault.sh); both are cached.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SCENARIO=${1:-default}
+shift || true
+log() { echo "[molecule-run $(date +%T)] $*" >&2; }
+export PATH="$PWD/.venv/bin:$PATH"
+T0=$SECONDS
+bash scripts/install-collections.sh
+SLESS_TESTBED_BIN=$(python3 tests/testbed/testbed build)
+export SLESS_TESTBED_BIN PATH="$SLESS_TESTBED_BIN:$PATH"
+if [ "$SCENARIO" != stress ]; then
+  bash tests/install/build-vault.sh >/dev/null
+fi
+export ANSIBLE_CONFIG="$PWD/ansible.cfg"
+log "molecule ${*:-test} -s $SCENARIO"
+set +e
+molecule "${@:-test}" -s "$SCENARIO"
+code=$?
+set -e
+log "scenario $SCENARIO: exit $code in $((SECONDS - T0))s"
+exit "$code"

@@ -1,0 +1,3 @@
+module example.com/gofast
+
+go 1.23

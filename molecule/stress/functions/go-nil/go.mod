@@ -1,0 +1,3 @@
+module example.com/gonil
+
+go 1.23
