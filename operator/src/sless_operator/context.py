@@ -66,6 +66,8 @@ class State:
     # the last summary of each child an event was handled for (events repeat a lot)
     seen: dict[tuple[str, str, str], Hashable] = field(default_factory=dict)
     retries: dict[Hashable, asyncio.Task[None]] = field(default_factory=dict)
+    # Functions reconciled at least once by this process (their status may have changed since)
+    reconciled: set[tuple[str, str]] = field(default_factory=set)
     # Kopf's live indices, taken at start-up
     indices: dict[str, Mapping[Any, Any]] = field(default_factory=dict)
 

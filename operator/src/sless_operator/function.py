@@ -36,12 +36,19 @@ def function_path(namespace: str, name: str) -> str:
     return api_path(crd.API_VERSION, crd.FUNCTION_PLURAL, namespace, name)
 
 
-async def reconcile(ctx: Context, namespace: str, name: str) -> None:
-    """Bring the Function NAMESPACE/NAME one step closer to Ready (a no-op when it is there)."""
+async def reconcile(ctx: Context, namespace: str, name: str, body: dict[str, Any] | None = None) -> None:
+    """Bring the Function NAMESPACE/NAME one step closer to Ready (a no-op when it is there).
+
+    BODY (from Kopf's event) saves a read the first time this process sees the Function; after
+    that its status may be older than our own last write, so the Function is read afresh.
+    """
+    key = (namespace, name)
     async with ctx.state.locks.hold(("function", namespace, name)):
-        body = await ctx.kube.get(function_path(namespace, name))
+        if body is None or key in ctx.state.reconciled:
+            body = await ctx.kube.get(function_path(namespace, name))
         if body is None or body["metadata"].get("deletionTimestamp"):
             return
+        ctx.state.reconciled.add(key)
         try:
             await _reconcile(ctx, body)
         except ChildConflict as exc:
@@ -180,6 +187,7 @@ async def cleanup(ctx: Context, namespace: str, name: str) -> None:
     await kube.delete_collection(api_path("batch/v1", "jobs", ctx.config.build_namespace), build_selector)
     cron_selector = f"{crd.LABEL_COMPONENT}={manifests.COMPONENT_CRON},{crd.LABEL_FUNCTION}={name}"
     await kube.delete_collection(api_path("batch/v1", "cronjobs", namespace), cron_selector)
+    ctx.state.reconciled.discard((namespace, name))
     names = (name, *_cron_names(ctx, namespace, name))
     for key in [k for k in ctx.state.applied if k[0] == namespace and k[2] in names]:
         del ctx.state.applied[key]

@@ -178,8 +178,8 @@ async def sless_triggers(namespace: str | None, body: kopf.Body, **_: Any) -> di
 @kopf.on.resume(*FUNCTION, id="function-resume")
 @kopf.on.create(*FUNCTION, id="function-create")
 @kopf.on.update(*FUNCTION, id="function-update")
-async def function_changed(namespace: str | None, name: str, memo: Context, **_: Any) -> None:
-    await to_kopf(function.reconcile(memo, namespace or "", name))
+async def function_changed(namespace: str | None, name: str, body: kopf.Body, memo: Context, **_: Any) -> None:
+    await to_kopf(function.reconcile(memo, namespace or "", name, dict(body)))
 
 
 @kopf.on.delete(*FUNCTION, id="function-cleanup")
