@@ -17,7 +17,7 @@ try:
     connection = pika.BlockingConnection(params)
 except Exception as exc:  # any failure is reported the same way: which vhost, which user, why
     sys.exit(f"cannot log in to vhost {params.virtual_host!r} as {params.credentials.username!r}: {exc!r}")
-props = connection._impl.server_properties  # noqa: SLF001  (the broker's version, for the log)
+props = connection._impl.server_properties
 version = props.get("version", b"")
 connection.close()
 print(f"{params.credentials.username}@{params.host}:{params.port} vhost {params.virtual_host!r} ok "
