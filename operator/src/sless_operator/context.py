@@ -9,19 +9,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
+from collections.abc import AsyncIterator, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from sless_operator.config import OperatorConfig
-from sless_operator.kube import ApiError, Kube
+from sless_operator.kube import Kube
 from sless_operator.observe import DeploymentSummary, JobSummary, TriggerSummary
+from sless_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-# Retries of a reconcile started by a child's event (Kopf does not retry event handlers).
-EVENT_RETRY_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 
 class KeyedLocks:
@@ -65,7 +62,6 @@ class State:
     applied: dict[tuple[str, str, str], str] = field(default_factory=dict)
     # the last summary of each child an event was handled for (events repeat a lot)
     seen: dict[tuple[str, str, str], Hashable] = field(default_factory=dict)
-    retries: dict[Hashable, asyncio.Task[None]] = field(default_factory=dict)
     # Functions reconciled at least once by this process (their status may have changed since)
     reconciled: set[tuple[str, str]] = field(default_factory=set)
     # Kopf's live indices, taken at start-up
@@ -81,6 +77,9 @@ class Context:
         self.state = State()
         # Kopf's pool: its long-lived watch streams plus as many requests as our own client
         self.kopf_connections = watch_streams + config.api_concurrency
+        # reconciles woken by children's events; Kopf's change handlers share the same bound
+        self.queue = WorkQueue(config.api_concurrency)
+        self.slots = asyncio.Semaphore(config.api_concurrency)
 
     # -- indices ----------------------------------------------------------------------------------
 
@@ -96,32 +95,6 @@ class Context:
     def triggers_of(self, namespace: str, function: str) -> list[TriggerSummary]:
         return list(self.state.indices.get("sless_triggers", {}).get((namespace, function)) or ())
 
-    # -- retries of event-driven work ------------------------------------------------------------------
-
-    def retry_later(self, key: Hashable, work: Callable[[], Awaitable[None]]) -> None:
-        """Run WORK again with backoff until it succeeds (once per KEY at a time)."""
-        if key in self.state.retries:
-            return
-
-        async def loop() -> None:
-            try:
-                for delay in EVENT_RETRY_DELAYS:
-                    await asyncio.sleep(delay)
-                    try:
-                        await work()
-                        return
-                    except ApiError as exc:
-                        log.warning("retrying %s after %s", key, exc)
-                    except Exception:
-                        log.exception("%s failed; not retrying", key)
-                        return
-                log.error("giving up on %s after %d retries", key, len(EVENT_RETRY_DELAYS))
-            finally:
-                self.state.retries.pop(key, None)
-
-        self.state.retries[key] = asyncio.create_task(loop())
-
     async def close(self) -> None:
-        for task in list(self.state.retries.values()):
-            task.cancel()
+        await self.queue.stop()
         await self.kube.close()

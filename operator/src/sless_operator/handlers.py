@@ -12,7 +12,7 @@ with a delay, so Kopf retries with backoff.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import aiohttp
@@ -80,10 +80,14 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.watching.label_selectors[DEPLOYMENTS] = selector
 
 
-async def to_kopf(work: Awaitable[None]) -> None:
-    """Run a change handler's work, translating our failures into Kopf's retry semantics."""
+EXPECTED = (InvalidSpec, ChildConflict, NamespaceMissing, WaitingForFunction)
+
+
+async def to_kopf(ctx: Context, work: Callable[[], Awaitable[None]]) -> None:
+    """Run a change handler's work (bounded like the work queue), mapping failures to Kopf's retries."""
     try:
-        await work
+        async with ctx.slots:
+            await work()
     except InvalidSpec as exc:
         raise kopf.PermanentError(f"invalid spec: {exc}") from exc
     except ChildConflict as exc:
@@ -94,17 +98,6 @@ async def to_kopf(work: Awaitable[None]) -> None:
         raise kopf.TemporaryError(str(exc), delay=2 if exc.transient else 30) from exc
 
 
-async def in_background(ctx: Context, key: Hashable, work: Callable[[], Awaitable[None]]) -> None:
-    """Run an event handler's work; Kopf never retries event handlers, so retry API failures here."""
-    try:
-        await work()
-    except ApiError as exc:
-        log.warning("%s failed (%s); retrying in the background", key, exc)
-        ctx.retry_later(key, work)
-    except (InvalidSpec, ChildConflict, NamespaceMissing, WaitingForFunction) as exc:
-        log.info("%s: %s", key, exc)  # the status says it; the change handler retries
-
-
 # -- lifecycle ------------------------------------------------------------------------------------
 
 
@@ -112,6 +105,8 @@ async def in_background(ctx: Context, key: Hashable, work: Callable[[], Awaitabl
 async def startup(settings: kopf.OperatorSettings, memo: Context, **kwargs: Any) -> None:
     configure(settings, memo.config)
     memo.state.indices.update({name: kwargs[name] for name in INDICES})
+    memo.queue.expected = EXPECTED
+    memo.queue.start()
 
 
 def _credentials(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -179,12 +174,12 @@ async def sless_triggers(namespace: str | None, body: kopf.Body, **_: Any) -> di
 @kopf.on.create(*FUNCTION, id="function-create")
 @kopf.on.update(*FUNCTION, id="function-update")
 async def function_changed(namespace: str | None, name: str, body: kopf.Body, memo: Context, **_: Any) -> None:
-    await to_kopf(function.reconcile(memo, namespace or "", name, dict(body)))
+    await to_kopf(memo, lambda: function.reconcile(memo, namespace or "", name, dict(body)))
 
 
 @kopf.on.delete(*FUNCTION, id="function-cleanup")
 async def function_deleted(namespace: str | None, name: str, memo: Context, **_: Any) -> None:
-    await to_kopf(function.cleanup(memo, namespace or "", name))
+    await to_kopf(memo, lambda: function.cleanup(memo, namespace or "", name))
 
 
 # -- children's events ---------------------------------------------------------------------------
@@ -206,9 +201,9 @@ async def job_event(type: str | None, body: kopf.Body, memo: Context, **_: Any) 
     if component == COMPONENT_BUILD:
         ns, fn = summary.labels.get(crd.LABEL_NAMESPACE, ""), summary.labels.get(crd.LABEL_FUNCTION, "")
         if ns and fn:
-            await in_background(memo, ("function", ns, fn), lambda: function.reconcile(memo, ns, fn))
+            memo.queue.add(("function", ns, fn), lambda: function.reconcile(memo, ns, fn))
     elif component == COMPONENT_RUN and type != "DELETED":
-        await in_background(memo, key, lambda: job.on_run_job(memo, summary))
+        memo.queue.add(key, lambda: job.on_run_job(memo, summary))
 
 
 @kopf.on.event(*DEPLOYMENTS, labels=MANAGED)
@@ -227,7 +222,7 @@ async def deployment_event(type: str | None, body: kopf.Body, memo: Context, **_
     else:
         memo.state.seen[key] = seen
     ns, fn = summary.namespace, summary.name
-    await in_background(memo, ("function", ns, fn), lambda: function.reconcile(memo, ns, fn))
+    memo.queue.add(("function", ns, fn), lambda: function.reconcile(memo, ns, fn))
 
 
 # -- Trigger ---------------------------------------------------------------------------------------
@@ -237,12 +232,12 @@ async def deployment_event(type: str | None, body: kopf.Body, memo: Context, **_
 @kopf.on.create(*TRIGGER, id="trigger-create")
 @kopf.on.update(*TRIGGER, id="trigger-update")
 async def trigger_changed(body: kopf.Body, memo: Context, **_: Any) -> None:
-    await to_kopf(trigger.reconcile(memo, dict(body)))
+    await to_kopf(memo, lambda: trigger.reconcile(memo, dict(body)))
 
 
 @kopf.on.delete(*TRIGGER, id="trigger-cleanup")
 async def trigger_deleted(body: kopf.Body, memo: Context, **_: Any) -> None:
-    await to_kopf(trigger.cleanup(memo, dict(body)))
+    await to_kopf(memo, lambda: trigger.cleanup(memo, dict(body)))
 
 
 # -- FunctionJob -----------------------------------------------------------------------------------
@@ -252,4 +247,4 @@ async def trigger_deleted(body: kopf.Body, memo: Context, **_: Any) -> None:
 @kopf.on.create(*FUNCTION_JOB, id="functionjob-create")
 @kopf.on.update(*FUNCTION_JOB, id="functionjob-update")
 async def functionjob_changed(body: kopf.Body, memo: Context, **_: Any) -> None:
-    await to_kopf(job.reconcile(memo, dict(body)))
+    await to_kopf(memo, lambda: job.reconcile(memo, dict(body)))
