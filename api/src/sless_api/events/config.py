@@ -59,6 +59,7 @@ class EventsConfig:
             retry_backoff_max_sec=_number(env, "SLESS_EVENT_RETRY_BACKOFF_MAX_SEC", 30.0, 0, 3600),
             dedup_window_sec=_number(env, "SLESS_EVENT_DEDUP_WINDOW_SEC", 86400.0, 60, 90 * 86400),
             reconnect_max_sec=_number(env, "SLESS_EVENT_RECONNECT_MAX_SEC", 10.0, 0.5, 600),
+            drain_sec=_number(env, "SLESS_EVENT_DRAIN_SEC", 30.0, 0, 3600),
             max_call_sec=max_call_sec,
         )
 

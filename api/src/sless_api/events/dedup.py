@@ -13,8 +13,8 @@ A redelivery (after a crash, a lost connection or a broker restart) reads the ro
 second time but dead-lettered as ``interrupted``. Rows are kept for the retention window
 (``SLESS_EVENT_DEDUP_WINDOW_SEC``, 24 h by default) after their last change, then purged.
 
-In standalone the rows live in the state database (SQLite, its own table); a PostgreSQL
-implementation of :class:`DedupStore` serves the Kubernetes backend's dispatcher.
+In standalone the rows live in the state database (SQLite, its own table); the PostgreSQL
+implementation (:mod:`.pgdedup`) serves `sless-events`, the Kubernetes backend's dispatcher.
 """
 
 from __future__ import annotations

@@ -218,6 +218,10 @@ class Dispatcher:
         self._tasks = [asyncio.create_task(self._run(), name="events-connection"),
                        asyncio.create_task(self._housekeeping(), name="events-housekeeping")]
 
+    def consuming(self) -> list[tuple[str, str]]:
+        """The triggers (namespace, name) with a live consumer, for probes and diagnostics."""
+        return sorted(self._consumers)
+
     def refresh(self) -> None:
         """Re-read the trigger list now (called on every trigger change)."""
         self._wake.set()
