@@ -418,3 +418,26 @@ def test_probes_without_a_broker_and_configuration_errors(events_factory: Callab
         proc = subprocess.run(events_command(), env={**ev.env, **env}, capture_output=True, text=True, timeout=60,
                               check=False)
         assert proc.returncode == 2 and text in proc.stderr, (env, proc.returncode, proc.stderr[-500:])
+
+
+def test_a_broker_restart_is_survived(events_factory: Callable[..., Events], sless_crds: Testbed, tenant: str,
+                                      rabbitmq_broker: RabbitBroker) -> None:
+    bed, ns = sless_crds, tenant
+    ev = events_factory(SLESS_EVENT_RECONNECT_MAX_SEC="2")
+    queue, dlq = f"{ns}.restart", f"{ns}.restart.dlq"
+    ready_function(bed, ns)
+    event_trigger(bed, ns, "on-restart", "restart")
+    ev.wait("consuming", consumers(rabbitmq_broker, queue)(1), timeout=30)
+    rabbitmq_broker.stop()
+    try:
+        ev.wait("/ready says the broker is gone",
+                lambda: (ev.get("/ready") or {}).get("checks", {}).get("rabbitmq") is False, timeout=30)
+        assert (ev.get("/health") or {})["_code"] == 200
+    finally:
+        rabbitmq_broker.start()
+    ev.wait("consuming again", consumers(rabbitmq_broker, queue)(1), timeout=60)
+    assert (ev.get("/ready") or {})["_code"] == 200
+    publish(rabbitmq_broker, queue, [{"n": 1}], props("after-restart"))
+    [(p, _)] = drain(rabbitmq_broker, dlq, 1, timeout=60)
+    assert p.message_id == "after-restart" and ev.stats()["connections"] == 2
+    assert ev.term() == 0
