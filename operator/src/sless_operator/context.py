@@ -61,9 +61,9 @@ class State:
     # what was last applied per child, to skip writes that would change nothing
     applied: dict[tuple[str, str, str], str] = field(default_factory=dict)
     # the last summary of each child an event was handled for (events repeat a lot)
-    seen: dict[tuple[str, str, str], Hashable] = field(default_factory=dict)
-    # Functions reconciled at least once by this process (their status may have changed since)
-    reconciled: set[tuple[str, str]] = field(default_factory=set)
+    seen: dict[tuple[str, str, str], tuple[Any, ...]] = field(default_factory=dict)
+    # the status this process last wrote per Function: (uid, status)
+    statuses: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(default_factory=dict)
     # Kopf's live indices, taken at start-up
     indices: dict[str, Mapping[Any, Any]] = field(default_factory=dict)
 
@@ -82,6 +82,11 @@ class Context:
         self.slots = asyncio.Semaphore(config.api_concurrency)
 
     # -- indices ----------------------------------------------------------------------------------
+
+    def function(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Function's slim body from the watch (``observe.slim_function``), if indexed."""
+        value: dict[str, Any] | None = _first(self.state.indices.get("sless_functions", {}).get((namespace, name)))
+        return value
 
     def job(self, namespace: str, name: str) -> JobSummary | None:
         value: JobSummary | None = _first(self.state.indices.get("sless_jobs", {}).get((namespace, name)))

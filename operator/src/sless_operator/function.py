@@ -36,32 +36,46 @@ def function_path(namespace: str, name: str) -> str:
     return api_path(crd.API_VERSION, crd.FUNCTION_PLURAL, namespace, name)
 
 
-async def reconcile(ctx: Context, namespace: str, name: str, body: dict[str, Any] | None = None) -> None:
-    """Bring the Function NAMESPACE/NAME one step closer to Ready (a no-op when it is there).
-
-    BODY (from Kopf's event) saves a read the first time this process sees the Function; after
-    that its status may be older than our own last write, so the Function is read afresh.
+async def load(ctx: Context, namespace: str, name: str, body: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The Function as the watch last showed it (Kopf's body, else our index, else a read), with
+    the status this process last wrote for it: fresher than any event that may still be on its way.
     """
-    key = (namespace, name)
+    if body is None:
+        body = ctx.function(namespace, name)
+    if body is None:
+        body = await ctx.kube.get(function_path(namespace, name))
+    if body is None:
+        return None
+    written = ctx.state.statuses.get((namespace, name))
+    if written is not None and written[0] == body["metadata"].get("uid"):
+        body = {**body, "status": written[1]}
+    return body
+
+
+async def reconcile(ctx: Context, namespace: str, name: str, body: dict[str, Any] | None = None) -> None:
+    """Bring the Function NAMESPACE/NAME one step closer to Ready (a no-op when it is there)."""
     async with ctx.state.locks.hold(("function", namespace, name)):
-        if body is None or key in ctx.state.reconciled:
-            body = await ctx.kube.get(function_path(namespace, name))
+        body = await load(ctx, namespace, name, body)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return
-        ctx.state.reconciled.add(key)
         try:
             await _reconcile(ctx, body)
         except ChildConflict as exc:
             st = StatusBuilder(body.get("status"), int(body["metadata"].get("generation", 0)))
             st.set(phase=Phase.FAILED.value, message=str(exc)).condition("Ready", False, "ChildConflict", str(exc))
-            await write(ctx.kube, function_path(namespace, name), st)
+            await _write(ctx, body, st)
             raise
+
+
+async def _write(ctx: Context, body: dict[str, Any], st: StatusBuilder) -> None:
+    meta = body["metadata"]
+    await write(ctx.kube, function_path(meta["namespace"], meta["name"]), st)
+    ctx.state.statuses[(meta["namespace"], meta["name"])] = (str(meta.get("uid")), st.build())
 
 
 async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    path = function_path(namespace, name)
     old = body.get("status") or {}
     st = StatusBuilder(old, int(meta.get("generation", 0)))
     try:
@@ -72,14 +86,14 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         message = f"invalid spec: {exc}"
         st.set(phase=Phase.FAILED.value, message=message)
         st.condition("Built", False, "InvalidSpec", message).condition("Ready", False, "InvalidSpec", message)
-        await write(ctx.kube, path, st)
+        await _write(ctx, body, st)
         raise
 
     await tenancy.ensure(ctx, namespace)
     if not ref.code_hash:
         st.set(phase=Phase.PENDING.value, message="waiting for code")
         st.condition("Built", False, "NoCode", "no code uploaded yet").condition("Ready", False, "NoCode")
-        await write(ctx.kube, path, st)
+        await _write(ctx, body, st)
         return
 
     build = await _build(ctx, ref, old, st)
@@ -113,7 +127,7 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         st.set(phase=Phase.FAILED.value, message=ready_message)
     else:
         st.set(phase=Phase.BUILDING.value, message=f"rolling out {image}")
-    await write(ctx.kube, path, st)
+    await _write(ctx, body, st)
     if image:
         await trigger.sync_for_function(ctx, body, image)
 
@@ -187,7 +201,7 @@ async def cleanup(ctx: Context, namespace: str, name: str) -> None:
     await kube.delete_collection(api_path("batch/v1", "jobs", ctx.config.build_namespace), build_selector)
     cron_selector = f"{crd.LABEL_COMPONENT}={manifests.COMPONENT_CRON},{crd.LABEL_FUNCTION}={name}"
     await kube.delete_collection(api_path("batch/v1", "cronjobs", namespace), cron_selector)
-    ctx.state.reconciled.discard((namespace, name))
+    ctx.state.statuses.pop((namespace, name), None)
     names = (name, *_cron_names(ctx, namespace, name))
     for key in [k for k in ctx.state.applied if k[0] == namespace and k[2] in names]:
         del ctx.state.applied[key]

@@ -26,7 +26,7 @@ from sless_operator.context import Context
 from sless_operator.job import WaitingForFunction
 from sless_operator.kube import ApiError
 from sless_operator.manifests import COMPONENT_BUILD, COMPONENT_FUNCTION, COMPONENT_RUN
-from sless_operator.observe import deployment_summary, job_summary, trigger_summary
+from sless_operator.observe import deployment_summary, job_summary, slim_function, trigger_summary
 from sless_operator.specs import InvalidSpec
 from sless_operator.tenancy import NamespaceMissing
 
@@ -38,7 +38,7 @@ FUNCTION_JOB = (crd.GROUP, crd.VERSION, crd.JOB_PLURAL)
 JOBS = ("batch", "v1", "jobs")
 DEPLOYMENTS = ("apps", "v1", "deployments")
 MANAGED = {crd.LABEL_MANAGED: crd.MANAGED_BY}
-INDICES = ("sless_jobs", "sless_deployments", "sless_triggers")
+INDICES = ("sless_functions", "sless_jobs", "sless_deployments", "sless_triggers")
 FINALIZER = "sless.dev/finalizer"
 
 
@@ -151,6 +151,11 @@ async def cleanup(memo: Context, **_: Any) -> None:
 # -- indices of our children and of triggers --------------------------------------------------------
 
 
+@kopf.index(*FUNCTION)
+async def sless_functions(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return {(namespace, name): slim_function(dict(body))}
+
+
 @kopf.index(*JOBS, labels=MANAGED)
 async def sless_jobs(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
     return {(namespace, name): job_summary(dict(body))}
@@ -200,7 +205,7 @@ async def job_event(type: str | None, body: kopf.Body, memo: Context, **_: Any) 
     component = summary.labels.get(crd.LABEL_COMPONENT)
     if component == COMPONENT_BUILD:
         ns, fn = summary.labels.get(crd.LABEL_NAMESPACE, ""), summary.labels.get(crd.LABEL_FUNCTION, "")
-        if ns and fn:
+        if ns and fn and (summary.finished or type == "DELETED"):  # a running build changes nothing
             memo.queue.add(("function", ns, fn), lambda: function.reconcile(memo, ns, fn))
     elif component == COMPONENT_RUN and type != "DELETED":
         memo.queue.add(key, lambda: job.on_run_job(memo, summary))
@@ -214,13 +219,18 @@ async def deployment_event(type: str | None, body: kopf.Body, memo: Context, **_
     if (body.get("metadata", {}).get("labels") or {}).get(crd.LABEL_COMPONENT) != COMPONENT_FUNCTION:
         return
     key = ("Deployment", summary.namespace, summary.name)
-    seen = (summary.rollout(), summary.replicas, summary.spec_hash)
+    state = summary.rollout()[0]
+    seen = (state, summary.replicas, summary.spec_hash)
+    previous = memo.state.seen.get(key)
     if type == "DELETED":
         memo.state.seen.pop(key, None)
-    elif memo.state.seen.get(key) == seen:
+    elif previous == seen:
         return
     else:
         memo.state.seen[key] = seen
+        # "progressing" is what the Function already says after creating or changing it
+        if state == "progressing" and (previous is None or previous[1:] == seen[1:]):
+            return
     ns, fn = summary.namespace, summary.name
     memo.queue.add(("function", ns, fn), lambda: function.reconcile(memo, ns, fn))
 

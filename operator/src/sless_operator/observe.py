@@ -139,6 +139,20 @@ def trigger_summary(body: dict[str, Any]) -> TriggerSummary:
     )
 
 
+def slim_function(body: dict[str, Any]) -> dict[str, Any]:
+    """What the operator reads of a Function, without managedFields, annotations or Kopf's state."""
+    meta = body.get("metadata") or {}
+    status = {k: v for k, v in (body.get("status") or {}).items() if k != "kopf"}
+    keep = ("name", "namespace", "uid", "generation", "deletionTimestamp", "resourceVersion")
+    return {
+        "apiVersion": body.get("apiVersion", crd.API_VERSION),
+        "kind": body.get("kind", "Function"),
+        "metadata": {k: meta[k] for k in keep if k in meta},
+        "spec": dict(body.get("spec") or {}),
+        "status": status,
+    }
+
+
 def desired_replicas(base: int, triggers: list[TriggerSummary]) -> int:
     """The function's replicas, or 0 when it has http triggers and every one is disabled.
 

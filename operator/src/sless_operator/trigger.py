@@ -85,7 +85,7 @@ async def scale_for_http(ctx: Context, namespace: str, function: str) -> None:
         live = ctx.deployment(namespace, function)
         if live is None:
             return  # not deployed yet: the Function's reconcile applies the same rule
-        fn = await ctx.kube.get(api_path(crd.API_VERSION, crd.FUNCTION_PLURAL, namespace, function))
+        fn = ctx.function(namespace, function)
         if fn is None:
             return
         base = int((fn.get("spec") or {}).get("replicas", 1))
