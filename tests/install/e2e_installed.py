@@ -25,7 +25,7 @@ import time
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +95,9 @@ def secret_value(name: str, key: str, namespace: str = NS) -> str:
 @dataclass
 class Platform:
     url: str
-    jwt_secret: str
-    logs: dict[str, Path]
-    database_url: str
+    jwt_secret: str = field(repr=False)
+    logs: dict[str, Path] = field(repr=False)
+    database_url: str = field(repr=False)
 
     def token(self, sub: str) -> str:
         return jwt.encode({"sub": sub, "exp": int(time.time()) + 3600}, self.jwt_secret, algorithm="HS256")
@@ -265,7 +265,10 @@ def test_a_one_shot_job_runs(tenant: Tenant) -> None:
     assert done["phase"] == "Succeeded", done
 
 
-def test_invocation_log_lives_in_postgresql_under_the_platforms_user(platform: Platform) -> None:
+def test_invocation_log_lives_in_postgresql_under_the_platforms_user(platform: Platform, tenant: Tenant) -> None:
+    # the log connects (and migrates) on first use: reading a function's invocations is one
+    listed = tenant.call("GET", "/functions/hello/invocations", expect=200).json()
+    assert isinstance(listed.get("items", listed), list)
     with psycopg2.connect(platform.database_url) as conn, conn.cursor() as cur:
         cur.execute("SELECT current_user, to_regclass('invocations') IS NOT NULL")
         user, has_table = cur.fetchone()
