@@ -4,7 +4,10 @@ import os
 
 import psycopg2
 
-DDL = "CREATE TABLE IF NOT EXISTS stress_writes (id bigserial PRIMARY KEY, source text NOT NULL, at timestamptz DEFAULT now())"
+DDL = (
+    "CREATE TABLE IF NOT EXISTS stress_writes"
+    " (id bigserial PRIMARY KEY, source text NOT NULL, at timestamptz DEFAULT now())"
+)
 
 
 def handle(event):
