@@ -10,7 +10,6 @@ which run the status describes, so a result is captured once per run.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sless_core import crd
@@ -130,7 +129,3 @@ async def on_run_job(ctx: Context, summary: JobSummary) -> None:
         if old.get("runId") == run_id and old.get("phase") in FINISHED:
             return
         await _report(ctx, body, StatusBuilder(old, int(body["metadata"].get("generation", 0))), run_id, summary)
-
-
-def event_json(event: dict[str, Any]) -> str:
-    return json.dumps(event, separators=(",", ":"))
