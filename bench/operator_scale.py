@@ -22,8 +22,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# bench/ is sys.path[0] when run as a script; a sibling benchmark's module must not shadow a
-# standard library module of the same name (bench/platform.py vs `platform`).
+# bench/ is sys.path[0] when run as a script; keep it off the path so that no sibling module can
+# ever shadow a standard library module of the same name.
 if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
     del sys.path[0]
 

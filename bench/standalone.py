@@ -1,6 +1,6 @@
 """Platform benchmark: the invoke proxy, redeploys, cold starts, long calls, and the invocation log.
 
-Run: ``.venv/bin/python -m bench.platform [--quick]`` (needs wrk and the PostgreSQL server binaries:
+Run: ``.venv/bin/python -m bench.standalone [--quick]`` (needs wrk and the PostgreSQL server binaries:
 ``scripts/install-test-services.sh``). Everything runs on 127.0.0.1, bounded in time and count.
 
 Measured, each against a baseline from the same run:
