@@ -20,5 +20,7 @@ except Exception as exc:  # any failure is reported the same way: which vhost, w
 props = connection._impl.server_properties
 version = props.get("version", b"")
 connection.close()
-print(f"{params.credentials.username}@{params.host}:{params.port} vhost {params.virtual_host!r} ok "
-      f"(RabbitMQ {version.decode() if isinstance(version, bytes) else version})")
+print(
+    f"{params.credentials.username}@{params.host}:{params.port} vhost {params.virtual_host!r} ok "
+    f"(RabbitMQ {version.decode() if isinstance(version, bytes) else version})"
+)
