@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs and starts everything the tests need on a fresh Debian machine,
 # runs the linters, then every test (all markers: pg, rabbitmq, s3, k8s, e2e, slow).
+# then the Molecule scenarios (default, e2e, stress with a 15 s storm; SLESS_SKIP_MOLECULE=1 skips them).
 # Extra arguments go to pytest, e.g. `scripts/test.sh -m "not k8s" -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,17 +15,31 @@ if [ "${SLESS_TESTBED_EXISTING:-0}" != 1 ]; then
   log "Kubernetes test bed binaries (cold build happens once per version; timings follow)"
   t=$SECONDS; tests/testbed/build.sh >/dev/null; log "test bed binaries ready in $((SECONDS - t))s"
 fi
+log "Vault server for the install tests (built once per version; timings follow)"
+t=$SECONDS; bash tests/install/build-vault.sh >/dev/null; log "vault ready in $((SECONDS - t))s"
 set +e
 log "lint: ruff, mypy, import-linter"
 lint=0
 .venv/bin/ruff check . || lint=1
 .venv/bin/mypy || lint=1
 .venv/bin/lint-imports || lint=1
+log "lint of the install: helm lint, yamllint, ansible-lint (production profile), chart and role tests"
+bash scripts/lint-install.sh || lint=1
 log "pytest"
 .venv/bin/pytest -p no:cacheprovider "$@"
 code=$?
-set -e
 if [ "$code" = 5 ]; then log "pytest collected no tests: that is a failure"; exit 1; fi
+scenarios=0
+if [ "${SLESS_SKIP_MOLECULE:-0}" != 1 ]; then
+  for scenario in default e2e stress; do
+    log "molecule scenario $scenario"
+    t=$SECONDS
+    SLESS_STRESS_DURATION=${SLESS_STRESS_DURATION:-15} bash molecule/run.sh "$scenario" || scenarios=1
+    log "molecule scenario $scenario took $((SECONDS - t))s"
+  done
+fi
+set -e
 if [ "$lint" != 0 ]; then log "lint failed (see above)"; [ "$code" = 0 ] && code=1; fi
-log "done in $((SECONDS - T0))s (pytest exit $code)"
+if [ "$scenarios" != 0 ]; then log "a molecule scenario failed (see above)"; [ "$code" = 0 ] && code=1; fi
+log "done in $((SECONDS - T0))s (exit $code)"
 exit "$code"
