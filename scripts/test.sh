@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs and starts everything the tests need on a fresh Debian machine,
 # runs the linters, then every test (all markers: pg, rabbitmq, s3, k8s, e2e, slow).
-# then the Molecule scenarios (default, e2e, stress with a 15 s storm; SLESS_SKIP_MOLECULE=1 skips them).
+# and then the Molecule scenarios (default, e2e, stress with a 15 s storm; SLESS_SKIP_MOLECULE=1 skips them).
 # Extra arguments go to pytest, e.g. `scripts/test.sh -m "not k8s" -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
