@@ -14,6 +14,7 @@ from tests.install.helm import CHART, NAMESPACE, HelmError, by_kind, helm, one, 
 
 API = "sless-api"
 OPERATOR = "sless-operator"
+EVENTS = "sless-events"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def test_renders_every_part(default: list[dict[str, Any]]) -> None:
     kinds = sorted({o["kind"] for o in default})
     assert kinds == sorted(["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Namespace",
                             "NetworkPolicy", "PodDisruptionBudget", "Pod", "Service", "ServiceAccount"])  # fmt: skip
-    assert {o["metadata"]["name"] for o in by_kind(default, "Deployment")} == {API, OPERATOR}
+    assert {o["metadata"]["name"] for o in by_kind(default, "Deployment")} == {API, OPERATOR, EVENTS}
 
 
 def test_every_object_is_labelled_and_prefixed(default: list[dict[str, Any]]) -> None:
@@ -296,7 +297,7 @@ def test_ingress_is_off_by_default(default: list[dict[str, Any]]) -> None:
 
 def test_pods_are_pod_security_restricted(default: list[dict[str, Any]]) -> None:
     specs = pod_specs(default)
-    assert set(specs) == {API, OPERATOR, "sless-test-health"}
+    assert set(specs) == {API, OPERATOR, EVENTS, "sless-test-health"}
     for name, spec in specs.items():
         pod = spec["securityContext"]
         assert pod["runAsNonRoot"] is True and pod["runAsUser"] > 0, name
@@ -381,3 +382,110 @@ def test_helm_test_hook_checks_the_api_health(default: list[dict[str, Any]]) -> 
     assert command[-2] == f"http://{API}.{NAMESPACE}.svc:80/health"
     assert pod["spec"]["automountServiceAccountToken"] is False
     assert pod["spec"]["restartPolicy"] == "Never"
+
+
+# ---------------------------------------------------------------- event dispatcher
+
+
+def _events_objects(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return sorted((o["kind"], o["metadata"]["name"]) for o in objects if o["metadata"]["name"] == EVENTS)
+
+
+def test_events_deployment_runs_the_dispatcher(default: list[dict[str, Any]]) -> None:
+    deployment = one(default, "Deployment", EVENTS)
+    assert deployment["spec"]["replicas"] == 1
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == EVENTS
+    assert spec["automountServiceAccountToken"] is True
+    assert spec["terminationGracePeriodSeconds"] == 45
+    assert spec["volumes"][0]["name"] == "tmp" and "emptyDir" in spec["volumes"][0]
+    [container] = spec["containers"]
+    assert container["command"] == ["sless-events"]
+    assert container["ports"] == [{"name": "probes", "containerPort": 8091, "protocol": "TCP"}]
+    assert container["envFrom"] == [{"configMapRef": {"name": "sless-config"}}]
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    env = _env(deployment)
+    assert {name: env[name]["value"] for name in ("SLESS_EVENTS_HOST", "SLESS_EVENTS_PORT", "SLESS_BACKEND")} == {
+        "SLESS_EVENTS_HOST": "0.0.0.0", "SLESS_EVENTS_PORT": "8091", "SLESS_BACKEND": "kubernetes"}  # fmt: skip
+    api_env = _env(one(default, "Deployment", API))
+    for name in ("SLESS_DATABASE_URL", "SLESS_RABBITMQ_URL"):
+        assert env[name]["valueFrom"] == api_env[name]["valueFrom"], name
+        assert "value" not in env[name]
+    assert not {"SLESS_JWT_SECRET", "SLESS_S3_ACCESS_KEY", "SLESS_S3_SECRET_KEY"} & set(env)
+    probe = {"httpGet": {"path": "/health", "port": "probes"}, "periodSeconds": 2, "failureThreshold": 30}
+    assert container["startupProbe"] == probe
+    assert container["livenessProbe"] == {"httpGet": {"path": "/health", "port": "probes"}, "periodSeconds": 10,
+                                          "timeoutSeconds": 5, "failureThreshold": 3}  # fmt: skip
+    assert container["readinessProbe"] == {"httpGet": {"path": "/ready", "port": "probes"}, "periodSeconds": 5,
+                                           "timeoutSeconds": 5, "failureThreshold": 2}  # fmt: skip
+    assert container["resources"] == {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+    assert not [o for o in by_kind(default, "Service") if o["metadata"]["name"] == EVENTS]
+
+
+def test_events_values_reach_the_pods() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["events"]
+    values.update(replicas=3, extraEnv=[{"name": "SLESS_EVENT_PREFETCH", "value": "1"}],
+                  podAnnotations={"example.com/a": "b"}, nodeSelector={"pool": "events"},
+                  tolerations=[{"key": "k", "operator": "Exists"}])  # fmt: skip
+    deployment = one(render({"events": values}), "Deployment", EVENTS)
+    assert deployment["spec"]["replicas"] == 3
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["annotations"]["example.com/a"] == "b"
+    assert template["spec"]["nodeSelector"] == {"pool": "events"}
+    assert template["spec"]["tolerations"] == [{"key": "k", "operator": "Exists"}]
+    assert _env(deployment)["SLESS_EVENT_PREFETCH"]["value"] == "1"
+
+
+@pytest.mark.parametrize("values", [
+    {"events": {**yaml.safe_load((CHART / "values.yaml").read_text())["events"], "enabled": False}},
+    {"secrets": {**yaml.safe_load((CHART / "values.yaml").read_text())["secrets"],
+                 "rabbitmq": {"name": "", "key": "url"}}},
+])  # fmt: skip
+def test_events_is_absent_when_off_or_without_rabbitmq(default: list[dict[str, Any]], values: dict[str, Any]) -> None:
+    assert ("Deployment", EVENTS) in _events_objects(default)
+    objects = render(values)
+    assert _events_objects(objects) == []
+    assert {o["metadata"]["name"] for o in by_kind(objects, "Deployment")} == {API, OPERATOR}
+
+
+def test_events_rbac_is_exactly_what_the_dispatcher_needs(default: list[dict[str, Any]]) -> None:
+    assert _events_objects(default) == [("ClusterRole", EVENTS), ("ClusterRoleBinding", EVENTS),
+                                        ("Deployment", EVENTS), ("NetworkPolicy", EVENTS),
+                                        ("ServiceAccount", EVENTS)]  # fmt: skip
+    rules = one(default, "ClusterRole", EVENTS)["rules"]
+    assert rules == [
+        {"apiGroups": ["sless.dev"], "resources": ["functions", "triggers"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["sless.dev"], "resources": ["triggers/status"], "verbs": ["patch"]},
+    ]
+    assert not any("*" in item for rule in rules for field in rule.values() for item in field)
+    binding = one(default, "ClusterRoleBinding", EVENTS)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": EVENTS}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EVENTS, "namespace": NAMESPACE}]
+
+
+def test_events_schema_rejects_unknown_keys() -> None:
+    with pytest.raises(HelmError) as err:
+        render({"events": {"replica": 2}})
+    assert "additional properties 'replica' not allowed" in str(err.value)
+    with pytest.raises(HelmError) as err:
+        render({"events": {"extraEnv": [{"name": "1bad"}]}})
+    assert "/events/extraEnv/0/name" in str(err.value)
+
+
+def test_events_network_policy(default: list[dict[str, Any]]) -> None:
+    policy = one(default, "NetworkPolicy", EVENTS)["spec"]
+    assert policy["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "events"
+    assert policy["policyTypes"] == ["Ingress"]
+    assert policy["ingress"] == [{"ports": [{"protocol": "TCP", "port": 8091}]}]
+    egress = {"enabled": True, "to": [{"cidr": "10.0.0.1/32", "ports": [443, 5432, 5672]}]}
+    objects = render({"networkPolicy": {"enabled": True, "apiIngressNamespaceSelectors": [], "egress": egress}})
+    policy = one(objects, "NetworkPolicy", EVENTS)["spec"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    tenants = {"to": [{"namespaceSelector": {"matchLabels": {"app.kubernetes.io/managed-by": "sless"}}}],
+               "ports": [{"protocol": "TCP", "port": 8080}]}  # fmt: skip
+    api_egress = one(objects, "NetworkPolicy", API)["spec"]["egress"]
+    assert tenants in api_egress
+    assert policy["egress"] == api_egress
+    off = render({"networkPolicy": {"enabled": False, "apiIngressNamespaceSelectors": [], "egress": egress}})
+    assert by_kind(off, "NetworkPolicy") == []

@@ -71,6 +71,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{- define "sless.events.serviceAccountName" -}}
+{{- if .Values.events.serviceAccount.create -}}
+{{- default (include "sless.componentName" (dict "root" . "component" "events")) .Values.events.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.events.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the event dispatcher runs: events.enabled and a RabbitMQ Secret to consume from. */}}
+{{- define "sless.events.enabled" -}}
+{{- if and .Values.events.enabled .Values.secrets.rabbitmq.name -}}true{{- end -}}
+{{- end -}}
+
 {{/* The platform image: repository@digest, else repository:tag (tag defaults to appVersion). */}}
 {{- define "sless.image" -}}
 {{- if .Values.image.digest -}}
