@@ -82,8 +82,8 @@ def test_route_follows_ready_and_trigger_state(routes_api: KubeApi) -> None:
     api, bed = routes_api, routes_api.bed
     t = api.tenant()
     t.api("POST", "/functions", json={"name": "web", "runtime": "python3.11"}, expect=201)
-    resp = invoke(t, "web")
-    assert resp.status_code == 404 and "not ready (phase Pending)" in resp.json()["error"]
+    # the route table learns of the new Function from its watch a few milliseconds later
+    until("the new Function is known", status_is(t, "web", 404, "not ready (phase Pending)"))
     t.api("POST", "/triggers", json={"name": "web", "type": "http", "function": "web"}, expect=201)
     assert invoke(t, "web").status_code == 404
 
