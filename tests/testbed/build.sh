@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the test bed's binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok, helm) from Go modules, once, into a cache outside
+# kube-scheduler, kubectl, kubelet and kube-proxy for a real node, kwok, helm) from Go
+# modules (kubelet and kube-proxy in the same `go build` to share its packages), once, into a cache outside
 # the repository keyed by every version and this script's hash. Prints timings on stderr
 # and the binary folder on stdout. `build.sh --check` builds nothing: exit 0 and print the
 # folder when it is complete, exit 3 when not. Concurrent runs wait for each other (flock).
@@ -26,7 +27,7 @@ build_k8s() {
   grep '^godebug' "$mod" >> go.mod || true
   for m in $(sed -n 's#^[[:space:]]*\(k8s\.io/[^ ]*\) => \./staging/.*#\1#p' "$mod"); do
     go mod edit -replace="$m=$m@v0.${K8S#v1.}"; done
-  local P="kube-apiserver kube-controller-manager kube-scheduler kubectl"
+  local P="kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy"
   go get $(for p in $P; do echo "k8s.io/kubernetes/cmd/$p@$K8S"; done) >&2
   local MIN; MIN=$(echo "${K8S#v}" | cut -d. -f2); local LD="-s -w"
   for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do

@@ -8,7 +8,17 @@ from pathlib import Path
 
 BUILD_SH = Path(__file__).resolve().parent.parent / "build.sh"
 NOT_BUILT = 3  # build.sh --check: the binaries for this key are not in the cache
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "helm")
+BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kubelet",
+    "kube-proxy",
+    "kwok",
+    "helm",
+)
 
 
 def build() -> Path:
