@@ -20,13 +20,13 @@ RUNTIMES = ("python3.11", "nodejs20", "go1.23")
 DEFAULT_ENTRYPOINT = {"python3.11": "handler.handle", "nodejs20": "handler.handle", "go1.23": "Handle"}
 MEMORY_MIN_MB, MEMORY_MAX_MB, MEMORY_DEFAULT_MB = 64, 8192, 128
 TIMEOUT_DEFAULT_SEC = 30
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 ENV_MAX_VARS, ENV_MAX_VALUE = 100, 32 * 1024
 # The platform sets these in every function's environment; a user value would silently break the runtime.
 RESERVED_ENV = ("PORT", "SLESS_", "HOME", "PATH")
-PY_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
-GO_ENTRY = re.compile(r"^[A-Z][A-Za-z0-9_]*$")
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+PY_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
+GO_ENTRY = re.compile(r"^[A-Z][A-Za-z0-9_]*\Z")
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}\Z")
 # A job event reaches the runner as one environment string; Linux caps one at 128 KiB (MAX_ARG_STRLEN).
 MAX_EVENT_BYTES = 100 * 1024
 

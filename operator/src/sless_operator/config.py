@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 from sless_core.naming import DNS1123_LABEL
 
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
-_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._\-/:@]*$")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?\Z")
+_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._\-/:@]*\Z")
 
 
 class ConfigError(ValueError):
@@ -148,7 +148,7 @@ class _Reader:
         value = self._raw(name)
         if value is None:
             return default
-        if not DNS1123_LABEL.match(value) or len(value) > 63:
+        if not DNS1123_LABEL.fullmatch(value) or len(value) > 63:
             raise ConfigError(f"{name} must be a DNS-1123 label, got {value!r}")
         return value if value or not optional else ""
 

@@ -31,7 +31,7 @@ REQUIRED = ("id", "source", "specversion", "type")
 SPECVERSION = "1.0"
 DEFAULT_TYPE = "dev.sless.queue.message"
 _BINARY_PREFIXES = ("ce-", "ce_", "cloudevents:", "cloudevents_")
-_ATTRIBUTE = re.compile(r"^[a-z0-9]{1,64}$")
+_ATTRIBUTE = re.compile(r"^[a-z0-9]{1,64}\Z")
 _PLAIN_ENCODINGS = ("", "identity", "utf-8", "utf8")
 #: Keys the dispatcher adds; an event attribute may not take them.
 RESERVED = ("_trigger", "_queue", "_amqp")

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from sless_core.models import RUNTIMES
 
-_DOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_IMAGE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/:]*$")
+_DOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+_IMAGE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/:]*\Z")
 FUNCTION_PORT = 8080
 
 
