@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MIB = 1024 * 1024
+# Function responses get an opaque origin: a function's page cannot read the console's storage or call the
+# API with the console's token, though both are served from the same host.
+DEFAULT_FUNCTION_CSP = "sandbox allow-scripts allow-forms allow-popups allow-downloads"
 
 
 def _int(env: Mapping[str, str], key: str, default: int) -> int:
@@ -42,6 +45,7 @@ class ApiConfig:
     idle_timeout_sec: float
     rabbitmq_url: str | None
     public_url: str
+    function_csp: str = DEFAULT_FUNCTION_CSP
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, data_dir: Path | None = None) -> ApiConfig:
@@ -58,4 +62,5 @@ class ApiConfig:
             idle_timeout_sec=_float(env, "SLESS_IDLE_TIMEOUT_SEC", 300.0),
             rabbitmq_url=env.get("SLESS_RABBITMQ_URL") or None,
             public_url=env.get("SLESS_PUBLIC_URL", ""),
+            function_csp=env.get("SLESS_FUNCTION_CSP", DEFAULT_FUNCTION_CSP).strip(),
         )
