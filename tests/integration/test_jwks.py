@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import select
 import socket
 import threading
 import time
@@ -31,6 +32,9 @@ class JwksServer:
         self.status = 200
         self.body: bytes | None = None  # overrides the JSON key set when set
         self.delay = 0.0
+        # When set, the response (status line first) is written one byte per this many seconds.
+        self.trickle_sec = 0.0
+        self.disconnects: list[float] = []  # monotonic times at which a trickled client hung up
         self.requests = 0
         self._lock = threading.Lock()
         server = self
@@ -40,7 +44,11 @@ class JwksServer:
                 with server._lock:
                     server.requests += 1
                     status, body, delay = server.status, server.body, server.delay
+                    trickle = server.trickle_sec
                     payload = body if body is not None else json.dumps({"keys": server.keys}).encode()
+                if trickle:
+                    self._trickle(payload, trickle)
+                    return
                 if delay:
                     time.sleep(delay)
                 self.send_response(status)
@@ -48,6 +56,22 @@ class JwksServer:
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
+
+            def _trickle(self, payload: bytes, interval: float) -> None:
+                head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+                for byte in head.encode() + payload:
+                    readable, _, _ = select.select([self.connection], [], [], interval)
+                    if readable and not self.connection.recv(1):
+                        with server._lock:
+                            server.disconnects.append(time.monotonic())
+                        return
+                    try:
+                        self.connection.sendall(bytes([byte]))
+                    except OSError:
+                        with server._lock:
+                            server.disconnects.append(time.monotonic())
+                        return
+                self.close_connection = True
 
             def log_message(self, fmt: str, *args: Any) -> None:
                 pass
@@ -316,3 +340,75 @@ def test_hanging_jwks_server_times_out(server: JwksServer, key_a: rsa.RSAPrivate
         verifier.verify(token(key_a, "RS256", "a"))
     elapsed = time.monotonic() - started
     assert 4.0 <= elapsed < 7.9
+
+
+def test_trickling_jwks_fetch_is_bounded_and_blocks_neither_the_loop_nor_cached_keys(
+    server: JwksServer, key_a: rsa.RSAPrivateKey, key_b: rsa.RSAPrivateKey
+) -> None:
+    """A JWKS server sending one byte every 3 s: the unknown kid fails at the fetch deadline, not after
+    minutes; meanwhile the event loop keeps running and a token with a cached kid verifies at once."""
+    server.publish(rsa_jwk(key_a, "a"))
+    deadline = 4.0
+    verifier = verifier_for(server, jwks_min_refetch_sec=0.1, jwks_fetch_deadline_sec=deadline)
+    assert verifier.verify(token(key_a, "RS256", "a")).sub == SUB
+    time.sleep(0.2)
+    server.trickle_sec = 3.0
+
+    async def scenario() -> tuple[float, float, float, float]:
+        loop = asyncio.get_running_loop()
+        lags: list[float] = []
+
+        async def heartbeat() -> None:
+            while True:
+                before = loop.time()
+                await asyncio.sleep(0.05)
+                lags.append(loop.time() - before - 0.05)
+
+        beat = asyncio.create_task(heartbeat())
+        started = time.monotonic()
+        unknown = asyncio.create_task(verifier.verify_async(token(key_b, "RS256", "b")))
+        await asyncio.sleep(0.5)
+        assert not unknown.done()
+        # A cached kid, from the loop and from a plain thread, while the fetch is in flight.
+        t0 = time.monotonic()
+        assert (await verifier.verify_async(token(key_a, "RS256", "a"))).sub == SUB
+        cached_async = time.monotonic() - t0
+        t0 = time.monotonic()
+        assert (await asyncio.to_thread(verifier.verify, token(key_a, "RS256", "a"))).sub == SUB
+        cached_sync = time.monotonic() - t0
+        with pytest.raises(AuthError, match="unknown signing key"):
+            await unknown
+        failed_after = time.monotonic() - started
+        beat.cancel()
+        return cached_async, cached_sync, failed_after, max(lags)
+
+    cached_async, cached_sync, failed_after, worst_lag = asyncio.run(scenario())
+    assert cached_async < 0.2, cached_async
+    assert cached_sync < 0.5, cached_sync
+    assert deadline - 1 <= failed_after < deadline + 2, failed_after
+    assert worst_lag < 0.2, worst_lag
+    # The fetch hung up on the server at its deadline instead of leaving a connection behind.
+    wait_until = time.monotonic() + 8
+    while not server.disconnects and time.monotonic() < wait_until:
+        time.sleep(0.1)
+    assert server.disconnects, "the timed-out fetch kept its connection open"
+    assert server.count() == 2
+
+
+def test_concurrent_unknown_kid_callers_share_one_fetch(
+    server: JwksServer, key_a: rsa.RSAPrivateKey, key_b: rsa.RSAPrivateKey
+) -> None:
+    server.publish(rsa_jwk(key_a, "a"))
+    verifier = verifier_for(server, jwks_min_refetch_sec=0.1)
+    verifier.verify(token(key_a, "RS256", "a"))
+    server.publish(rsa_jwk(key_a, "a"), rsa_jwk(key_b, "b"))
+    server.delay = 1.0
+    time.sleep(0.2)
+
+    async def many() -> list[Any]:
+        calls = [verifier.verify_async(token(key_b, "RS256", "b")) for _ in range(30)]
+        return await asyncio.gather(*calls)
+
+    results = asyncio.run(many())
+    assert {r.sub for r in results} == {SUB}
+    assert server.count() == 2

@@ -7,12 +7,15 @@ RS256/ES256 only against a configured public key or keys from a JWKS URL. That c
 the HS/RS confusion (an HS256 token "signed" with the RSA public key PEM as its secret).
 
 No falcon here: the API and the standalone backend both use this module. ``TokenVerifier.verify`` may
-block on a JWKS fetch (at most 5 s); async callers use ``verify_async``.
+wait for a JWKS fetch (bounded by ``jwks_fetch_deadline_sec``); async callers use ``verify_async``, which
+never blocks the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import json
 import logging
 import math
@@ -23,8 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import jwt
-import requests
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
@@ -39,6 +42,7 @@ RS256 = "RS256"
 ES256 = "ES256"
 ASYMMETRIC_ALGORITHMS = frozenset({RS256, ES256})
 
+# Connect and per-read bound of a JWKS fetch; the whole fetch is bounded by ``jwks_fetch_deadline_sec``.
 JWKS_TIMEOUT_SEC = 5.0
 JWKS_MAX_BYTES = 1 << 20
 # A token is a header line, not a document; anything longer is refused before any parsing.
@@ -83,6 +87,8 @@ class AuthConfig:
     jwks_cache_sec: float = 300
     # An unknown ``kid`` triggers a JWKS refetch at most this often, so random kids cannot flood the server.
     jwks_min_refetch_sec: float = 10
+    # A fetch (connect, headers, body) never takes longer than this, however slowly the server sends.
+    jwks_fetch_deadline_sec: float = 10
 
     def __post_init__(self) -> None:
         if not (self.secret or self.public_key_pem or self.jwks_url):
@@ -183,38 +189,84 @@ def issue_token(
 class _JwksCache:
     """Signing keys from a JWKS URL: cached, refreshed on expiry or unknown kid, with refetches rate-limited.
 
+    The lock guards the cache's fields only and is never held across network I/O: a caller whose key is
+    cached and fresh returns at once, whatever a fetch is doing. At most one fetch is in flight; callers
+    that need it (an unknown kid, an expired cache) wait on that one fetch, for a bounded time. The fetch
+    runs in its own short-lived thread with its own event loop (aiohttp), under a total deadline, so a
+    JWKS server that trickles bytes cannot hold it past ``fetch_deadline_sec`` (the per-read timeout
+    alone would not stop a server sending one byte every few seconds). A key set older than
+    ``REFRESH_AHEAD`` of its lifetime is refreshed in the background while the cached keys keep serving.
+
     A failed fetch keeps the previous keys (availability over a brief JWKS outage) and counts as an attempt,
     so a down server is retried at most once per ``min_refetch_sec`` however many requests arrive.
     """
 
-    def __init__(self, url: str, cache_sec: float, min_refetch_sec: float) -> None:
+    REFRESH_AHEAD = 0.8
+
+    def __init__(self, url: str, cache_sec: float, min_refetch_sec: float, fetch_deadline_sec: float) -> None:
         self._url = url
         self._cache_sec = cache_sec
         self._min_refetch_sec = min_refetch_sec
+        self._deadline_sec = fetch_deadline_sec
         self._lock = threading.Lock()
         self._keys: dict[str | None, list[tuple[str, PublicKey]]] = {}
         self._fetched_at: float | None = None
         self._attempted_at: float | None = None
-        self._session = requests.Session()
+        self._inflight: concurrent.futures.Future[None] | None = None
+
+    @property
+    def wait_sec(self) -> float:
+        """How long a caller waits for an in-flight fetch: its deadline and a margin for the thread."""
+        return self._deadline_sec + 1.0
 
     def key_for(self, kid: str | None, alg: str) -> PublicKey:
-        # One lock over lookup and fetch: concurrent requests for a new kid wait for one fetch, not N.
+        """The key, waiting (in this thread, bounded) for a fetch when one is needed."""
+        found = self.cached_or_fetch(kid, alg)
+        if not isinstance(found, concurrent.futures.Future):
+            return found
+        with contextlib.suppress(concurrent.futures.TimeoutError):
+            found.result(timeout=self.wait_sec)
+        return self.resolve(kid, alg)
+
+    async def key_for_async(self, kid: str | None, alg: str) -> PublicKey:
+        """``key_for`` for the event loop: waits on the fetch without a thread of the caller's."""
+        found = self.cached_or_fetch(kid, alg)
+        if not isinstance(found, concurrent.futures.Future):
+            return found
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(found)), self.wait_sec)
+        return self.resolve(kid, alg)
+
+    def cached_or_fetch(self, kid: str | None, alg: str) -> PublicKey | concurrent.futures.Future[None]:
+        """A usable cached key, or the fetch to wait for (started here when none is in flight)."""
         with self._lock:
             now = time.monotonic()
-            fetched = False
-            expired = self._fetched_at is None or now - self._fetched_at >= self._cache_sec
-            if expired and self._may_attempt(now):
-                self._refresh(now)
-                fetched = True
             key = self._lookup(kid, alg)
-            if key is None and not fetched and self._may_attempt(now):
-                self._refresh(now)
-                key = self._lookup(kid, alg)
+            age = None if self._fetched_at is None else now - self._fetched_at
+            if key is not None and age is not None and age < self._cache_sec:
+                if age >= self._cache_sec * self.REFRESH_AHEAD and self._inflight is None and self._may_attempt(now):
+                    self._start_fetch(now)
+                return key
+            if self._inflight is not None:
+                return self._inflight
+            if self._may_attempt(now):
+                return self._start_fetch(now)
+            if key is not None:
+                return key  # stale, and a refetch was tried recently: the known key beats an outage
+            raise self._missing()
+
+    def resolve(self, kid: str | None, alg: str) -> PublicKey:
+        """After a fetch (or a wait that gave up): whatever key the cache holds now, else why not."""
+        with self._lock:
+            key = self._lookup(kid, alg)
             if key is not None:
                 return key
-            if self._fetched_at is None:
-                raise AuthError("signing keys are unavailable")
-            raise AuthError("unknown signing key")
+            raise self._missing()
+
+    def _missing(self) -> AuthError:
+        if self._fetched_at is None:
+            return AuthError("signing keys are unavailable")
+        return AuthError("unknown signing key")
 
     def _may_attempt(self, now: float) -> bool:
         return self._attempted_at is None or now - self._attempted_at >= self._min_refetch_sec
@@ -229,21 +281,43 @@ class _JwksCache:
                 return key
         return None
 
-    def _refresh(self, now: float) -> None:
+    def _start_fetch(self, now: float) -> concurrent.futures.Future[None]:
+        """Called with the lock held: record the attempt and start the one fetch thread."""
         self._attempted_at = now
-        try:
-            keys = self._fetch()
-        except (requests.RequestException, ValueError) as exc:
-            log.warning("JWKS fetch from %s failed: %s", self._url, exc)
-            return
-        self._keys = keys
-        self._fetched_at = time.monotonic()
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        future.set_running_or_notify_cancel()  # a waiter giving up must not cancel it for the others
+        self._inflight = future
+        threading.Thread(target=self._run_fetch, args=(future,), name="sless-jwks-fetch", daemon=True).start()
+        return future
 
-    def _fetch(self) -> dict[str | None, list[tuple[str, PublicKey]]]:
-        with self._session.get(self._url, timeout=JWKS_TIMEOUT_SEC, stream=True) as resp:
+    def _run_fetch(self, future: concurrent.futures.Future[None]) -> None:
+        keys: dict[str | None, list[tuple[str, PublicKey]]] | None = None
+        try:
+            keys = asyncio.run(self._fetch())
+        except (aiohttp.ClientError, TimeoutError, ValueError, UnicodeDecodeError) as exc:
+            log.warning("JWKS fetch from %s failed: %s", self._url, exc or type(exc).__name__)
+        except Exception:  # the waiters must be released whatever happened
+            log.exception("JWKS fetch from %s failed", self._url)
+        finally:
+            with self._lock:
+                if keys is not None:
+                    self._keys = keys
+                    self._fetched_at = time.monotonic()
+                self._inflight = None
+            future.set_result(None)
+
+    async def _fetch(self) -> dict[str | None, list[tuple[str, PublicKey]]]:
+        timeout = aiohttp.ClientTimeout(total=self._deadline_sec, sock_connect=JWKS_TIMEOUT_SEC,
+                                        sock_read=JWKS_TIMEOUT_SEC)
+        # The whole fetch, headers and body included, under one deadline.
+        async with (
+            asyncio.timeout(self._deadline_sec),
+            aiohttp.ClientSession(timeout=timeout, trust_env=True) as session,
+            session.get(self._url, headers={"Accept": "application/json"}) as resp,
+        ):
             resp.raise_for_status()
             body = b""
-            for chunk in resp.iter_content(65536):
+            async for chunk in resp.content.iter_chunked(65536):
                 body += chunk
                 if len(body) > JWKS_MAX_BYTES:
                     raise ValueError("JWKS document is too large")
@@ -299,7 +373,10 @@ class TokenVerifier:
         if config.public_key_pem:
             self._public_key, self._public_alg = load_public_key(config.public_key_pem)
         self._jwks = (
-            _JwksCache(config.jwks_url, config.jwks_cache_sec, config.jwks_min_refetch_sec) if config.jwks_url else None
+            _JwksCache(config.jwks_url, config.jwks_cache_sec, config.jwks_min_refetch_sec,
+                       config.jwks_fetch_deadline_sec)
+            if config.jwks_url
+            else None
         )
         allowed: set[str] = set()
         if self._secret is not None:
@@ -311,13 +388,28 @@ class TokenVerifier:
         self.allowed_algorithms = frozenset(allowed)
 
     async def verify_async(self, token: str) -> Claims:
-        """``verify`` without blocking the event loop when a JWKS fetch may be needed."""
-        if self._jwks is None:
-            return self.verify(token)
-        return await asyncio.to_thread(self.verify, token)
+        """``verify`` for async code: never blocks the event loop, never takes a thread of the pool.
+
+        A cached key verifies inline (a signature check is CPU work of well under a millisecond); a key
+        that needs a JWKS fetch is awaited on the cache's one in-flight fetch, bounded by its deadline.
+        """
+        alg, kid = self._header(token)
+        if alg != HS256 and self._jwks is not None and not self._pem_serves(alg, kid):
+            key: bytes | PublicKey = await self._jwks.key_for_async(kid, alg)
+        else:
+            key = self._key_for(alg, kid)
+        return self._claims(token, key, alg)
 
     def verify(self, token: str) -> Claims:
-        """The caller's claims if ``token`` is valid; ``AuthError`` with a short reason otherwise."""
+        """The caller's claims if ``token`` is valid; ``AuthError`` with a short reason otherwise.
+
+        May wait (bounded by the JWKS fetch deadline) for a key fetch: async code uses ``verify_async``.
+        """
+        alg, kid = self._header(token)
+        return self._claims(token, self._key_for(alg, kid), alg)
+
+    def _header(self, token: str) -> tuple[str, str | None]:
+        """The token's algorithm (one this verifier accepts) and key id, from its unverified header."""
         if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
             raise AuthError("malformed token")
         try:
@@ -330,7 +422,9 @@ class TokenVerifier:
         kid = header.get("kid")
         if kid is not None and not isinstance(kid, str):
             raise AuthError("malformed token")
-        key = self._key_for(alg, kid)
+        return alg, kid
+
+    def _claims(self, token: str, key: bytes | PublicKey, alg: str) -> Claims:
         payload = self._decode(token, key, alg)
         sub = payload.get("sub")
         if not isinstance(sub, str) or not sub.strip():
@@ -342,12 +436,16 @@ class TokenVerifier:
             claims=payload,
         )
 
+    def _pem_serves(self, alg: str, kid: str | None) -> bool:
+        # A configured PEM key serves kid-less tokens (and any kid when there is no JWKS).
+        return self._public_key is not None and alg == self._public_alg and (kid is None or self._jwks is None)
+
     def _key_for(self, alg: str, kid: str | None) -> bytes | PublicKey:
         if alg == HS256:
             assert self._secret is not None  # HS256 is allowed only with a secret
             return self._secret
-        # A configured PEM key serves kid-less tokens (and any kid when there is no JWKS).
-        if self._public_key is not None and alg == self._public_alg and (kid is None or self._jwks is None):
+        if self._pem_serves(alg, kid):
+            assert self._public_key is not None
             return self._public_key
         if self._jwks is None:
             raise AuthError("token algorithm not allowed")
