@@ -41,7 +41,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     import uvicorn
 
     from sless_api.app import create_app
-    from sless_api.config import ApiConfig
+    from sless_api.config import ApiConfig, ServerLimits
+    from sless_api.slowclients import guarded_protocol
 
     data_dir = Path(args.data_dir).resolve()
     os.environ["SLESS_DATA_DIR"] = str(data_dir)
@@ -49,6 +50,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         os.environ["SLESS_JWT_SECRET"] = local_secret(data_dir)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ApiConfig.from_env(data_dir=data_dir)
+    limits = ServerLimits.from_env()
     url = f"http://{args.host}:{args.port}"
     print(f"sless standalone: serving on {url} (data in {data_dir})", file=sys.stderr)
     print(f"  get a token:      sless token --sub you --data-dir {data_dir}", file=sys.stderr)
@@ -59,7 +61,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning",
-                timeout_graceful_shutdown=30, lifespan="on")
+                timeout_graceful_shutdown=30, lifespan="on", http=guarded_protocol(limits),
+                timeout_keep_alive=limits.keep_alive_sec,
+                # Every caller of `sless up` comes from loopback, which uvicorn trusts for X-Forwarded-For:
+                # the proxy would then take a client's claimed address as the peer's.
+                proxy_headers=False)
     print("sless standalone: stopped", file=sys.stderr)
     return 0
 

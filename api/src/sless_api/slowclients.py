@@ -1,0 +1,189 @@
+"""Slow and idle clients cannot exhaust the server: a deadline for request heads and a connection cap.
+
+uvicorn (0.54) closes an idle connection only between two requests (``timeout_keep_alive``), and has no
+deadline for the head of a request: a client that sends ``GET / HTTP/1.1\\r\\n`` and nothing more, or
+nothing at all, keeps its socket open for ever, and a few thousand of them exhaust the process's file
+descriptors. Its ``limit_concurrency`` does not help either: it is checked only once a head is complete
+(a slow client never gets there), and then answers 503 to everyone, legitimate clients included.
+
+``guarded_protocol`` returns a subclass of uvicorn's httptools protocol (the one uvicorn picks itself,
+``httptools`` being a dependency) that adds, per server process:
+
+- a head deadline: from the moment a connection opens, or a new request's first byte arrives, its
+  request line and headers must be complete within ``header_timeout_sec``, else 408 and close;
+- a head size cap: request line plus headers above ``max_header_bytes`` answer 431 and close (the
+  httptools parser itself buffers them without bound);
+- a connection cap: a connection beyond ``max_connections`` first evicts the connection that has
+  been waiting longest for a request head (idle, slow or keep-alive: none of them is being served),
+  and is refused with 503 only when every connection is busy with a request. A flood of slow clients
+  therefore cannot lock out a fast one; it only pushes out the oldest of its own connections.
+
+This is a transport-level guard, independent of the ASGI app: it works the same under ``sless up``
+and under each ``sless-api`` (gunicorn) worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from sless_api.config import ServerLimits
+
+_REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+
+
+def _response(status: int, message: str) -> bytes:
+    body = json.dumps({"error": message}).encode()
+    head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n")
+    return head.encode("ascii") + body
+
+
+class _Waiting:
+    """Per server: the connections waiting for a request head, oldest first (dicts keep insertion order)."""
+
+    def __init__(self) -> None:
+        self.since: dict[GuardedProtocol, None] = {}
+
+    def add(self, proto: GuardedProtocol) -> None:
+        self.since.pop(proto, None)
+        self.since[proto] = None
+
+    def discard(self, proto: GuardedProtocol) -> None:
+        self.since.pop(proto, None)
+
+    def oldest_other_than(self, proto: GuardedProtocol) -> GuardedProtocol | None:
+        for other in self.since:
+            if other is not proto:
+                return other
+        return None
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a head deadline, a head size cap and a connection cap."""
+
+    limits: ServerLimits  # set on the subclass ``guarded_protocol`` makes
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        state = self.server_state
+        waiting = getattr(state, "sless_waiting", None)
+        if waiting is None:
+            waiting = _Waiting()
+            state.sless_waiting = waiting  # type: ignore[attr-defined]
+        self._waiting: _Waiting = waiting
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._head_bytes = 0
+        self._rejected = False
+
+    # Connection life
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            victim = self._waiting.oldest_other_than(self)
+            if victim is None:
+                self._reject(503, "the server is at its connection limit; retry later")
+                return
+            victim._close()
+        self._await_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        self._waiting.discard(self)
+        super().connection_lost(exc)
+
+    # Request heads
+    def data_received(self, data: bytes) -> None:
+        if self._rejected:
+            return
+        super().data_received(data)
+        if self._rejected and not self.transport.is_closing():
+            self._reject(431, f"the request line and headers exceed {self.limits.max_header_bytes} bytes")
+
+    def on_message_begin(self) -> None:
+        self._head_bytes = 0
+        if self._head_timer is None:
+            self._arm_head_timer()
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        if self._count(len(url)):
+            super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._count(len(name) + len(value) + 4):
+            super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        if self._rejected:
+            return  # the app never sees a head that was cut short
+        self._stop_head_timer()
+        self._waiting.discard(self)
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._rejected:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if not self._rejected:
+            super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and not self.pipeline and self.cycle is not None \
+                and self.cycle.response_complete:
+            # Idle again (uvicorn's keep-alive timer runs): evictable until the next head is complete.
+            self._waiting.add(self)
+
+    # Helpers
+    def _await_head(self) -> None:
+        self._waiting.add(self)
+        self._arm_head_timer()
+
+    def _arm_head_timer(self) -> None:
+        self._stop_head_timer()
+        self._head_timer = self.loop.call_later(self.limits.header_timeout_sec, self._head_timed_out)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self._reject(408, f"the request head did not arrive within {self.limits.header_timeout_sec:g} s")
+
+    def _count(self, size: int) -> bool:
+        """Add to the head's size; False (and the connection marked for 431) once it is over the cap."""
+        if self._rejected:
+            return False
+        self._head_bytes += size
+        if self._head_bytes > self.limits.max_header_bytes:
+            self._rejected = True
+            return False
+        return True
+
+    def _reject(self, status: int, message: str) -> None:
+        self._rejected = True
+        self._stop_head_timer()
+        self._waiting.discard(self)
+        if not self.transport.is_closing():
+            self.transport.write(_response(status, message))
+            self.transport.close()
+
+    def _close(self) -> None:
+        self._rejected = True
+        self._stop_head_timer()
+        self._waiting.discard(self)
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def guarded_protocol(limits: ServerLimits) -> type[GuardedProtocol]:
+    """A protocol class for uvicorn's ``http=`` option, bound to these limits."""
+    return type("SlessGuardedProtocol", (GuardedProtocol,), {"limits": limits})

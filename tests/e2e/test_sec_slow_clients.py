@@ -1,0 +1,169 @@
+"""Slow clients against real servers: `sless up` and `sless-api` (gunicorn) as processes on loopback.
+
+Hundreds of connections that send part of a request line and then nothing must neither lock out other
+clients nor stay open: each is closed once the head deadline passes (or earlier, evicted by the
+connection cap), while `/health` keeps answering.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.support.platform import REPO, SECRET, SlessProcess, start_sless
+from tests.support.services import free_port
+
+pytestmark = [pytest.mark.e2e]
+
+HEADER_TIMEOUT = 2.0
+MAX_CONNECTIONS = 100
+SLOW = 300
+LIMITS = {"SLESS_HEADER_TIMEOUT_SEC": str(HEADER_TIMEOUT), "SLESS_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+          "SLESS_MAX_HEADER_BYTES": "16384"}
+
+
+@pytest.fixture(scope="module")
+def sless_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlessProcess]:
+    sp = start_sless(Path(tmp_path_factory.mktemp("sless-slow")), LIMITS)
+    yield sp
+    assert sp.stop() == 0, sp.log_tail()
+
+
+@pytest.fixture(scope="module")
+def sless_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    data = Path(tmp_path_factory.mktemp("sless-api-slow"))
+    port = free_port()
+    env = {**os.environ, **LIMITS, "SLESS_JWT_SECRET": SECRET, "SLESS_DATA_DIR": str(data),
+           "SLESS_BIND": f"127.0.0.1:{port}", "SLESS_WORKERS": "1"}
+    env.pop("SLESS_DATABASE_URL", None)
+    with open(data / "sless-api.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "sless_api.serve"], cwd=REPO, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (data / "sless-api.log").read_text()
+            try:
+                if requests.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline, (data / "sless-api.log").read_text()
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def open_slow(url: str, count: int) -> list[socket.socket]:
+    """``count`` connections that each send the start of a request line and then nothing."""
+    host, port = url.removeprefix("http://").split(":")
+    socks = []
+    for _ in range(count):
+        sock = socket.create_connection((host, int(port)), timeout=5)
+        sock.sendall(b"GET /hea")
+        socks.append(sock)
+    return socks
+
+
+def wait_closed(socks: list[socket.socket], within: float) -> tuple[list[socket.socket], list[bytes]]:
+    """Read every socket until the server closes it or ``within`` seconds pass; the still-open ones and
+    what the closed ones received."""
+    sel = selectors.DefaultSelector()
+    received: dict[socket.socket, bytes] = {}
+    for sock in socks:
+        sock.setblocking(False)
+        sel.register(sock, selectors.EVENT_READ)
+        received[sock] = b""
+    open_ = set(socks)
+    deadline = time.monotonic() + within
+    while open_ and time.monotonic() < deadline:
+        for key, _ in sel.select(timeout=0.2):
+            sock = key.fileobj
+            assert isinstance(sock, socket.socket)
+            try:
+                data = sock.recv(4096)
+            except ConnectionResetError:
+                data = b""
+            if data:
+                received[sock] += data
+            else:
+                sel.unregister(sock)
+                open_.discard(sock)
+    sel.close()
+    closed = [received[s] for s in socks if s not in open_]
+    return list(open_), closed
+
+
+def health_times(url: str, count: int) -> list[float]:
+    times = []
+    for _ in range(count):
+        started = time.monotonic()
+        resp = requests.get(url + "/health", timeout=5, headers={"Connection": "close"})
+        assert resp.status_code == 200, resp.text
+        times.append(time.monotonic() - started)
+    return times
+
+
+def flood_and_check(url: str) -> None:
+    socks = open_slow(url, SLOW)
+    try:
+        opened = time.monotonic()
+        times = health_times(url, 20)
+        assert max(times) < 1.0, times
+        still_open, closed = wait_closed(socks, HEADER_TIMEOUT + 4 - (time.monotonic() - opened))
+        assert not still_open, f"{len(still_open)} slow connections outlived the {HEADER_TIMEOUT} s head deadline"
+        assert len(closed) == SLOW
+        # The ones that were not evicted by the cap got a 408 before the close.
+        timed_out = [c for c in closed if c.startswith(b"HTTP/1.1 408 ")]
+        assert 0 < len(timed_out) <= MAX_CONNECTIONS, len(timed_out)
+        assert all(b'"error"' in c for c in timed_out)
+        assert max(health_times(url, 5)) < 1.0
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_sless_up_survives_slow_headers(sless_up: SlessProcess) -> None:
+    flood_and_check(sless_up.url)
+
+
+def test_sless_up_refuses_oversized_heads(sless_up: SlessProcess) -> None:
+    big = {"X-Filler": "a" * 20000}
+    resp = requests.get(sless_up.url + "/health", headers=big, timeout=10)
+    assert resp.status_code == 431 and "error" in resp.json()
+    assert requests.get(sless_up.url + "/health", headers={"X-Filler": "a" * 1000}, timeout=10).status_code == 200
+
+
+def test_idle_keep_alive_connections_are_evicted_before_new_clients_are_refused(sless_up: SlessProcess) -> None:
+    """Cap full of idle keep-alive connections: a new client still gets in."""
+    sessions = []
+    try:
+        for _ in range(MAX_CONNECTIONS):
+            s = requests.Session()
+            assert s.get(sless_up.url + "/health", timeout=5).status_code == 200
+            sessions.append(s)
+        assert max(health_times(sless_up.url, 5)) < 1.0
+    finally:
+        for s in sessions:
+            s.close()
+
+
+def test_sless_api_survives_slow_headers(sless_api: str) -> None:
+    flood_and_check(sless_api)
