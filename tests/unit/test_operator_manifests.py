@@ -6,14 +6,23 @@ through a real apiserver.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import os
+import secrets
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sless_api.buildcontext import make_build_context
 from sless_core import crd
 from sless_core.models import FunctionSpec, SecretRef
-from sless_operator import manifests
+from sless_operator import capture, contextfetch, manifests, tenancy
 from sless_operator.children import merged_owner_refs, needs_update
 from sless_operator.config import ConfigError, OperatorConfig
 from sless_operator.manifests import FunctionRef, Owner
@@ -23,7 +32,9 @@ from sless_operator.observe import (
     job_summary,
     trigger_summary,
 )
+from sless_operator.specs import InvalidSpec, function_ref
 from sless_operator.status import StatusBuilder, keep_head, keep_tail
+from tests.support.services import S3Endpoint
 
 NS = "sless-0123456789abcdef"
 HASH = "ab" * 32
@@ -94,7 +105,7 @@ def test_child_names_fit_kubernetes_limits_for_the_longest_user_names() -> None:
 # -- build Job ------------------------------------------------------------------------------------
 
 
-def test_build_job_runs_kaniko_on_the_s3_context_with_bounds() -> None:
+def test_build_job_runs_kaniko_on_the_fetched_context_with_bounds() -> None:
     job = manifests.build_job(CONFIG, fn_ref())
     assert job["metadata"]["name"] == manifests.build_job_name(NS, "hello", HASH)
     assert job["metadata"]["namespace"] == "sless-build"
@@ -108,14 +119,51 @@ def test_build_job_runs_kaniko_on_the_s3_context_with_bounds() -> None:
     pod = pod_spec(job)
     assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
     c = container(job)
-    assert c["image"] == CONFIG.kaniko_image
-    assert f"--context=s3://{CONFIG.s3_bucket}/contexts/{NS}/hello/1.tar.gz" in c["args"]
+    assert c["name"] == "kaniko" and c["image"] == CONFIG.kaniko_image
+    assert "--context=dir:///workspace/context" in c["args"]
+    assert not any("s3://" in a for a in c["args"])
     assert f"--destination=registry.test/sless/{NS}/hello:{HASH[:16]}" in c["args"]
     assert c["resources"]["limits"] == {"cpu": "1", "memory": "2048Mi"}
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert {"name": "S3_ENDPOINT", "value": "http://minio:9000"} in c["env"]
-    assert c["envFrom"] == [{"secretRef": {"name": CONFIG.build_s3_secret}}]
-    assert "--insecure" not in c["args"] and "volumeMounts" not in c
+    assert "--insecure" not in c["args"]
+    assert c["volumeMounts"] == [{"name": "context", "mountPath": "/workspace"}]
+    assert pod["volumes"] == [{"name": "context", "emptyDir": {"sizeLimit": manifests.BUILD_WORKSPACE_SIZE}}]
+
+
+def test_only_the_init_container_holds_the_s3_credentials() -> None:
+    job = manifests.build_job(CONFIG, fn_ref())
+    pod = pod_spec(job)
+    kaniko = container(job)
+    assert "envFrom" not in kaniko and not kaniko.get("env")
+    [fetch] = pod["initContainers"]
+    assert fetch["name"] == "fetch-context" and fetch["image"] == CONFIG.build_fetch_image
+    assert fetch["command"] == ["python", "-m", "sless_operator.contextfetch"]
+    assert fetch["envFrom"] == [{"secretRef": {"name": CONFIG.build_s3_secret}}]
+    assert "env" not in fetch
+    args = fetch["args"]
+    assert f"--bucket={CONFIG.s3_bucket}" in args and f"--key=contexts/{NS}/hello/1.tar.gz" in args
+    assert "--dest=/workspace/context" in args and "--endpoint=http://minio:9000" in args
+    assert f"--region={CONFIG.s3_region}" in args
+    assert not any(a.startswith("--sha256") for a in args)  # unknown: not checked
+    assert fetch["volumeMounts"] == [{"name": "context", "mountPath": "/workspace"}]
+    # the fetcher needs no privilege at all (the build namespace is only "baseline" for kaniko)
+    sc = fetch["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+    assert fetch["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    # no Secret anywhere but the init container's envFrom (kaniko has only the optional push config)
+    text = json.dumps(kaniko)
+    assert CONFIG.build_s3_secret not in text and "AWS_" not in text
+
+
+def test_build_job_checks_the_context_digest_when_the_function_states_it() -> None:
+    ref = FunctionRef(NS, "hello", fn_ref().spec, HASH, f"contexts/{NS}/hello/1.tar.gz",
+                      Owner(crd.API_VERSION, "Function", "hello", "uid-1"), context_sha256="ef" * 32)  # fmt: skip
+    [fetch] = pod_spec(manifests.build_job(CONFIG, ref))["initContainers"]
+    assert f"--sha256={'ef' * 32}" in fetch["args"]
+    aws = OperatorConfig()  # no endpoint: the client's default (AWS)
+    [fetch] = pod_spec(manifests.build_job(aws, fn_ref()))["initContainers"]
+    assert not any(a.startswith("--endpoint") for a in fetch["args"])
 
 
 def test_build_job_options_insecure_registry_push_secret_no_cache() -> None:
@@ -124,8 +172,51 @@ def test_build_job_options_insecure_registry_push_secret_no_cache() -> None:
     c = container(job)
     assert "--insecure" in c["args"] and "--skip-tls-verify" in c["args"]
     assert not any(a.startswith("--cache") for a in c["args"])
-    assert c["volumeMounts"][0]["mountPath"] == "/kaniko/.docker"
-    assert pod_spec(job)["volumes"][0]["secret"]["secretName"] == "push"
+    assert {"name": "docker-config", "mountPath": "/kaniko/.docker", "readOnly": True} in c["volumeMounts"]
+    volumes = {v["name"]: v for v in pod_spec(job)["volumes"]}
+    assert volumes["docker-config"]["secret"]["secretName"] == "push"
+    [fetch] = pod_spec(job)["initContainers"]
+    assert all(m["name"] != "docker-config" for m in fetch["volumeMounts"])  # push rights stay with kaniko
+
+
+def test_function_ref_refuses_a_context_key_outside_the_functions_own_prefix() -> None:
+    body = {"apiVersion": crd.API_VERSION, "kind": "Function",
+            "metadata": {"name": "hello", "namespace": NS, "uid": "u"},
+            "spec": {"runtime": "python3.11", "codeHash": HASH, "contextKey": ""}}  # fmt: skip
+    for key in (f"contexts/{NS}/hello/1.tar.gz", f"contexts/{NS}/hello/1700000000-abcdef012345.tar.gz"):
+        body["spec"]["contextKey"] = key
+        assert function_ref(body).context_key == key
+    for key in ("contexts/sless-fedcba9876543210/hello/1.tar.gz", f"contexts/{NS}/other/1.tar.gz",
+                f"contexts/{NS}/hello/../../x/1.tar.gz", f"contexts/{NS}/hello/", f"contexts/{NS}/hello/.hidden",
+                f"functions/{NS}/hello/1.zip", f"contexts/{NS}/hello/a\\b"):  # fmt: skip
+        body["spec"]["contextKey"] = key
+        with pytest.raises(InvalidSpec, match="its own build context"):
+            function_ref(body)
+    body["spec"].update(contextKey=f"contexts/{NS}/hello/1.tar.gz", contextSha256="ab" * 32)
+    assert function_ref(body).context_sha256 == "ab" * 32
+
+
+def test_a_failed_init_container_is_the_one_that_explains_a_build_failure() -> None:
+    def state(code: int, message: str) -> dict[str, Any]:
+        return {"state": {"terminated": {"exitCode": code, "message": message}}}
+
+    pod = {
+        "status": {
+            "phase": "Failed",
+            "initContainerStatuses": [{"name": "fetch-context", **state(1, "sha256 mismatch")}],
+            "containerStatuses": [{"name": "kaniko", "state": {"waiting": {"reason": "PodInitializing"}}}],
+        }
+    }
+    assert capture.failed_init_container(pod, ("fetch-context",)) == "fetch-context"
+    assert capture.terminated_state(pod, "fetch-context")["message"] == "sha256 mismatch"
+    fine = {
+        "status": {
+            "initContainerStatuses": [{"name": "fetch-context", **state(0, "")}],
+            "containerStatuses": [{"name": "kaniko", **state(1, "RUN pip install failed")}],
+        }
+    }
+    assert capture.failed_init_container(fine, ("fetch-context",)) is None
+    assert capture.terminated_state(fine, "kaniko")["message"] == "RUN pip install failed"
 
 
 # -- Deployment and Service -------------------------------------------------------------------------
@@ -239,9 +330,23 @@ def test_cron_job_suspends_when_disabled_and_belongs_to_the_trigger() -> None:
 # -- tenancy ---------------------------------------------------------------------------------------
 
 
-def test_tenant_namespace_is_restricted() -> None:
+def test_tenant_namespace_is_restricted_and_marked() -> None:
     labels = manifests.tenant_namespace_labels()
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert labels[manifests.TENANT_LABEL] == "true"  # what the chart's admission policy looks for
+
+
+@pytest.mark.parametrize("namespace", ["default", "kube-system", "sless-system", "sless-build",
+                                       "sless-0123456789abcde", "sless-0123456789abcdef0", "sless-0123456789ABCDEF",
+                                       "sless-0123456789abcdef\n", "xsless-0123456789abcdef", ""])  # fmt: skip
+def test_only_tenant_namespaces_are_served(namespace: str) -> None:
+    why = tenancy.refusal(namespace)
+    assert why is not None and "not a tenant namespace" in why and repr(namespace) in why
+    assert tenancy.NOT_A_TENANT == "NotATenantNamespace"
+
+
+def test_a_tenant_namespace_is_served() -> None:
+    assert tenancy.refusal(NS) is None
 
 
 def test_tenant_objects_quota_limits_and_isolation() -> None:
@@ -276,6 +381,8 @@ def test_config_from_env_reads_and_validates() -> None:
     assert (config.build_retries, config.registry_insecure, config.job_retries) == (4, True, 0)
     assert config.function_egress_cidrs == ("10.0.0.0/8", "192.168.0.0/16")
     assert OperatorConfig.from_env({}) == OperatorConfig()
+    fetch = OperatorConfig.from_env({"SLESS_BUILD_FETCH_IMAGE": "reg.example/sless@sha256:" + "0" * 64})
+    assert fetch.build_fetch_image == "reg.example/sless@sha256:" + "0" * 64
 
 
 @pytest.mark.parametrize(
@@ -287,6 +394,7 @@ def test_config_from_env_reads_and_validates() -> None:
         ("SLESS_REGISTRY_INSECURE", "maybe"),
         ("SLESS_FUNCTION_EGRESS_CIDRS", "10.0.0.0/99"),
         ("SLESS_BUILD_CPU", "lots"),
+        ("SLESS_BUILD_FETCH_IMAGE", "Not An Image"),
     ],
 )
 def test_config_errors_name_the_variable(name: str, value: str) -> None:
@@ -392,3 +500,101 @@ def test_needs_update_compares_our_hash_owner_labels_and_replicas() -> None:
     live = json.loads(json.dumps(want))
     live["metadata"]["annotations"][manifests.SPEC_HASH] = "other"
     assert needs_update(want, live)
+
+
+# -- the build's context fetcher (init container) --------------------------------------------------
+
+
+def _tar_gz(path: Path, entries: list[tuple[str, bytes | str | None]]) -> Path:
+    """A tar.gz with ENTRIES: (name, bytes) files, (name, None) directories, (name, "->target") symlinks."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in entries:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            elif isinstance(data, str):
+                info.type, info.linkname = tarfile.SYMTYPE, data.removeprefix("->")
+                tar.addfile(info)
+            else:
+                info.size, info.mode = len(data), 0o644
+                tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_fetcher_unpacks_a_real_build_context(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    (code / "lib").mkdir(parents=True)
+    (code / "handler.py").write_text("def handle(event):\n    return event\n")
+    (code / "lib" / "util.py").write_text("X = 1\n")
+    archive = tmp_path / "ctx.tar.gz"
+    archive.write_bytes(make_build_context(code, "python3.11", "handler.handle", "sless/python3.11:latest"))
+    dest = tmp_path / "workspace" / "context"
+    written = contextfetch.unpack(archive, dest, contextfetch.Limits())
+    assert written > 0
+    assert "\nFROM sless/python3.11:latest\n" in (dest / "Dockerfile").read_text()
+    assert (dest / "function" / "handler.py").read_text().startswith("def handle")
+    assert (dest / "function" / "lib" / "util.py").read_text() == "X = 1\n"
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ([("../escape", b"x")], "unsafe path"),
+        ([("/etc/passwd", b"x")], "unsafe path"),
+        ([("function/..\\\\x", b"x")], "unsafe path"),
+        ([("Dockerfile", "->/etc/shadow")], "not a regular file"),
+        ([("Dockerfile", b"a"), ("./Dockerfile", b"b")], "duplicate"),
+        ([(f"f{i}", b"") for i in range(6)], "more than 5 entries"),
+        ([("big", b"x" * 2000)], "more than 1000 bytes"),
+        ([("a", b"x" * 600), ("b", b"y" * 600)], "more than 1000 bytes"),
+    ],
+)  # fmt: skip
+def test_fetcher_refuses_unsafe_archives(tmp_path: Path, entries: list[tuple[str, Any]], message: str) -> None:
+    archive = _tar_gz(tmp_path / "bad.tar.gz", entries)
+    with pytest.raises(contextfetch.FetchError, match=message):
+        contextfetch.unpack(archive, tmp_path / "out", contextfetch.Limits(max_bytes=1000, max_entries=5))
+    assert not (tmp_path / "escape").exists()
+
+
+def test_fetcher_refuses_what_is_not_a_tar_gz(tmp_path: Path) -> None:
+    archive = tmp_path / "junk.tar.gz"
+    archive.write_bytes(b"PK\x03\x04 not a tar")
+    with pytest.raises(contextfetch.FetchError, match=r"not a readable tar\.gz"):
+        contextfetch.unpack(archive, tmp_path / "out", contextfetch.Limits())
+
+
+def _fetch(s3: S3Endpoint, bucket: str, key: str, dest: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """The init container's command, as a real process with the Secret's two variables only."""
+    env = {"PATH": os.environ.get("PATH", ""), "AWS_ACCESS_KEY_ID": s3.access_key,
+           "AWS_SECRET_ACCESS_KEY": s3.secret_key}  # fmt: skip
+    argv = [sys.executable, "-m", "sless_operator.contextfetch", f"--endpoint={s3.url}", f"--bucket={bucket}",
+            f"--key={key}", f"--dest={dest}", "--region=us-east-1", *extra]  # fmt: skip
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.s3
+def test_fetcher_downloads_checks_and_unpacks_from_s3(s3_endpoint: S3Endpoint, tmp_path: Path) -> None:
+    from minio import Minio
+
+    bucket = f"ctx-{secrets.token_hex(6)}"
+    client = Minio(s3_endpoint.endpoint, access_key=s3_endpoint.access_key, secret_key=s3_endpoint.secret_key,
+                   secure=False)  # fmt: skip
+    client.make_bucket(bucket)
+    data = _tar_gz(tmp_path / "c.tar.gz", [("Dockerfile", b"FROM scratch\n"), ("function", None)]).read_bytes()
+    key = f"contexts/{NS}/hello/1.tar.gz"
+    client.put_object(bucket, key, io.BytesIO(data), len(data))
+    digest = hashlib.sha256(data).hexdigest()
+
+    ok = _fetch(s3_endpoint, bucket, key, tmp_path / "ws" / "context", f"--sha256={digest}")
+    assert ok.returncode == 0, ok.stderr
+    assert (tmp_path / "ws" / "context" / "Dockerfile").read_text() == "FROM scratch\n"
+    assert sorted(p.name for p in (tmp_path / "ws").iterdir()) == ["context"]  # the archive is gone
+
+    altered = _fetch(s3_endpoint, bucket, key, tmp_path / "ws2" / "context", f"--sha256={'0' * 64}")
+    assert altered.returncode == 1 and f"has SHA-256 {digest}, expected" in altered.stderr
+    assert not (tmp_path / "ws2" / "context").exists()  # nothing half-checked is left for kaniko
+    missing = _fetch(s3_endpoint, bucket, f"contexts/{NS}/hello/none.tar.gz", tmp_path / "ws3" / "context")
+    assert missing.returncode == 1 and "cannot read build context" in missing.stderr
+    bad_arg = _fetch(s3_endpoint, bucket, key, tmp_path / "ws4" / "context", "--sha256=xyz")
+    assert bad_arg.returncode == 2

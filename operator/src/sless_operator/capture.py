@@ -1,6 +1,6 @@
 """What a finished Job's pod said: its result (stdout) or its error (stderr, a build log's tail).
 
-The runner and kaniko containers use ``terminationMessagePolicy: FallbackToLogsOnError``: the
+The runner, kaniko and fetch-context containers use ``terminationMessagePolicy: FallbackToLogsOnError``: the
 kubelet stores what the process wrote to ``/dev/termination-log``, or on failure the tail of its
 log, in ``status.containerStatuses[].state.terminated.message``. That survives log rotation and
 needs no log access, so it is read first; only when it is empty does the operator ask the pod
@@ -42,23 +42,38 @@ def pick_pod(pods: list[dict[str, Any]], succeeded: bool) -> dict[str, Any] | No
 
 
 def terminated_state(pod: dict[str, Any], container: str) -> dict[str, Any]:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    chosen = next((s for s in statuses if s.get("name") == container), statuses[0] if statuses else {})
+    status = pod.get("status") or {}
+    statuses = status.get("containerStatuses") or []
+    named = [*(status.get("initContainerStatuses") or []), *statuses]
+    chosen = next((s for s in named if s.get("name") == container), statuses[0] if statuses else {})
     state = chosen.get("state") or {}
     terminated = state.get("terminated") or (chosen.get("lastState") or {}).get("terminated") or {}
     return dict(terminated)
 
 
-async def pod_output(kube: Kube, namespace: str, selector: str, container: str, succeeded: bool) -> str:
+def failed_init_container(pod: dict[str, Any], names: tuple[str, ...]) -> str | None:
+    """The first of the init containers NAMES that ended with a non-zero exit code (the pod stopped there)."""
+    for name in names:
+        code = terminated_state(pod, name).get("exitCode")
+        if code not in (None, 0):
+            return name
+    return None
+
+
+async def pod_output(kube: Kube, namespace: str, selector: str, container: str, succeeded: bool,
+                     init_containers: tuple[str, ...] = ()) -> str:  # fmt: skip
     """The result (SUCCEEDED) or the error text of the Job whose pods match SELECTOR.
 
-    A result keeps its head, an error its tail, both within ``status.MESSAGE_LIMIT``.
+    A result keeps its head, an error its tail, both within ``status.MESSAGE_LIMIT``. When
+    one of INIT_CONTAINERS failed, CONTAINER never ran: the error is that init container's.
     Returns "" when no pod is left to ask (e.g. removed by the Job's TTL).
     """
     pods = await kube.list(api_path("v1", "pods", namespace), selector)
     pod = pick_pod(pods, succeeded)
     if pod is None:
         return ""
+    if not succeeded:
+        container = failed_init_container(pod, init_containers) or container
     terminated = terminated_state(pod, container)
     text = str(terminated.get("message") or "").strip()
     if not text:

@@ -9,11 +9,12 @@ stops the operator at start-up with the variable's name, instead of surfacing la
 | ``SLESS_REGISTRY_INSECURE`` | ``false`` | push over plain HTTP / unverified TLS (an in-cluster registry) |
 | ``SLESS_KANIKO_IMAGE`` | ``gcr.io/kaniko-project/executor:v1.23.2`` | the image builder |
 | ``SLESS_BUILD_NAMESPACE`` | ``sless-build`` | where build Jobs run (kaniko needs root: never a tenant namespace) |
+| ``SLESS_BUILD_FETCH_IMAGE`` | ``ghcr.io/sless-dev/sless:0.1.0`` | the build's init container (platform image) |
 | ``SLESS_BUILD_S3_SECRET`` | ``sless-build-s3`` | Secret (build namespace): AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY |
 | ``SLESS_BUILD_REGISTRY_SECRET`` | (none) | dockerconfigjson Secret in the build namespace, for pushing |
-| ``SLESS_S3_ENDPOINT`` | (AWS) | S3 endpoint of the build contexts, e.g. ``http://minio.sless-system:9000`` |
+| ``SLESS_S3_ENDPOINT`` | (AWS) | S3 endpoint of the build contexts: ``host:port`` (plain HTTP) or a URL |
 | ``SLESS_S3_BUCKET`` | ``sless`` | bucket of the build contexts |
-| ``SLESS_S3_REGION`` | ``us-east-1`` | region passed to kaniko's S3 client |
+| ``SLESS_S3_REGION`` | ``us-east-1`` | region passed to the build's S3 client (``fetch-context``) |
 | ``SLESS_BUILD_DEADLINE_SEC`` | ``900`` | build Job ``activeDeadlineSeconds`` |
 | ``SLESS_BUILD_RETRIES`` | ``2`` | build Job ``backoffLimit`` (transient failures are retried by the Job controller) |
 | ``SLESS_BUILD_CPU`` / ``SLESS_BUILD_MEMORY_MB`` | ``1`` / ``2048`` | build container limits |
@@ -26,6 +27,23 @@ stops the operator at start-up with the variable's name, instead of surfacing la
 | ``SLESS_TENANT_QUOTA_PODS`` / ``_CPU`` / ``_MEMORY`` | ``50`` / ``8`` / ``16Gi`` | per-tenant ResourceQuota |
 | ``SLESS_OPERATOR_WATCH_TIMEOUT`` | ``60`` | seconds a watch request lasts before it is renewed |
 | ``SLESS_OPERATOR_API_CONCURRENCY`` | ``32`` | parallel API requests of the operator's own client |
+
+Build Jobs and credentials. ``SLESS_BUILD_FETCH_IMAGE`` runs the ``fetch-context`` init container
+(``python -m sless_operator.contextfetch``): it needs Python, the minio client and this package,
+which the platform image has (the chart passes its own image). It alone receives the S3 Secret
+and unpacks the context into an emptyDir; kaniko builds from there without S3 credentials. The
+registry's push credentials cannot: kaniko pushes, and it runs the tenant's Dockerfile steps
+as root in the same container, so a hostile build step can read ``/kaniko/.docker/config.json``.
+Give that Secret credentials that may push only below ``SLESS_REGISTRY`` (better: only the
+tenant's own ``<prefix>/<ns>/`` path and the cache repository), never pull rights to other
+repositories or an administrator's token. Whether a registry can scope a token to a path
+depends on the registry (Harbor robot accounts per project, a Docker registry behind a token
+server with per-repository scopes, cloud registries' IAM conditions); a registry that cannot
+leaves every tenant's images writable by every build. ``SLESS_BUILD_CACHE`` shares
+``<prefix>/cache`` between tenants: whoever may push there can poison another tenant's cached
+layers, so turn the cache off where tenants do not trust each other. The build namespace's NetworkPolicies
+(chart ``build.networkPolicy``) keep build pods away from everything but the registry, S3, DNS
+and the package registries listed.
 """
 
 from __future__ import annotations
@@ -52,6 +70,7 @@ class OperatorConfig:
     registry_insecure: bool = False
     kaniko_image: str = "gcr.io/kaniko-project/executor:v1.23.2"
     build_namespace: str = "sless-build"
+    build_fetch_image: str = "ghcr.io/sless-dev/sless:0.1.0"
     build_s3_secret: str = "sless-build-s3"  # noqa: S105  (a Secret's name, not a secret)
     build_registry_secret: str = ""
     s3_endpoint: str = ""
@@ -83,6 +102,7 @@ class OperatorConfig:
             registry_insecure=reader.boolean("SLESS_REGISTRY_INSECURE", cls.registry_insecure),
             kaniko_image=reader.image("SLESS_KANIKO_IMAGE", cls.kaniko_image),
             build_namespace=reader.label("SLESS_BUILD_NAMESPACE", cls.build_namespace),
+            build_fetch_image=reader.image("SLESS_BUILD_FETCH_IMAGE", cls.build_fetch_image),
             build_s3_secret=reader.label("SLESS_BUILD_S3_SECRET", cls.build_s3_secret),
             build_registry_secret=reader.label("SLESS_BUILD_REGISTRY_SECRET", "", optional=True),
             s3_endpoint=reader.text("SLESS_S3_ENDPOINT", cls.s3_endpoint),

@@ -79,6 +79,13 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
     namespace, name = meta["namespace"], meta["name"]
     old = body.get("status") or {}
     st = StatusBuilder(old, int(meta.get("generation", 0)))
+    refused = tenancy.refusal(namespace)
+    if refused:
+        st.set(phase=Phase.FAILED.value, message=refused)
+        st.condition("Built", False, tenancy.NOT_A_TENANT, refused)
+        st.condition("Ready", False, tenancy.NOT_A_TENANT, refused)
+        await _write(ctx, body, st)
+        return
     try:
         ref = function_ref(body)
         if ref.code_hash and not ref.context_key:
@@ -158,7 +165,8 @@ async def _build(ctx: Context, ref: FunctionRef, old: dict[str, Any], st: Status
         return "built"
     if job.state == "failed":
         selector = build_pod_selector(ref)
-        output = await capture.pod_output(ctx.kube, config.build_namespace, selector, "kaniko", succeeded=False)
+        output = await capture.pod_output(ctx.kube, config.build_namespace, selector, manifests.BUILD_CONTAINER,
+                                          succeeded=False, init_containers=(manifests.FETCH_CONTAINER,))  # fmt: skip
         reason = f"{job.reason}: {job.message}".strip(": ")
         message = f"build failed ({reason})" + (f":\n{output}" if output else "")
         st.condition("Built", False, "BuildFailed", message)
@@ -206,6 +214,9 @@ async def cleanup(ctx: Context, namespace: str, name: str) -> None:
     namespace (no owner reference across namespaces) and the triggers' CronJobs belong to the
     Triggers, so both are deleted here by label.
     """
+    if tenancy.refusal(namespace):
+        ctx.state.statuses.pop((namespace, name), None)
+        return  # nothing was ever created for it
     kube = ctx.kube
     build_selector = ",".join([f"{crd.LABEL_COMPONENT}={manifests.COMPONENT_BUILD}",
                                f"{crd.LABEL_NAMESPACE}={namespace}", f"{crd.LABEL_FUNCTION}={name}"])  # fmt: skip

@@ -4,6 +4,9 @@ Nothing is decided here. Function, Trigger and FunctionJob changes go to their m
 watches on our own Jobs and Deployments (server-side filtered by the managed-by label) feed
 in-memory indices and wake the owning Function or FunctionJob when a child's state changes.
 
+Resources outside tenant namespaces are refused by the reconcilers themselves (a status that
+says why, no children; see ``tenancy.refusal``).
+
 Error mapping: an invalid spec -> ``kopf.PermanentError`` (no retries); apiserver trouble,
 a Function not built yet, or a child name held by another owner -> ``kopf.TemporaryError``
 with a delay, so Kopf retries with backoff.
@@ -28,7 +31,7 @@ from sless_operator.kube import ApiError
 from sless_operator.manifests import COMPONENT_BUILD, COMPONENT_FUNCTION, COMPONENT_RUN
 from sless_operator.observe import deployment_summary, job_summary, slim_function, trigger_summary
 from sless_operator.specs import InvalidSpec
-from sless_operator.tenancy import NamespaceMissing
+from sless_operator.tenancy import NamespaceMissing, NotATenant
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +83,7 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.watching.label_selectors[DEPLOYMENTS] = selector
 
 
-EXPECTED = (InvalidSpec, ChildConflict, NamespaceMissing, WaitingForFunction)
+EXPECTED = (InvalidSpec, ChildConflict, NamespaceMissing, NotATenant, WaitingForFunction)
 
 
 async def to_kopf(ctx: Context, work: Callable[[], Awaitable[None]]) -> None:
@@ -90,6 +93,8 @@ async def to_kopf(ctx: Context, work: Callable[[], Awaitable[None]]) -> None:
             await work()
     except InvalidSpec as exc:
         raise kopf.PermanentError(f"invalid spec: {exc}") from exc
+    except NotATenant as exc:
+        raise kopf.PermanentError(str(exc)) from exc
     except ChildConflict as exc:
         raise kopf.TemporaryError(str(exc), delay=60) from exc
     except (WaitingForFunction, NamespaceMissing) as exc:

@@ -50,6 +50,12 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
     namespace, name = meta["namespace"], meta["name"]
     st = StatusBuilder(old, int(meta.get("generation", 0)))
     path = job_path(namespace, name)
+    refused = tenancy.refusal(namespace)
+    if refused:
+        st.set(phase=JobPhase.FAILED.value, message=refused)
+        st.condition("Complete", False, tenancy.NOT_A_TENANT, refused)
+        await write(ctx.kube, path, st)
+        return
     try:
         spec = job_spec(name, body.get("spec") or {})
     except InvalidSpec as exc:
@@ -115,6 +121,8 @@ async def on_run_job(ctx: Context, summary: JobSummary) -> None:
     """A run's Job changed: report it on its FunctionJob when it is the current run."""
     namespace = summary.namespace
     name = summary.labels.get(crd.LABEL_JOB, "")
+    if tenancy.refusal(namespace):
+        return  # not one of ours: the operator runs nothing outside tenant namespaces
     try:
         run_id = int(summary.labels.get(crd.LABEL_RUN, ""))
     except ValueError:

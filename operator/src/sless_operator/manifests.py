@@ -36,6 +36,17 @@ RUN_MARGIN_SEC = 60
 PROGRESS_DEADLINE_SEC = 300
 MAX_GRACE_SEC = 900
 
+# Build pods: the init container unpacks the context into an emptyDir that kaniko reads.
+BUILD_CONTAINER = "kaniko"
+FETCH_CONTAINER = "fetch-context"
+BUILD_CONTEXT_VOLUME = "context"
+BUILD_WORKSPACE = "/workspace"
+BUILD_CONTEXT_DIR = "/workspace/context"
+# the archive and its unpacked files both sit in the emptyDir for a moment
+BUILD_CONTEXT_MAX_BYTES = 512 * 1024 * 1024
+BUILD_WORKSPACE_SIZE = "1280Mi"
+FETCH_UID = 10001  # the platform image's user (Dockerfile)
+
 COMPONENT_FUNCTION = "function"
 COMPONENT_BUILD = "build"
 COMPONENT_RUN = "run"
@@ -87,6 +98,8 @@ class FunctionRef:
     code_hash: str
     context_key: str
     owner: Owner
+    # SHA-256 of the build context archive, when the Function states it (spec.contextSha256)
+    context_sha256: str = ""
 
 
 # -- names and labels -------------------------------------------------------------------------
@@ -227,14 +240,46 @@ def _function_pod(config: OperatorConfig, fn: FunctionRef, image: str, *, runner
 # -- Function children ----------------------------------------------------------------------------
 
 
+def fetch_container(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
+    """The init container that alone holds the S3 credentials: it unpacks the context into the emptyDir.
+
+    The platform image (``SLESS_BUILD_FETCH_IMAGE``) runs ``sless_operator.contextfetch`` as
+    non-root on a read-only root filesystem, with nothing but the Secret's two keys.
+    """
+    args = [f"--bucket={config.s3_bucket}", f"--key={fn.context_key}", f"--dest={BUILD_CONTEXT_DIR}",
+            f"--region={config.s3_region}", f"--max-bytes={BUILD_CONTEXT_MAX_BYTES}"]  # fmt: skip
+    if config.s3_endpoint:
+        args.append(f"--endpoint={config.s3_endpoint}")
+    if fn.context_sha256:
+        args.append(f"--sha256={fn.context_sha256}")
+    return {
+        "name": FETCH_CONTAINER,
+        "image": config.build_fetch_image,
+        "command": ["python", "-m", "sless_operator.contextfetch"],
+        "args": args,
+        "envFrom": [{"secretRef": {"name": config.build_s3_secret}}],
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        "securityContext": {**restricted_container_security(True), "runAsUser": FETCH_UID, "runAsGroup": FETCH_UID},
+        "volumeMounts": [{"name": BUILD_CONTEXT_VOLUME, "mountPath": BUILD_WORKSPACE}],
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
 def build_job(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
-    """The kaniko Job that turns ``s3://<bucket>/<contextKey>`` into the function's image."""
+    """The kaniko Job that turns ``s3://<bucket>/<contextKey>`` into the function's image.
+
+    Two containers share an emptyDir: ``fetch-context`` (init) downloads and unpacks the
+    context with the S3 credentials, then kaniko builds from ``dir://`` without them. kaniko
+    runs the tenant's Dockerfile steps as root, so nothing secret but the registry's push
+    credentials (``SLESS_BUILD_REGISTRY_SECRET``) may be in its reach.
+    """
     name = build_job_name(fn.namespace, fn.name, fn.code_hash)
     image = image_ref(config, fn.namespace, fn.name, fn.code_hash)
     labels = {**base_labels(fn.name, COMPONENT_BUILD), crd.LABEL_NAMESPACE: fn.namespace,
               LABEL_CODE: fn.code_hash[:16]}  # fmt: skip
     args = [
-        f"--context=s3://{config.s3_bucket}/{fn.context_key}",
+        f"--context=dir://{BUILD_CONTEXT_DIR}",
         "--dockerfile=Dockerfile",
         f"--destination={image}",
         "--push-retry=3",
@@ -245,36 +290,36 @@ def build_job(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
         args += ["--cache=true", f"--cache-repo={config.registry}/cache"]
     if config.registry_insecure:
         args += ["--insecure", "--skip-tls-verify"]
-    env = [{"name": "AWS_REGION", "value": config.s3_region}]
-    if config.s3_endpoint:
-        env += [{"name": "S3_ENDPOINT", "value": config.s3_endpoint}, {"name": "S3_FORCE_PATH_STYLE", "value": "true"}]
+    mounts: list[dict[str, Any]] = [{"name": BUILD_CONTEXT_VOLUME, "mountPath": BUILD_WORKSPACE}]
+    volumes: list[dict[str, Any]] = [{"name": BUILD_CONTEXT_VOLUME, "emptyDir": {"sizeLimit": BUILD_WORKSPACE_SIZE}}]
     container: dict[str, Any] = {
-        "name": "kaniko",
+        "name": BUILD_CONTAINER,
         "image": config.kaniko_image,
         "args": args,
-        "env": env,
-        "envFrom": [{"secretRef": {"name": config.build_s3_secret}}],
         "resources": {
             "requests": {"cpu": "250m", "memory": f"{min(512, config.build_memory_mb)}Mi"},
             "limits": {"cpu": config.build_cpu, "memory": f"{config.build_memory_mb}Mi"},
         },
         "securityContext": {"allowPrivilegeEscalation": False},
+        "volumeMounts": mounts,
         # kaniko writes no termination message: on failure the kubelet keeps the log's tail instead.
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    if config.build_registry_secret:
+        mounts.append({"name": "docker-config", "mountPath": "/kaniko/.docker", "readOnly": True})
+        items = [{"key": ".dockerconfigjson", "path": "config.json"}]
+        volumes.append({"name": "docker-config", "secret": {"secretName": config.build_registry_secret,
+                                                            "items": items}})  # fmt: skip
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "initContainers": [fetch_container(config, fn)],
         "containers": [container],
+        "volumes": volumes,
     }
-    if config.build_registry_secret:
-        container["volumeMounts"] = [{"name": "docker-config", "mountPath": "/kaniko/.docker", "readOnly": True}]
-        items = [{"key": ".dockerconfigjson", "path": "config.json"}]
-        pod["volumes"] = [{"name": "docker-config", "secret": {"secretName": config.build_registry_secret,
-                                                                "items": items}}]  # fmt: skip
     return _stamp({
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -386,11 +431,15 @@ def cron_job(config: OperatorConfig, fn: FunctionRef, image: str, trigger: Owner
 # -- namespaces -----------------------------------------------------------------------------------
 
 PSA_LEVEL = "pod-security.kubernetes.io/enforce"
+# Marks a tenant namespace: the API sets it when it creates one, the operator when it prepares one,
+# and the chart's admission policy lets the operator write workloads only where it is "true".
+TENANT_LABEL = "sless.dev/tenant"
 
 
 def tenant_namespace_labels() -> dict[str, str]:
-    """Pod Security ``restricted`` (enforced, audited, warned) on every tenant namespace."""
+    """Pod Security ``restricted`` (enforced, audited, warned) and the tenant mark on every tenant namespace."""
     return {
+        TENANT_LABEL: "true",
         PSA_LEVEL: "restricted",
         "pod-security.kubernetes.io/enforce-version": "latest",
         "pod-security.kubernetes.io/audit": "restricted",

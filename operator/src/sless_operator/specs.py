@@ -29,9 +29,22 @@ def function_spec(name: str, spec: dict[str, Any]) -> FunctionSpec:
         raise InvalidSpec(exc.message) from exc
 
 
+def own_context_key(namespace: str, name: str, key: str) -> bool:
+    """Whether KEY lies under the Function's own prefix (the API's layout, ``contexts/<ns>/<fn>/<file>``):
+    a Function can never have another tenant's (or another function's) code built."""
+    prefix = f"contexts/{namespace}/{name}/"
+    rest = key.removeprefix(prefix)
+    return (key.startswith(prefix) and bool(rest) and "/" not in rest and "\\" not in rest
+            and not rest.startswith(".") and rest.isprintable())  # fmt: skip
+
+
 def function_ref(body: dict[str, Any]) -> FunctionRef:
     """What the manifest builders need of a Function body; raises InvalidSpec."""
     meta, spec = body["metadata"], body.get("spec") or {}
+    key = str(spec.get("contextKey") or "")
+    if key and not own_context_key(meta["namespace"], meta["name"], key):
+        raise InvalidSpec(f"contextKey must be contexts/{meta['namespace']}/{meta['name']}/<file>: "
+                          "a Function builds only its own build context")  # fmt: skip
     return FunctionRef(
         namespace=meta["namespace"],
         name=meta["name"],
@@ -39,6 +52,7 @@ def function_ref(body: dict[str, Any]) -> FunctionRef:
         code_hash=str(spec.get("codeHash") or ""),
         context_key=str(spec.get("contextKey") or ""),
         owner=Owner.of(body),
+        context_sha256=str(spec.get("contextSha256") or ""),
     )
 
 

@@ -3,7 +3,13 @@
 Functions run in the tenant namespace itself (``sless-<16 hex>``). The first time the operator
 sees one of our resources there, it labels the namespace and creates the ResourceQuota, the
 LimitRange and the NetworkPolicies (``manifests.tenant_objects``); later reconciles skip the
-work. Namespaces of other shapes (a test's, a cluster admin's) are served but left untouched.
+work.
+
+A Function, Trigger or FunctionJob in any other namespace (``default``, ``kube-system``, the
+platform's own) is refused: whoever may write our custom resources there must not get a
+Deployment, a Job or a build out of the operator's privileges. ``refusal`` says why, the
+reconcilers write it into the resource's status and create nothing. The chart's admission
+policy enforces the same boundary on the apiserver side.
 """
 
 from __future__ import annotations
@@ -13,16 +19,32 @@ from sless_operator import children, manifests
 from sless_operator.context import Context
 from sless_operator.kube import ApiError, api_path
 
+NOT_A_TENANT = "NotATenantNamespace"
+
+
+def refusal(namespace: str) -> str | None:
+    """Why nothing is created for a resource in NAMESPACE, or None when it is a tenant namespace."""
+    if is_tenant_namespace(namespace):
+        return None
+    return (f"namespace {namespace!r} is not a tenant namespace ('sless-' and 16 lower-case hex digits): "
+            "the operator creates nothing for resources here")  # fmt: skip
+
 
 class NamespaceMissing(Exception):
     """The namespace is gone (being deleted); nothing can be created there."""
 
 
+class NotATenant(Exception):
+    """A caller asked to prepare a namespace that is not a tenant's (the reconcilers check first)."""
+
+
 async def ensure(ctx: Context, namespace: str) -> None:
-    """Make NAMESPACE a proper tenant namespace, once per operator process."""
+    """Make NAMESPACE a proper tenant namespace, once per operator process (never another namespace)."""
     state = ctx.state
-    if namespace in state.tenants_ready or not is_tenant_namespace(namespace):
+    if namespace in state.tenants_ready:
         return
+    if not is_tenant_namespace(namespace):
+        raise NotATenant(str(refusal(namespace)))
     async with state.locks.hold(("tenant", namespace)):
         if namespace in state.tenants_ready:
             return

@@ -18,7 +18,7 @@ from typing import Any
 
 from sless_core import crd
 from sless_core.models import TriggerSpec, TriggerType
-from sless_operator import children, manifests
+from sless_operator import children, manifests, tenancy
 from sless_operator.context import Context
 from sless_operator.kube import MERGE, api_path
 from sless_operator.manifests import FunctionRef, Owner
@@ -44,6 +44,11 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
     namespace, name = meta["namespace"], meta["name"]
     st = StatusBuilder(body.get("status"), int(meta.get("generation", 0)))
     path = trigger_path(namespace, name)
+    refused = tenancy.refusal(namespace)
+    if refused:
+        st.set(message=refused).condition("Ready", False, tenancy.NOT_A_TENANT, refused)
+        await write(ctx.kube, path, st)
+        return
     try:
         spec = trigger_spec(name, body.get("spec") or {})
     except InvalidSpec as exc:
@@ -161,6 +166,8 @@ def _owner(summary: TriggerSummary) -> Owner:
 async def cleanup(ctx: Context, body: dict[str, Any]) -> None:
     """On deletion: give the Function its replicas back (the CronJob goes by garbage collection)."""
     meta, spec = body["metadata"], body.get("spec") or {}
+    if tenancy.refusal(meta["namespace"]):
+        return  # nothing was ever created for it
     if spec.get("type") == TriggerType.HTTP and spec.get("function"):
         await scale_for_http(ctx, meta["namespace"], str(spec["function"]))
     ctx.state.applied.pop((meta["namespace"], "CronJob", manifests.cron_job_name(meta["name"])), None)
