@@ -26,6 +26,7 @@ from sless_api.http import (
     serialize_error,
 )
 from sless_api.invocations import InvocationLog, log_from_url
+from sless_api.pathguard import is_canonical, is_invoke_path, raw_path, refuse_path
 from sless_api.platform import Platform, PlatformError
 from sless_api.proxy import Invoker, ProxyApp
 from sless_api.resources import functions, jobs, namespaces, probes, triggers
@@ -87,6 +88,31 @@ def build_rest(services: Services) -> falcon.asgi.App[Any, Any]:
     return app
 
 
+@dataclass(frozen=True)
+class RouteEntry:
+    """One route of the REST app and the methods its resource answers."""
+
+    template: str
+    resource: object
+    methods: tuple[str, ...]
+
+
+def route_table(rest: falcon.asgi.App[Any, Any]) -> list[RouteEntry]:
+    """Every route the REST app serves, so tests can walk all of them (a route added later is walked too).
+
+    Falcon has no public listing of its routes; its compiled router keeps them as a tree of nodes.
+    """
+    entries: list[RouteEntry] = []
+    nodes = list(rest._router._roots)
+    while nodes:
+        node = nodes.pop()
+        nodes.extend(node.children)
+        if node.resource is not None:
+            methods = tuple(m for m in falcon.constants.COMBINED_METHODS if hasattr(node.resource, f"on_{m.lower()}"))
+            entries.append(RouteEntry(str(node.uri_template), node.resource, methods))
+    return sorted(entries, key=lambda e: e.template)
+
+
 def build_services(config: ApiConfig) -> Services:
     invocations = log_from_url(config.database_url)
     if config.backend == "standalone":
@@ -110,14 +136,19 @@ class SlessApp:
     def __init__(self, services: Services) -> None:
         self.services = services
         self.rest = build_rest(services)
-        self.proxy = ProxyApp(services.invoker, services.verifier, services.config.max_body_bytes)
+        self.proxy = ProxyApp(services.invoker, services.verifier, services.config.max_body_bytes,
+                              services.config.function_csp)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
-        if kind == "http" and scope["path"].startswith("/fn/"):
-            await self.proxy(scope, receive, send)
-        elif kind == "lifespan":
+        if kind == "lifespan":
             await self._lifespan(receive, send)
+            return
+        path = raw_path(scope)
+        if kind == "http" and is_invoke_path(path):
+            await self.proxy(scope, receive, send)
+        elif not is_canonical(path):
+            await refuse_path(scope, receive, send)
         else:
             await self.rest(cast(dict[str, Any], scope), receive, send)
 

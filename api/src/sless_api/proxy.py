@@ -7,7 +7,6 @@ response back, and hands the invocation record to a bounded queue instead of wri
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -15,12 +14,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
 import aiohttp
 
 from sless_api.auth import AuthError, TokenVerifier, bearer_token
 from sless_api.invocations import Invocation, InvocationLog
+from sless_api.pathguard import raw_path, reaches_runtime_internals, split_invoke
 from sless_api.platform import Platform, PlatformError, Route
 
 log = logging.getLogger("sless.proxy")
@@ -126,34 +125,60 @@ class UpstreamError(Exception):
         self.message = message
 
 
+# Request headers the platform owns: the caller's credentials never reach a function, and the caller
+# cannot claim a verified identity the platform did not check.
+CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-sless-sub"})
+FORWARDED = ("x-forwarded-for", "x-forwarded-proto", "x-forwarded-host")
+
+
+def upstream_headers(headers: list[tuple[str, str]], client: str | None, scheme: str, host: str | None,
+                     sub: str | None) -> list[tuple[str, str]]:
+    """What the function sees: end-to-end headers without credentials, ``X-Forwarded-*`` with the platform's
+    values appended to whatever the client claimed, and ``X-Sless-Sub`` only when the platform verified it."""
+    kept = [(k, v) for k, v in end_to_end(headers) if k.lower() not in CREDENTIAL_HEADERS]
+    claimed = {name: [v for k, v in kept if k.lower() == name] for name in FORWARDED}
+    kept = [(k, v) for k, v in kept if k.lower() not in FORWARDED]
+    ours = {"x-forwarded-for": client, "x-forwarded-proto": scheme, "x-forwarded-host": host}
+    for name in FORWARDED:
+        own = ours[name]
+        values = [*claimed[name], *([own] if own else [])]
+        if values:
+            kept.append((name.title(), ", ".join(values)))
+    if sub is not None:
+        kept.append(("X-Sless-Sub", sub))
+    return kept
+
+
 class ProxyApp:
     """The ASGI handler for ``/fn/...``."""
 
-    def __init__(self, invoker: Invoker, verifier: TokenVerifier | None, max_body_bytes: int) -> None:
+    def __init__(self, invoker: Invoker, verifier: TokenVerifier | None, max_body_bytes: int,
+                 function_csp: str = "") -> None:
         self.invoker = invoker
         self.verifier = verifier
         self.max_body = max_body_bytes
+        self.csp = [(b"content-security-policy", function_csp.encode("latin-1"))] if function_csp else []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.monotonic()
         method: str = scope["method"]
-        parts = scope["path"].split("/", 4)  # "", "fn", ns, name, rest
-        if len(parts) < 4 or not parts[2] or not parts[3]:
+        target = split_invoke(raw_path(scope))
+        if target is None or reaches_runtime_internals(target.tail):
             await self._send(send, error_body(404, "use /fn/{namespace}/{function}[/path]"))
             return
-        ns, name = unquote(parts[2]), unquote(parts[3])
-        sub = "/" + (parts[4] if len(parts) > 4 else "")
+        ns, name, sub = target.namespace, target.function, target.tail
         query = scope.get("query_string", b"").decode("latin-1")
         path_qs = sub + ("?" + query if query else "")
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
         req_bytes, status, error, resp_bytes = 0, 500, None, 0
         try:
             route = await self.invoker.platform.route(ns, name)
-            if route.auth == "token":
-                await self._authorize(route, headers)
+            caller = await self._authorize(route, headers) if route.auth == "token" else None
             body = await self._read_body(receive, headers)
             req_bytes = len(body)
-            status, resp_bytes, error = await self._forward(route, method, path_qs, headers, body, scope, send)
+            forwarded = upstream_headers(headers, (scope.get("client") or [None])[0], scope.get("scheme", "http"),
+                                         next((v for k, v in headers if k.lower() == "host"), None), caller)
+            status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, send)
         except _Reply as reply:
             status, error = reply.result.status, reply.result.error
             await self._send(send, reply.result)
@@ -163,20 +188,22 @@ class ProxyApp:
         if status != 404 or error is None:
             self.invoker.record(ns, name, method, sub, status, started, req_bytes, resp_bytes, "http", error)
 
-    async def _authorize(self, route: Route, headers: list[tuple[str, str]]) -> None:
+    async def _authorize(self, route: Route, headers: list[tuple[str, str]]) -> str:
+        """The verified caller's ``sub`` for a token trigger (401 without a token, 403 for another tenant)."""
         if self.verifier is None:
             raise _Reply(error_body(401, "this trigger requires a token, and no token verifier is configured"))
         header = next((v for k, v in headers if k.lower() == "authorization"), None)
         try:
-            claims = await asyncio.to_thread(self.verifier.verify, bearer_token(header))
+            claims = await self.verifier.verify_async(bearer_token(header))
         except AuthError as exc:
             raise _Reply(error_body(401, str(exc))) from exc
         if claims.namespace != route.namespace and not claims.admin:
             raise _Reply(error_body(403, "this token belongs to another tenant"))
+        return claims.sub
 
     async def _read_body(self, receive: Receive, headers: list[tuple[str, str]]) -> bytes:
         declared = next((v for k, v in headers if k.lower() == "content-length"), None)
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+        if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > self.max_body:
             raise _Reply(error_body(413, f"request body exceeds {self.max_body} bytes"))
         chunks, size = [], 0
         while True:
@@ -192,17 +219,13 @@ class ProxyApp:
                 return b"".join(chunks)
 
     async def _forward(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
-                       body: bytes, scope: Scope, send: Send) -> tuple[int, int, str | None]:
-        upstream_headers = end_to_end(headers)
-        client = scope.get("client")
-        if client:
-            upstream_headers.append(("X-Forwarded-For", client[0]))
-        upstream_headers.append(("X-Forwarded-Proto", scope.get("scheme", "http")))
+                       body: bytes, send: Send) -> tuple[int, int, str | None]:
         started, sent = False, 0
         try:
-            async with self.invoker.request(route, method, path_qs, upstream_headers, body) as resp:
+            async with self.invoker.request(route, method, path_qs, headers, body) as resp:
                 out = [(k.lower().encode("latin-1"), v.encode("latin-1"))
                        for k, v in end_to_end(resp.headers.items())]
+                out.extend(self.csp)
                 if "Content-Length" in resp.headers:
                     out.append((b"content-length", resp.headers["Content-Length"].encode("latin-1")))
                 chunk = await resp.content.readany() if method != "HEAD" else b""
@@ -237,4 +260,4 @@ class _Reply(Exception):
         self.result = result
 
 
-__all__ = ["HOP_BY_HOP", "InvokeResult", "Invoker", "ProxyApp", "UpstreamError", "end_to_end"]
+__all__ = ["HOP_BY_HOP", "InvokeResult", "Invoker", "ProxyApp", "UpstreamError", "end_to_end", "upstream_headers"]

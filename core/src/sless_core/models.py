@@ -26,6 +26,8 @@ ENV_MAX_VARS, ENV_MAX_VALUE = 100, 32 * 1024
 RESERVED_ENV = ("PORT", "SLESS_", "HOME", "PATH")
 PY_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
 GO_ENTRY = re.compile(r"^[A-Z][A-Za-z0-9_]*\Z")
+# A job runs again when its run_id grows; 32-bit so every store and the custom resources hold it.
+MAX_RUN_ID = 2**31 - 1
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}\Z")
 # A job event reaches the runner as one environment string; Linux caps one at 128 KiB (MAX_ARG_STRLEN).
 MAX_EVENT_BYTES = 100 * 1024
@@ -282,7 +284,7 @@ class JobSpec:
             name=validate_name(data.get("name")),
             function=validate_name(data.get("function"), "function"),
             event=event,
-            run_id=_int_in(data, "run_id", 1, 0, 2**31 - 1),
+            run_id=_int_in(data, "run_id", 1, 0, MAX_RUN_ID),
         )
 
     def to_dict(self) -> dict[str, Any]:

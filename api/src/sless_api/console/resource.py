@@ -13,7 +13,7 @@ import falcon
 import falcon.asgi
 
 from sless_api.auth import AuthError, TokenVerifier, bearer_token
-from sless_api.http import ApiError
+from sless_api.http import ApiError, PublicResource
 from sless_api.platform import FunctionRecord, Platform, TriggerRecord
 
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -50,7 +50,9 @@ def text_listing(functions: list[FunctionRecord], triggers: list[TriggerRecord],
     return "\n".join(lines) + "\n"
 
 
-class Console:
+class Console(PublicResource):
+    """Public by name: the page holds no data, and the plain-text listing checks the token itself."""
+
     def __init__(self, platform: Platform, verifier: TokenVerifier | None, public_url: str) -> None:
         self.platform = platform
         self.verifier = verifier
@@ -63,7 +65,7 @@ class Console:
         if self.verifier is None:
             raise ApiError(503, "authentication is not configured")
         try:
-            claims = self.verifier.verify(bearer_token(req.get_header("Authorization")))
+            claims = await self.verifier.verify_async(bearer_token(req.get_header("Authorization")))
         except AuthError as exc:
             raise ApiError(401, str(exc)) from exc
         functions = await self.platform.list_functions(claims.namespace)

@@ -12,13 +12,17 @@ from typing import Any
 import falcon
 import falcon.asgi
 
-from sless_api.http import ApiError, json_body, page, query_int
+from sless_api.http import ApiError, json_body, page, query_int, read_bounded
 from sless_api.invocations import InvocationLog
 from sless_api.platform import FunctionRecord, Platform
 from sless_core.models import FunctionSpec
 from sless_core.naming import validate_name
 
 CHUNK = 256 * 1024
+# Form fields beside the zip are not used; each is drained with this bound so none can be endless.
+MAX_OTHER_PART_BYTES = 64 * 1024
+MAX_PARTS = 16
+MAX_CURSOR = 2**63 - 1  # invocation ids are 64-bit integers
 
 
 class Functions:
@@ -87,9 +91,14 @@ class Upload:
         if content_type.startswith("multipart/form-data"):
             try:
                 form = await req.get_media()
+                parts = 0
                 async for part in form:
                     if part.name == "code":
                         return await self._copy(part.stream, out)
+                    parts += 1
+                    if parts >= MAX_PARTS:
+                        raise ApiError(400, f"more than {MAX_PARTS} multipart fields")
+                    await read_bounded(part.stream, MAX_OTHER_PART_BYTES)
             except falcon.MediaMalformedError as exc:
                 raise ApiError(400, "malformed multipart body") from exc
             raise ApiError(400, "multipart field 'code' (the zip) is missing")
@@ -131,7 +140,8 @@ class Invocations:
         await self.platform.get_function(ns, validate_name(name))
         limit = query_int(req, "limit", 50, 1, 500)
         cursor = req.get_param("cursor")
-        before = int(cursor) if cursor and cursor.isdigit() else None
+        digits = cursor is not None and cursor.isascii() and cursor.isdigit() and len(cursor) <= 19
+        before = int(cursor) if cursor and digits and int(cursor) <= MAX_CURSOR else None
         if cursor and before is None:
             raise ApiError(400, "cursor is not one this API returned")
         if self.log is None:

@@ -1,4 +1,4 @@
-"""``/health`` (the process answers) and ``/ready`` (it can serve: the backend has started)."""
+"""``/health`` (the process answers) and ``/ready`` (it can serve: the backend has started); public probes."""
 
 from __future__ import annotations
 
@@ -6,13 +6,15 @@ from typing import Any
 
 import falcon.asgi
 
+from sless_api.http import PublicResource
 
-class Health:
+
+class Health(PublicResource):
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         resp.media = {"status": "ok"}
 
 
-class Ready:
+class Ready(PublicResource):
     def __init__(self, services: Any) -> None:
         self.services = services
 

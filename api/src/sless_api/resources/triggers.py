@@ -11,7 +11,9 @@ from sless_core.models import TriggerSpec
 from sless_core.naming import validate_name
 
 
-class Triggers:
+class _TriggerResource:
+    """What both trigger resources need: the platform and the base of the URLs shown for http triggers."""
+
     def __init__(self, platform: Platform, public_url: str) -> None:
         self.platform = platform
         self.public_url = public_url
@@ -19,6 +21,8 @@ class Triggers:
     def base_url(self, req: falcon.asgi.Request) -> str:
         return self.public_url or req.prefix
 
+
+class Triggers(_TriggerResource):
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str) -> None:
         base = self.base_url(req)
         records = await self.platform.list_triggers(ns)
@@ -30,9 +34,9 @@ class Triggers:
         resp.media = record.to_api(self.base_url(req))
 
 
-class Trigger(Triggers):
-    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,  # type: ignore[override]
-                     ns: str, name: str) -> None:
+class Trigger(_TriggerResource):
+    # Not a subclass of Triggers: it would inherit on_post, and POST /triggers/{name} would reach it.
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
         record: TriggerRecord = await self.platform.get_trigger(ns, validate_name(name))
         resp.media = record.to_api(self.base_url(req))
 

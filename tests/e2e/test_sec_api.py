@@ -1,0 +1,159 @@
+"""The API as an attacker meets it on `sless up`: deny by default, names validated, no credential reaches a function.
+
+Paths are sent byte for byte (http.client, no normalisation) because the holes this closes lived in the
+spelling: ``//v1/...`` and ``/%2Fv1/...`` used to reach the routes without a token.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import urllib.parse
+import uuid
+
+import jwt
+import pytest
+import requests
+
+from tests.support.attack import VICTIM_FUNCTION, VICTIM_JOB, raw_request, walk
+from tests.support.platform import SECRET, SlessProcess, Tenant
+
+pytestmark = pytest.mark.e2e
+
+ECHO = """
+def handle(event):
+    return {'path': event['_path'], 'query': event['_query'], 'headers': event['_headers']}
+"""
+
+
+@pytest.fixture
+def victim(tenant: Tenant) -> tuple[Tenant, str]:
+    mark = f"mark-{uuid.uuid4()}"
+    tenant.deploy(VICTIM_FUNCTION, "python3.11", {"handler.py": ECHO}, env_vars={"SECRET_MARK": mark})
+    tenant.api("POST", "/jobs", json={"name": VICTIM_JOB, "function": VICTIM_FUNCTION, "run_id": 0}, expect=201)
+    return tenant, mark
+
+
+def test_every_route_denies_an_attacker_however_the_path_is_spelled(sless: SlessProcess,
+                                                                     victim: tuple[Tenant, str]) -> None:
+    tenant, mark = victim
+    assert walk(sless.url, tenant, mark) > 1000
+
+
+def test_the_victim_still_reads_its_own_objects(sless: SlessProcess, victim: tuple[Tenant, str]) -> None:
+    """The walk's 401s are not a broken API: the right token on the canonical path works."""
+    tenant, mark = victim
+    record = tenant.api("GET", f"/functions/{VICTIM_FUNCTION}", expect=200).json()
+    assert record["env_vars"]["SECRET_MARK"] == mark
+    answer = raw_request(sless.url, "GET", f"/v1/namespaces/{tenant.ns}/functions/{VICTIM_FUNCTION}/",
+                         {"Authorization": f"Bearer {tenant.token}"})
+    assert answer.status == 200  # one trailing slash is the same resource
+
+
+def admin_headers(sub: str = "root") -> dict[str, str]:
+    token = jwt.encode({"sub": sub, "exp": int(time.time()) + 600, "sless_admin": True}, SECRET, algorithm="HS256")
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.mark.parametrize("namespace", ["default", "kube-system", "sless-system", "functions", "logs", "..",
+                                       "SLESS-0123456789ABCDEF", "sless-0123456789abcde", "sless-0123456789abcdef0",
+                                       "sless-0123456789abcdef%0A", "%2E%2E", "sless-01234567%2F89abcdef"])
+def test_only_tenant_namespaces_exist_even_for_admins(sless: SlessProcess, namespace: str) -> None:
+    for suffix in ("/functions", "/ensure", "/triggers", "/functions/x"):
+        method = "POST" if suffix == "/ensure" else "GET"
+        answer = raw_request(sless.url, method, f"/v1/namespaces/{namespace}{suffix}", admin_headers())
+        assert answer.status in (400, 404), (namespace, suffix, answer.status, answer.body[:200])
+        assert json.loads(answer.body)["error"]
+
+
+def test_a_name_with_a_trailing_newline_is_refused(tenant: Tenant) -> None:
+    tenant.api("POST", "/ensure", expect=(200, 201))
+    resp = tenant.api("POST", "/functions", json={"name": "evil\n", "runtime": "python3.11"})
+    assert resp.status_code == 400 and resp.json()["field"] == "name"
+    answer = raw_request(tenant.url, "GET", f"/v1/namespaces/{tenant.ns}/functions/evil%0A",
+                         {"Authorization": f"Bearer {tenant.token}"})
+    assert answer.status == 404
+
+
+# --- the invoke proxy ---------------------------------------------------------------------------------------
+
+def echo_call(tenant: Tenant, target_tail: str, headers: dict[str, str]) -> tuple[int, dict[str, str], dict]:
+    parsed = urllib.parse.urlparse(tenant.fn_url(VICTIM_FUNCTION))
+    conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=30)
+    try:
+        conn.putrequest("GET", parsed.path + target_tail, skip_accept_encoding=True)
+        for key, value in headers.items():
+            conn.putheader(key, value)
+        conn.endheaders()
+        resp = conn.getresponse()
+        raw = resp.read()
+        return resp.status, dict(resp.getheaders()), json.loads(raw) if raw else {}
+    finally:
+        conn.close()
+
+
+def test_credentials_never_reach_a_function(victim: tuple[Tenant, str]) -> None:
+    tenant, _ = victim
+    status, _, body = echo_call(tenant, "/", {"Authorization": f"Bearer {tenant.token}", "Cookie": "session=1",
+                                              "X-Sless-Sub": "admin", "X-Kept": "yes"})
+    assert status == 200
+    seen = body["headers"]
+    assert seen.get("x-kept") == "yes"
+    for header in ("authorization", "cookie", "x-sless-sub"):
+        assert header not in seen, header
+    assert tenant.token not in json.dumps(body)
+
+
+def test_a_token_trigger_passes_the_verified_caller(victim: tuple[Tenant, str]) -> None:
+    tenant, _ = victim
+    tenant.api("PATCH", f"/triggers/{VICTIM_FUNCTION}", json={"auth": "token"}, expect=200)
+    status, _, body = echo_call(tenant, "/", {"Authorization": f"Bearer {tenant.token}", "X-Sless-Sub": "forged"})
+    assert status == 200
+    assert body["headers"]["x-sless-sub"] == tenant.sub
+    assert "authorization" not in body["headers"]
+
+
+def test_forwarded_headers_are_appended_to_not_replaced(victim: tuple[Tenant, str]) -> None:
+    tenant, _ = victim
+    status, _, body = echo_call(tenant, "/", {"X-Forwarded-For": "6.6.6.6", "X-Forwarded-Proto": "gopher",
+                                              "X-Forwarded-Host": "evil.example"})
+    assert status == 200
+    seen = body["headers"]
+    assert seen["x-forwarded-for"] == "6.6.6.6, 127.0.0.1"
+    assert seen["x-forwarded-proto"] == "gopher, http"
+    host = urllib.parse.urlparse(tenant.url).netloc
+    assert seen["x-forwarded-host"] == f"evil.example, {host}"
+    status, _, body = echo_call(tenant, "/", {})
+    assert body["headers"]["x-forwarded-for"] == "127.0.0.1" and body["headers"]["x-forwarded-proto"] == "http"
+
+
+def test_the_path_reaches_the_function_as_sent(victim: tuple[Tenant, str]) -> None:
+    tenant, _ = victim
+    status, _, body = echo_call(tenant, "/a%3Fb/c%2Fd/%25?x=1", {})
+    assert status == 200
+    assert body["path"] == "/a%3Fb/c%2Fd/%25" and body["query"] == {"x": "1"}
+
+
+@pytest.mark.parametrize("tail", ["/_/health", "/_", "//_/health", "/%5F/health", "/%5f/health", "/./_/health",
+                                  "/x/../_/health", "/%2E/_/health", "/%255F/health", "/_%2Fhealth",
+                                  "/\\_/health"])
+def test_the_runtime_endpoints_are_not_reachable(victim: tuple[Tenant, str], tail: str) -> None:
+    tenant, _ = victim
+    status, _, body = echo_call(tenant, tail, {})
+    assert status == 404, (tail, body)
+
+
+def test_function_responses_are_sandboxed_from_the_console(victim: tuple[Tenant, str]) -> None:
+    tenant, _ = victim
+    resp = requests.get(tenant.fn_url(VICTIM_FUNCTION), timeout=30)
+    assert resp.status_code == 200
+    assert resp.headers["content-security-policy"].startswith("sandbox")
+    assert "allow-same-origin" not in resp.headers["content-security-policy"]
+
+
+@pytest.mark.parametrize("path", ["/fn/default/victim", "/fn/kube-system/x", "/fn/../victim", "/fn/%2E%2E/x",
+                                  "//fn/sless-0123456789abcdef/victim", "/%66n/sless-0123456789abcdef/victim"])
+def test_invoke_paths_outside_tenant_namespaces_are_404(sless: SlessProcess, path: str) -> None:
+    answer = raw_request(sless.url, "GET", path, {})
+    assert answer.status == 404, (path, answer.body[:200])
