@@ -95,8 +95,9 @@ def wait_closed(socks: list[socket.socket], within: float) -> tuple[list[socket.
     deadline = time.monotonic() + within
     while open_ and time.monotonic() < deadline:
         for key, _ in sel.select(timeout=0.2):
-            sock = key.fileobj
-            assert isinstance(sock, socket.socket)
+            fileobj = key.fileobj
+            assert isinstance(fileobj, socket.socket)
+            sock = fileobj
             try:
                 data = sock.recv(4096)
             except ConnectionResetError:

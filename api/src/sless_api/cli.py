@@ -28,7 +28,9 @@ def local_secret(data_dir: Path) -> str:
         return os.environ["SLESS_JWT_SECRET"]
     path = data_dir / "jwt-secret"
     if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
+        from sless_api.standalone.datadir import secure_data_dir
+
+        secure_data_dir(data_dir)  # a new data dir is private from the start (0700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write(secrets.token_urlsafe(32))
@@ -42,13 +44,24 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     from sless_api.app import create_app
     from sless_api.config import ApiConfig, ServerLimits
+    from sless_api.invocations import sqlite_path
     from sless_api.slowclients import guarded_protocol
+    from sless_api.standalone.datadir import DataDirError, secure_data_dir
 
     data_dir = Path(args.data_dir).resolve()
     os.environ["SLESS_DATA_DIR"] = str(data_dir)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    databases = [data_dir / "state.db"]
+    database_url = os.environ.get("SLESS_DATABASE_URL") or f"sqlite:///{data_dir / 'invocations.db'}"
+    if database_url.startswith("sqlite:///"):
+        databases.append(sqlite_path(database_url))
+    try:
+        secure_data_dir(data_dir, databases)
+    except DataDirError as exc:
+        print(f"sless up: refusing to start: {exc}", file=sys.stderr)
+        return 2
     if not (os.environ.get("SLESS_JWT_PUBLIC_KEY") or os.environ.get("SLESS_JWKS_URL")):
         os.environ["SLESS_JWT_SECRET"] = local_secret(data_dir)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ApiConfig.from_env(data_dir=data_dir)
     limits = ServerLimits.from_env()
     url = f"http://{args.host}:{args.port}"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sless_api.platform import FunctionRecord, JobRecord, TriggerRecord
+from sless_api.standalone.datadir import create_private_file
 from sless_core.models import FunctionSpec, JobSpec, TriggerSpec
 
 SCHEMA = """
@@ -36,7 +37,9 @@ class StateStore:
     """A small, synchronous store: every call is a short local transaction, cheap enough for the event loop."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # Every function's env vars are in here: 0600 before SQLite creates it (its WAL and shm files
+        # take the database's mode).
+        create_private_file(path)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
