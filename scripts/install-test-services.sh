@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real services the test suite starts on loopback: the PostgreSQL server
 # binaries, RabbitMQ (installed but left stopped: the fixtures run their own broker),
-# wrk (benchmarks) and an S3 server (moto[server]) in its own virtualenv, because
+# wrk (benchmarks), Chromium with its driver (browser tests) and an S3 server (moto[server]) in its own virtualenv, because
 # moto's botocore pins conflict with the kubernetes client in the project's venv.
 # Idempotent and quick when everything is already there. Debian 12, as root (or sudo).
 set -euo pipefail
@@ -16,12 +16,14 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 have_pg() { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; }
 have_rabbit() { [ -x /usr/sbin/rabbitmq-server ] || [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; }
 have_wrk() { command -v wrk >/dev/null 2>&1; }
+have_chromium() { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; }
 have_moto() { [ -f "$MOTO_VENV/.complete" ] && "$MOTO_VENV/bin/python" -c 'import moto.server' 2>/dev/null; }
 
 missing=()
 have_pg || missing+=(postgresql)
 have_rabbit || missing+=(rabbitmq-server)
 have_wrk || missing+=(wrk)
+have_chromium || missing+=(chromium chromium-driver)  # browser tests: a function page vs the console
 PY=${SLESS_PYTHON:-python3}
 if ! have_moto && ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then missing+=(python3-venv); fi
 
