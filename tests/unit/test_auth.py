@@ -379,3 +379,25 @@ def test_issue_token_validates_arguments() -> None:
         issue_token(SECRET, "", 60)
     with pytest.raises(ValueError):
         issue_token(SECRET, SUB, 0)
+
+
+def _signed(payload: bytes, secret: str) -> str:
+    """A token whose payload is these exact bytes (PyJWT would re-encode a dict and drop the oddity)."""
+    import base64
+    import hashlib
+    import hmac
+
+    def b64(data: bytes) -> bytes:
+        return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+    signing_input = b64(b'{"alg":"HS256","typ":"JWT"}') + b"." + b64(payload)
+    signature = hmac.new(secret.encode(), signing_input, hashlib.sha256).digest()
+    return (signing_input + b"." + b64(signature)).decode()
+
+
+@pytest.mark.parametrize("payload", [b'{"sub": "\\udc80", "exp": 4102444800}',
+                                     b'{"sub": "a\\ud800b", "exp": 4102444800}',
+                                     b'{"sub": "\xff\xfe", "exp": 4102444800}'])
+def test_a_subject_that_is_not_utf8_text_is_401(hs: TokenVerifier, payload: bytes) -> None:
+    with pytest.raises(AuthError):
+        hs.verify(_signed(payload, SECRET))

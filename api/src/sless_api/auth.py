@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from jwt.exceptions import InvalidSubjectError
 
+from sless_api.jsonshape import is_utf8_text
 from sless_core.naming import tenant_namespace
 
 log = logging.getLogger(__name__)
@@ -429,6 +430,8 @@ class TokenVerifier:
         sub = payload.get("sub")
         if not isinstance(sub, str) or not sub.strip():
             raise AuthError("token subject must be a non-empty string")
+        if not is_utf8_text(sub):
+            raise AuthError("token subject must be UTF-8 text")
         return Claims(
             sub=sub,
             namespace=tenant_namespace(sub),

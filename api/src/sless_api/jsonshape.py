@@ -65,8 +65,16 @@ def check_shape(value: Any) -> None:
                 stack.extend((child, depth + 1) for child in item)
 
 
-def _check_text(text: str) -> None:
+def is_utf8_text(value: str) -> bool:
+    """False for a string holding lone surrogates (what ``"\\udc80"`` escapes in JSON, and so in a JWT,
+    decode to): no UTF-8 encoder (hashes, databases, logs, headers to functions) accepts them."""
     try:
-        text.encode("utf-8")
+        value.encode("utf-8")
     except UnicodeEncodeError:
-        raise JsonShapeError("JSON string holds a lone surrogate (\\ud800-\\udfff escape)") from None
+        return False
+    return True
+
+
+def _check_text(text: str) -> None:
+    if not is_utf8_text(text):
+        raise JsonShapeError("JSON string holds a lone surrogate (\\ud800-\\udfff escape)")
