@@ -12,6 +12,14 @@ renamed into place under an exclusive lock file, so a crash leaves no half
 entry and two concurrent builds of the same key never see each other's work:
 the second one waits for the lock and then finds the entry ready.
 
+With a sandbox (sandbox.py), a dependency install runs tenant-controlled code
+(setup.py, npm install scripts), so it runs jailed like the function itself:
+as the tenant's uid, seeing only the toolchain, the code and its staging
+directory; its cache entry is then keyed by tenant as well, so one tenant's
+install can never plant files that another tenant's function imports. Go
+builds run no tenant code; they only get a PID namespace, so the compiler and
+its children die with the platform.
+
 The builder is synchronous; the standalone backend calls it from a worker thread.
 """
 
@@ -32,6 +40,15 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from sless_api.standalone.sandbox import (
+    JailSpec,
+    Limits,
+    Prepared,
+    Sandbox,
+    set_parent_death_signal,
+    tenant_uid,
+)
+
 Progress = Callable[[str], None]
 
 PYTHON = "python3.11"
@@ -40,6 +57,9 @@ GO = "go1.23"
 
 #: Bumped when the cache layout changes, so old entries are never misread.
 CACHE_FORMAT = "1"
+#: Memory (MB) and private /tmp size of a sandboxed dependency install (pip builds wheels in /tmp).
+BUILD_MEMORY_MB = 2048
+BUILD_TMP_MB = 1024
 #: Lines of the build log kept in BuildFailed (the Function's status message).
 LOG_TAIL_LINES = 50
 #: Environment variables of the platform process that functions and build tools may see.
@@ -94,6 +114,8 @@ class BuildRequest:
     code_dir: Path
     entrypoint: str
     code_hash: str
+    #: The tenant (namespace) the code belongs to: the sandbox's user and part of the deps cache key.
+    tenant: str = ""
 
 
 @dataclass(frozen=True)
@@ -119,6 +141,11 @@ class BuildArtifact:
     def runner_command(self) -> tuple[list[str], dict[str, str]]:
         """argv and the complete environment of the one-shot runner (see server_command)."""
         return self._command("runner"), self.environment()
+
+    def jail(self, tenant: str, limits: Limits) -> JailSpec:
+        """The sandbox of this version's processes: its code, dependencies and binary, read-only."""
+        paths = [p for p in (self.code_dir, self.deps_dir, self.bin_dir) if p is not None]
+        return JailSpec(tenant=tenant, limits=limits, ro_binds=tuple(paths))
 
     def environment(self) -> dict[str, str]:
         """The contract's variables plus the few host variables a process needs to work."""
@@ -177,6 +204,22 @@ def node_binary() -> str:
     return os.environ.get("SLESS_NODE") or "node"
 
 
+def toolchain_paths() -> list[Path]:
+    """Folders a sandboxed function or install must see read-only besides /usr.
+
+    The runtime wrappers, and the install prefix of the Python and Node
+    interpreters when they live outside /usr (pyenv, a tarball under /opt).
+    """
+    paths = [find_runtimes_dir().resolve()]
+    for binary in (python_interpreter(), shutil.which(node_binary()), shutil.which("npm")):
+        if binary is None:
+            continue
+        resolved = Path(binary).resolve()
+        if not resolved.is_relative_to("/usr"):
+            paths.append(resolved.parent.parent)
+    return paths
+
+
 def tool_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment for build tools: the host's minus the platform's own SLESS_* settings.
 
@@ -220,33 +263,55 @@ class _ToolRun:
     duration_s: float
 
 
-def _run_tool(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_sec: float) -> _ToolRun:
-    """Run a build tool with stdout+stderr in one log; kill its whole group at the timeout."""
+def _run_tool(
+    argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_sec: float, jail: Prepared | None = None
+) -> _ToolRun:
+    """Run a build tool with stdout+stderr in one log; kill its whole group at the timeout.
+
+    ``jail``: run it sandboxed (the prepared argv and hook); without one the tool
+    still gets SIGKILL when the platform dies, so no build outlives it.
+    """
     started = time.monotonic()
     with tempfile.TemporaryFile() as log:
         try:
             proc = subprocess.Popen(
-                list(argv),
+                jail.argv if jail is not None else list(argv),
                 cwd=cwd,
-                env=dict(env),
+                env={**env, **(jail.env if jail is not None else {})},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=jail.preexec if jail is not None else _die_with_platform,  # noqa: PLW1509 - prctl, cgroup join, rlimits
             )
         except OSError as exc:
+            if jail is not None:
+                jail.cleanup()
             return _ToolRun(127, f"cannot start {argv[0]}: {exc}", 0.0)
         try:
             returncode: int | None = proc.wait(timeout=timeout_sec)
         except subprocess.TimeoutExpired:
+            if jail is not None:
+                jail.kill(proc.pid)  # the sandbox's PID 1 first, so nothing is orphaned
             kill_group(proc.pid)
             proc.wait()
             returncode = None
         # Leftover children (a compiler server, a postinstall daemon) die with the build.
         kill_group(proc.pid)
+        note = None
+        if jail is not None:
+            note = jail.exit_note(returncode)
+            jail.cleanup()
         log.seek(0)
         text = log.read().decode("utf-8", errors="replace")
+        if note:
+            text += f"\n[sless] {note}"
     return _ToolRun(returncode, text, time.monotonic() - started)
+
+
+def _die_with_platform() -> None:
+    """preexec hook: SIGKILL the tool when the platform dies (Linux ties it to the forking thread)."""
+    set_parent_death_signal(signal.SIGKILL)
 
 
 @contextmanager
@@ -281,6 +346,7 @@ class Builder:
         retry_delays: Sequence[float] = (2.0, 8.0),
         go_cache: Path | None = None,
         go_mod_cache: Path | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         """``retry_delays``: backoff before each retry of a transient failure (its length = retries).
 
@@ -294,6 +360,7 @@ class Builder:
         self.retry_delays = tuple(retry_delays)
         self.go_cache = go_cache
         self.go_mod_cache = go_mod_cache
+        self.sandbox = sandbox if sandbox is not None and sandbox.enabled else None
         self._tool_versions: dict[str, str] = {}
 
     # -- public -------------------------------------------------------------------------------
@@ -307,9 +374,9 @@ class Builder:
         deps_dir: Path | None = None
         bin_dir: Path | None = None
         if req.runtime == PYTHON:
-            deps_dir = self._python_deps(code_dir, say)
+            deps_dir = self._python_deps(code_dir, say, req.tenant)
         elif req.runtime == NODE:
-            deps_dir = self._node_deps(code_dir, say)
+            deps_dir = self._node_deps(code_dir, say, req.tenant)
         elif req.runtime == GO:
             bin_dir = self._go_binary(code_dir, req, say)
         else:
@@ -318,7 +385,33 @@ class Builder:
 
     # -- per runtime ----------------------------------------------------------------------------
 
-    def _python_deps(self, code_dir: Path, say: Progress) -> Path | None:
+    def _install_jail(self, tenant: str, code_dir: Path, staging: Path) -> JailSpec | None:
+        """The sandbox of a dependency install: the tenant's uid, the code read-only, staging writable."""
+        if self.sandbox is None:
+            return None
+        if self.sandbox.as_root:
+            uid = tenant_uid(tenant)
+            os.chown(staging, uid, uid)
+        limits = Limits(memory_mb=BUILD_MEMORY_MB, nproc=512, fsize_mb=1024, tmp_mb=BUILD_TMP_MB)
+        return JailSpec(tenant=tenant, limits=limits, ro_binds=(code_dir,), rw_binds=(staging,))
+
+    def _seal(self, staging: Path) -> None:
+        """Give an installed entry back to the platform's user, so the tenant's uid cannot change it later."""
+        if self.sandbox is None or not self.sandbox.as_root:
+            return
+        uid, gid = os.getuid(), os.getgid()
+        for root, dirs, files in os.walk(staging):
+            for name in [*dirs, *files]:
+                with suppress(OSError):
+                    os.lchown(os.path.join(root, name), uid, gid)
+        os.chown(staging, uid, gid)
+        staging.chmod(0o755)
+
+    def _tenant_key(self, tenant: str) -> bytes:
+        """Sandboxed installs are per tenant (see the module docstring); unsandboxed ones are shared."""
+        return tenant.encode() if self.sandbox is not None else b""
+
+    def _python_deps(self, code_dir: Path, say: Progress, tenant: str = "") -> Path | None:
         manifest_path = code_dir / "requirements.txt"
         if not manifest_path.is_file():
             say("dependencies: none (no requirements.txt)")
@@ -329,7 +422,8 @@ class Builder:
             return None
         python = python_interpreter()
         # The interpreter is part of the key: compiled wheels are built for one Python.
-        key = sha256_hex(CACHE_FORMAT.encode(), PYTHON.encode(), str(python).encode(), manifest)
+        key = sha256_hex(CACHE_FORMAT.encode(), PYTHON.encode(), str(python).encode(), manifest,
+                         *([self._tenant_key(tenant)] if self.sandbox is not None else []))
 
         def install(staging: Path) -> None:
             argv = [
@@ -346,13 +440,15 @@ class Builder:
                 "--no-warn-script-location",
             ]
             # cwd = the code, so "-r other.txt" and "./local-pkg" lines resolve against it.
-            self._run_with_retries("pip", argv, code_dir, tool_env({"PYTHONNOUSERSITE": "1"}), say)
+            jail = self._install_jail(tenant, code_dir, staging)
+            self._run_with_retries("pip", argv, code_dir, tool_env({"PYTHONNOUSERSITE": "1"}), say, jail)
+            self._seal(staging)
 
         return self._cached_entry(
             "deps", PYTHON, key, start_line="installing dependencies (pip)...", make=install, say=say
         )
 
-    def _node_deps(self, code_dir: Path, say: Progress) -> Path | None:
+    def _node_deps(self, code_dir: Path, say: Progress, tenant: str = "") -> Path | None:
         manifest_path = code_dir / "package.json"
         if not manifest_path.is_file():
             say("dependencies: none (no package.json)")
@@ -364,15 +460,18 @@ class Builder:
             raise BuildFailed("npm is not installed on this host (needed for package.json)")
         # Node's version is part of the key: native addons are built for one Node ABI.
         node = self._tool_version(node_binary(), "--version")
-        key = sha256_hex(CACHE_FORMAT.encode(), NODE.encode(), node.encode(), manifest_path.read_bytes(), lock)
+        key = sha256_hex(CACHE_FORMAT.encode(), NODE.encode(), node.encode(), manifest_path.read_bytes(), lock,
+                         *([self._tenant_key(tenant)] if self.sandbox is not None else []))
 
         def install(staging: Path) -> None:
             shutil.copyfile(manifest_path, staging / "package.json")
             if lock_path.is_file():
                 shutil.copyfile(lock_path, staging / "package-lock.json")
             argv = [npm, "install", "--omit=dev", "--no-audit", "--no-fund", "--no-progress"]
-            self._run_with_retries("npm", argv, staging, tool_env({"NODE_ENV": "production"}), say)
+            jail = self._install_jail(tenant, code_dir, staging)
+            self._run_with_retries("npm", argv, staging, tool_env({"NODE_ENV": "production"}), say, jail)
             (staging / "node_modules").mkdir(exist_ok=True)  # a package.json without dependencies
+            self._seal(staging)
 
         entry = self._cached_entry(
             "deps", NODE, key, start_line="installing dependencies (npm)...", make=install, say=say
@@ -397,7 +496,9 @@ class Builder:
 
         def compile_into(staging: Path) -> None:
             argv = [str(build_sh), str(code_dir), str(staging)]
-            self._run_with_retries("go build", argv, code_dir, env, say)
+            # No tenant code runs in a Go build: only a PID namespace, so the compiler dies with us.
+            jail = JailSpec(tenant=req.tenant, limits=Limits(), reaper_only=True) if self.sandbox else None
+            self._run_with_retries("go build", argv, code_dir, env, say, jail)
             missing = [name for name in ("server", "runner") if not (staging / name).is_file()]
             if missing:
                 raise BuildFailed(f"build.sh succeeded but did not produce {', '.join(missing)}")
@@ -456,12 +557,21 @@ class Builder:
         return final
 
     def _run_with_retries(
-        self, tool: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], say: Progress
+        self,
+        tool: str,
+        argv: Sequence[str],
+        cwd: Path,
+        env: Mapping[str, str],
+        say: Progress,
+        jail: JailSpec | None = None,
     ) -> None:
-        """Run ``argv``; retry transient (network) failures with backoff, fail fast otherwise."""
+        """Run ``argv`` (in ``jail`` when given); retry transient (network) failures, fail fast otherwise."""
         attempts = len(self.retry_delays) + 1
         for attempt in range(1, attempts + 1):
-            run = _run_tool(argv, cwd, env, self.timeout_sec)
+            prepared = None
+            if jail is not None and self.sandbox is not None:
+                prepared = self.sandbox.prepare(argv, cwd, jail, f"build-{tool.replace(' ', '-')}")
+            run = _run_tool(argv, cwd, env, self.timeout_sec, prepared)
             if run.returncode == 0:
                 return
             if run.returncode is None:

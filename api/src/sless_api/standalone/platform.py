@@ -3,6 +3,9 @@
 A function's life here: created (Pending) -> zip uploaded and unpacked -> Building (dependencies into a
 hash-keyed cache, Go compiled) -> Ready -> served by a runtime process that the supervisor starts on
 the first call and stops when idle. Routes live in memory, so the proxy never touches SQLite per call.
+
+Every function process (server, runner, dependency install) runs in a sandbox of its tenant (sandbox.py).
+Without one the platform refuses to start unless told it serves a single tenant (SLESS_SANDBOX=off).
 """
 
 from __future__ import annotations
@@ -32,10 +35,11 @@ from sless_api.platform import (
     Unavailable,
     Unsupported,
 )
-from sless_api.standalone.builder import BuildArtifact, Builder, BuildFailed, BuildRequest
-from sless_api.standalone.runner import run_once
+from sless_api.standalone.builder import BuildArtifact, Builder, BuildFailed, BuildRequest, toolchain_paths
+from sless_api.standalone.runner import KILL_MARGIN_SEC, run_once
+from sless_api.standalone.sandbox import Limits, Sandbox, SandboxUnavailable
 from sless_api.standalone.state import StateStore
-from sless_api.standalone.supervisor import NotDeployed, ProcessSpec, StartFailed, Supervisor
+from sless_api.standalone.supervisor import LimitExceeded, NotDeployed, ProcessSpec, StartFailed, Supervisor
 from sless_api.storage import CodeStore, context_key, function_prefixes, zip_key
 from sless_api.zipsafe import ZipLimits, extract_zip, read_source_files
 from sless_core.errors import ValidationError
@@ -48,6 +52,19 @@ REBUILD_FIELDS = ("runtime", "entrypoint")
 
 def _key(namespace: str, name: str) -> str:
     return f"{namespace}.{name}"
+
+
+def make_sandbox() -> Sandbox:
+    """The sandbox of this platform; refuses (SandboxUnavailable) to run tenants unconfined unless told to."""
+    sandbox = Sandbox.detect(toolchain=toolchain_paths())
+    if not sandbox.enabled and sandbox.reason != Sandbox.off().reason:
+        raise SandboxUnavailable(
+            f"no sandbox for function processes: {sandbox.reason}. Without one every tenant's code runs as "
+            "this platform's user and can read the JWT secret, other tenants' code and environment, and "
+            "signal the platform. Install bubblewrap (apt-get install bubblewrap), or, for a single "
+            "trusted tenant, start with `sless up --single-tenant` (SLESS_SANDBOX=off)."
+        )
+    return sandbox
 
 
 def artifact_to_dict(artifact: BuildArtifact) -> dict[str, Any]:
@@ -69,8 +86,10 @@ class StandalonePlatform:
         self.invocations = invocations
         data = config.data_dir
         self.code_root = data / "functions"
+        self.sandbox = make_sandbox()
+        log.info("function sandbox: %s", self.sandbox.reason)
         self.state = StateStore(data / "state.db")
-        self.builder = Builder(data / "cache")
+        self.builder = Builder(data / "cache", sandbox=self.sandbox)
         self.supervisor = Supervisor(idle_timeout_sec=config.idle_timeout_sec, log_dir=data / "logs")
         self.zip_limits = ZipLimits()
         self._routes: dict[tuple[str, str], Route] = {}
@@ -96,6 +115,7 @@ class StandalonePlatform:
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         await self.supervisor.close()
+        self.sandbox.close()
         self.state.close()
 
     def _spawn(self, key: str, coro: Any) -> None:
@@ -213,7 +233,7 @@ class StandalonePlatform:
                     self.state.save_function(current)
 
         request = BuildRequest(runtime=rec.spec.runtime, code_dir=self.code_root / namespace / name / code_hash,
-                               entrypoint=rec.spec.entrypoint, code_hash=code_hash)
+                               entrypoint=rec.spec.entrypoint, code_hash=code_hash, tenant=namespace)
         try:
             artifact = await asyncio.to_thread(self.builder.build, request, progress)
         except BuildFailed as exc:
@@ -252,8 +272,10 @@ class StandalonePlatform:
                "SLESS_TIMEOUT_SEC": str(rec.spec.timeout_sec),
                "SLESS_MAX_BODY_BYTES": str(self.config.max_body_bytes)}
         version = hashlib.sha256(json.dumps([rec.code_hash, rec.spec.to_dict()], sort_keys=True).encode())
+        limits = Limits.for_function(rec.spec.memory_mb, rec.spec.runtime)
         return ProcessSpec(argv=list(argv), env=env, cwd=artifact.code_dir, version=version.hexdigest()[:16],
-                           drain_sec=float(rec.spec.timeout_sec) + self.config.proxy_timeout_margin_sec)
+                           drain_sec=float(rec.spec.timeout_sec) + self.config.proxy_timeout_margin_sec,
+                           sandbox=self.sandbox, jail=artifact.jail(rec.namespace, limits))
 
     async def _sync_process(self, namespace: str, name: str) -> None:
         """Make the supervisor and the route table agree with the state of one function.
@@ -300,6 +322,8 @@ class StandalonePlatform:
             raise NotFound(f"function {route.function!r} is not deployed") from exc
         except StartFailed as exc:
             raise Unavailable(f"function {route.function!r} failed to start: {exc}") from exc
+        except LimitExceeded as exc:
+            raise Unavailable(f"function {route.function!r} was {str(exc).split(': ', 1)[-1]}") from exc
 
     # triggers
     def _trigger(self, namespace: str, name: str) -> TriggerRecord:
@@ -439,8 +463,12 @@ class StandalonePlatform:
             rec.phase, rec.started_at = JobPhase.RUNNING, time.time()
             self.state.save_job(rec)
             started = time.monotonic()
-            result = await asyncio.to_thread(run_once, artifact_from_dict(artifact), rec.spec.event,
-                                             float(fn.spec.timeout_sec), env=fn.spec.env_vars)
+            built = artifact_from_dict(artifact)
+            cpu = int(fn.spec.timeout_sec + KILL_MARGIN_SEC) + 1
+            limits = Limits.for_function(fn.spec.memory_mb, fn.spec.runtime, cpu_sec=cpu)
+            result = await asyncio.to_thread(run_once, built, rec.spec.event, float(fn.spec.timeout_sec),
+                                             env=fn.spec.env_vars, sandbox=self.sandbox,
+                                             jail=built.jail(namespace, limits))
             rec.phase = JobPhase.SUCCEEDED if result.ok else JobPhase.FAILED
             rec.message = result.output
             self._record_job(rec, result.ok, started, result.output)

@@ -11,6 +11,9 @@ Output is captured through bounded buffers, so a function that prints
 gigabytes cannot exhaust the platform's memory; the result message follows
 the FunctionJob contract: stdout (the JSON result) on success, stderr (the
 traceback) on failure, cut to ~2000 characters.
+
+With a sandbox the runner runs jailed like the function's server (sandbox.py),
+with RLIMIT_CPU as well; a run ended by a limit says so in its message.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import threading
 import time
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from sless_api.standalone.builder import BuildArtifact, kill_group
+from sless_api.standalone.sandbox import JailSpec, Prepared, Sandbox, set_parent_death_signal
 
 #: Length limit of RunResult.output (the FunctionJob's message).
 MAX_OUTPUT_CHARS = 2000
@@ -120,16 +125,24 @@ def _wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
         os.close(pidfd)
 
 
+def _die_with_platform() -> None:
+    """preexec hook: SIGKILL the runner when the platform dies (a job never outlives it)."""
+    set_parent_death_signal(signal.SIGKILL)
+
+
 def run_once(
     artifact: BuildArtifact,
     event: dict[str, Any],
     timeout_sec: float,
     *,
     env: Mapping[str, str] | None = None,
+    sandbox: Sandbox | None = None,
+    jail: JailSpec | None = None,
 ) -> RunResult:
     """Run the function once with ``event``; synchronous (call it from a worker thread).
 
     ``env``: the function's own variables (the contract's SLESS_* always win).
+    ``sandbox`` and ``jail``: where it runs (see sandbox.py); without them a plain child process.
     """
     argv, base_env = artifact.runner_command()
     full_env = {**base_env, **(env or {})}
@@ -137,25 +150,39 @@ def run_once(
     full_env["SLESS_EVENT"] = json.dumps(event)
     full_env["SLESS_TIMEOUT_SEC"] = f"{timeout_sec:g}"
     started = time.monotonic()
+    prepared: Prepared | None = None
     try:
+        if sandbox is not None and jail is not None:
+            prepared = sandbox.prepare(argv, artifact.code_dir, jail, f"run-{jail.tenant}")
+            full_env.update(prepared.env)
         proc = subprocess.Popen(
-            argv,
+            prepared.argv if prepared is not None else argv,
             cwd=artifact.code_dir,
             env=full_env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=prepared.preexec if prepared is not None else _die_with_platform,  # noqa: PLW1509 - prctl, cgroup join, rlimits
         )
     except OSError as exc:  # e.g. E2BIG: the event does not fit into the environment
+        if prepared is not None:
+            prepared.cleanup()
         return RunResult(False, keep_end(f"cannot start the runner: {exc}"), None, 0.0)
     assert proc.stdout is not None and proc.stderr is not None
     out, err = _Capture(proc.stdout), _Capture(proc.stderr)
     out.start()
     err.start()
     exited = _wait_exit(proc, timeout_sec + KILL_MARGIN_SEC)
+    if prepared is not None and not exited:
+        prepared.kill(proc.pid)  # the sandbox's PID 1 first, so nothing is orphaned
+        _wait_exit(proc, 1.0)
     kill_group(proc.pid)  # the stuck runner, or whatever it left behind
     exit_code = proc.wait()
+    limit_note = None
+    if prepared is not None:
+        limit_note = prepared.exit_note(exit_code)
+        prepared.cleanup()  # the sandbox's cgroup: anything left in it dies
     duration = time.monotonic() - started
     out.join(_DRAIN_SEC)
     err.join(_DRAIN_SEC)
@@ -173,5 +200,7 @@ def run_once(
         text = f"{text}\n{note}" if text else note
     elif not text:
         text = f"[sless] runner exited with code {exit_code} and no error output"
+    if limit_note:
+        text = f"{text}\n[sless] {limit_note}"
     timed_out = not exited or exit_code == EXIT_TIMEOUT
     return RunResult(False, keep_end(text, earlier), exit_code, duration, timed_out)

@@ -23,6 +23,13 @@ process dies, so a crashed platform does not leave runtimes behind (Linux
 ties that signal to the forking thread: run the supervisor's event loop in a
 thread that lives as long as the platform, as uvicorn's main thread does).
 All methods must be called from that one event loop.
+
+A spec with a ``sandbox`` and a ``jail`` runs in a bubblewrap sandbox (see
+sandbox.py): its own PID namespace, mounts, user and limits; the tree dies
+when the sandbox's PID 1 does, and its cgroups are removed with it. Healthy
+processes are probed every ``health_interval_sec``: one that stops answering
+(SIGSTOPped, a wedged event loop) ``health_failures`` times in a row is killed
+and counted as a crash, so the next call starts a fresh one.
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from sless_api.standalone.sandbox import JailSpec, Prepared, Sandbox
 
 HEALTH_PATH = "/_/health"
 #: Pause between health probes during a start; a refused connection costs microseconds.
@@ -72,6 +81,10 @@ class StartFailed(SupervisorError):
     """The process could not be started or is crash-looping; the message carries its stderr tail."""
 
 
+class LimitExceeded(SupervisorError):
+    """A call failed because its process was killed for exceeding a limit (memory, CPU, file size)."""
+
+
 class _PortInUseError(Exception):
     """The child lost the race for its port; retried with another one."""
 
@@ -94,6 +107,9 @@ class ProcessSpec:
     #: How long a retired process may finish its calls; None = the supervisor's drain_sec.
     #: The platform sets the function's timeout here, so a redeploy never cuts a call short.
     drain_sec: float | None = None
+    #: Where and how confined the process runs; both or neither (None: a plain child process).
+    sandbox: Sandbox | None = None
+    jail: JailSpec | None = None
 
 
 def free_port(exclude: set[int] | frozenset[int] = frozenset()) -> int:
@@ -193,6 +209,8 @@ class _Proc:
     stopping: bool = False
     inflight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    jail: Prepared | None = None
+    probe_failures: int = 0
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -208,6 +226,18 @@ class _Proc:
 
     def tail(self) -> str:
         return self.stderr_tail.decode("utf-8", errors="replace").strip()
+
+    def exit_note(self) -> str | None:
+        """A limit that ended the process (memory, CPU, file size), if one did."""
+        return self.jail.exit_note(self.proc.returncode) if self.jail is not None else None
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the runtime itself (inside its sandbox, bwrap does not forward signals)."""
+        if self.jail is not None:
+            self.jail.signal_main(self.proc.pid, sig)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(sig)
 
 
 @dataclass(eq=False)
@@ -246,8 +276,15 @@ class Supervisor:
         backoff_max_sec: float = 30.0,
         stable_after_sec: float = 60.0,
         log_max_bytes: int = 4 * 1024 * 1024,
+        health_interval_sec: float = 5.0,
+        health_timeout_sec: float = 2.0,
+        health_failures: int = 3,
     ) -> None:
-        """``stable_after_sec``: a process that ran this long before crashing resets the backoff."""
+        """``stable_after_sec``: a process that ran this long before crashing resets the backoff.
+
+        A running process failing ``health_failures`` probes in a row (one every
+        ``health_interval_sec``, each given ``health_timeout_sec``) is replaced.
+        """
         self.log_dir = Path(log_dir)
         self.idle_timeout_sec = idle_timeout_sec
         self.start_timeout_sec = start_timeout_sec
@@ -256,6 +293,10 @@ class Supervisor:
         self.backoff_max_sec = backoff_max_sec
         self.stable_after_sec = stable_after_sec
         self.log_max_bytes = log_max_bytes
+        self.health_interval_sec = health_interval_sec
+        self.health_timeout_sec = health_timeout_sec
+        self.health_failures = health_failures
+        self._prober: asyncio.Task[None] | None = None
         self._slots: dict[str, _Slot] = {}
         self._ports: set[int] = set()
         self._background: dict[asyncio.Task[None], _Slot] = {}
@@ -322,6 +363,11 @@ class Supervisor:
         proc.idle.clear()
         try:
             yield proc.url
+        except Exception as exc:
+            note = await _limit_note(proc)
+            if note:
+                raise LimitExceeded(f"{key}: {note}") from exc
+            raise
         finally:
             proc.inflight -= 1
             if proc.inflight == 0:
@@ -344,11 +390,12 @@ class Supervisor:
     async def close(self) -> None:
         """Stop every process concurrently; used at shutdown. The supervisor cannot be used afterwards."""
         self._closed = True
-        if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
-            self._reaper = None
+        for task in (self._reaper, self._prober):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._reaper = self._prober = None
         slots = list(self._slots.values())
         self._slots.clear()
         for slot in slots:
@@ -489,22 +536,29 @@ class Supervisor:
         drain = spec.drain_sec if spec.drain_sec is not None else self.drain_sec
         env.setdefault("SLESS_DRAIN_SEC", f"{drain:g}")
         slot.log.note(f"starting version {spec.version} on port {port}")
+        argv, preexec, jail = list(spec.argv), _PREEXEC, None
         try:
+            if spec.sandbox is not None and spec.jail is not None:
+                jail = spec.sandbox.prepare(spec.argv, spec.cwd, spec.jail, f"{slot.key}-{port}")
+                argv, preexec = jail.argv, jail.preexec
+                env.update(jail.env)
             child = await asyncio.create_subprocess_exec(
-                *spec.argv,
+                *argv,
                 cwd=spec.cwd,
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=_PREEXEC,  # only a prctl call, resolved before fork
+                preexec_fn=preexec,  # a prctl call (and, sandboxed, a cgroup join and rlimits)
             )
         except OSError as exc:
+            if jail is not None:
+                jail.cleanup()
             message = f"{slot.key}: cannot start {spec.argv[0] if spec.argv else '(empty argv)'}: {exc}"
             slot.log.note(message)
             raise StartFailed(message) from exc
-        proc = _Proc(child, port, spec.version, time.monotonic(), drain)
+        proc = _Proc(child, port, spec.version, time.monotonic(), drain, jail=jail)
         assert child.stdout is not None and child.stderr is not None
         proc.readers = [
             asyncio.create_task(_pump(child.stdout, slot.log, None)),
@@ -534,6 +588,9 @@ class Supervisor:
                     raise _PortInUseError(tail)
                 code = proc.proc.returncode
                 message = f"{slot.key}: process exited with code {code} during start-up"
+                note = proc.exit_note()
+                if note:
+                    message = f"{message} ({note})"
                 raise StartFailed(_with_tail(message, tail))
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -568,8 +625,7 @@ class Supervisor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(proc.idle.wait(), proc.drain_sec)
         if proc.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.proc.send_signal(signal.SIGTERM)
+            proc.signal(signal.SIGTERM)
             grace = max(0.0, deadline - time.monotonic()) + KILL_GRACE_SEC
             try:
                 await asyncio.wait_for(proc.proc.wait(), grace)
@@ -584,17 +640,21 @@ class Supervisor:
         code = await proc.proc.wait()
         await _drain_pipes(proc)
         _kill_group(proc.proc.pid)
+        note = proc.exit_note()
+        if proc.jail is not None:
+            await asyncio.to_thread(proc.jail.cleanup)
         self._ports.discard(proc.port)
         if proc.stopping:
             slot.log.note(f"pid {proc.proc.pid} stopped (exit code {code})")
             return
         ran = time.monotonic() - proc.started_at
+        why = f" ({note})" if note else ""
         message = _with_tail(
             f"{slot.key}: process {proc.proc.pid} (version {proc.version}) exited unexpectedly "
-            f"with code {code} after {ran:.1f}s",
+            f"with code {code} after {ran:.1f}s{why}",
             proc.tail(),
         )
-        slot.log.note(f"pid {proc.proc.pid} exited unexpectedly (exit code {code})")
+        slot.log.note(f"pid {proc.proc.pid} exited unexpectedly (exit code {code}){why}")
         if ran >= self.stable_after_sec:
             slot.failures = 0
         self._record_failure(slot, message, crashed=True)
@@ -617,6 +677,45 @@ class Supervisor:
     def _ensure_reaper(self) -> None:
         if self._reaper is None or self._reaper.done():
             self._reaper = asyncio.create_task(self._reap_idle(), name="sless-idle-reaper")
+        if self._prober is None or self._prober.done():
+            self._prober = asyncio.create_task(self._probe_health(), name="sless-health-prober")
+
+    async def _probe_health(self) -> None:
+        """Replace running processes that stopped answering their health probe (SIGSTOP, a wedged loop)."""
+        while True:
+            await asyncio.sleep(self.health_interval_sec)
+            procs = [
+                (slot, slot.current)
+                for slot in list(self._slots.values())
+                if slot.current is not None and slot.current.alive and slot.current.healthy
+            ]
+            if not procs:
+                continue
+            results = await asyncio.gather(
+                *(_health_ok(proc.port, self.health_timeout_sec) for _, proc in procs)
+            )
+            for (slot, proc), ok in zip(procs, results, strict=True):
+                if ok or not proc.alive:
+                    proc.probe_failures = 0
+                    continue
+                proc.probe_failures += 1
+                if proc.probe_failures >= self.health_failures:
+                    self._replace_wedged(slot, proc)
+
+    def _replace_wedged(self, slot: _Slot, proc: _Proc) -> None:
+        """Kill a process that stopped answering and count it as a crash (the next call restarts it)."""
+        message = (
+            f"{slot.key}: process {proc.proc.pid} did not answer {proc.probe_failures} health probes "
+            f"in a row (stopped or wedged) and was killed"
+        )
+        slot.log.note(message)
+        self._record_failure(slot, message, crashed=True)
+        proc.stopping = True
+        if slot.current is proc:
+            slot.current = None
+        task = asyncio.create_task(_kill(proc), name=f"sless-kill-{slot.key}")
+        self._background[task] = slot
+        task.add_done_callback(self._background_done)
 
     async def _reap_idle(self) -> None:
         """Stop processes without calls for ``idle_timeout_sec`` (scale to zero)."""
@@ -689,10 +788,25 @@ async def _drain_pipes(proc: _Proc) -> None:
 async def _kill(proc: _Proc) -> None:
     """SIGKILL the process and everything in its session's process group, and reap it."""
     if proc.proc.returncode is None:
+        if proc.jail is not None:
+            proc.jail.kill(proc.proc.pid)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(proc.proc.wait()), 1.0)
         _kill_group(proc.proc.pid)
         with contextlib.suppress(ProcessLookupError):
             proc.proc.kill()
     await proc.proc.wait()
+    if proc.jail is not None:
+        await asyncio.to_thread(proc.jail.cleanup)
+
+
+async def _limit_note(proc: _Proc) -> str | None:
+    """After a failed call: whether the sandbox killed the process for a limit (waits briefly for its exit)."""
+    if proc.jail is None:
+        return None
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(proc.proc.wait()), 1.0)
+    return proc.exit_note()
 
 
 def _kill_group(pgid: int) -> None:

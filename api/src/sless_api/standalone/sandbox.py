@@ -1,0 +1,595 @@
+"""Per-tenant sandboxes for the standalone backend's function processes.
+
+A tenant's code (its runtime server, its one-shot runner, the dependency install
+of its build) must not reach the platform or another tenant: not the data dir
+with the JWT secret and the databases, not other tenants' code or
+``/proc/<pid>/environ``, not the platform's process to signal it. Each such
+process therefore runs under bubblewrap (``bwrap``):
+
+- its own PID namespace (``--unshare-pid``): it sees and signals only its own
+  processes; when the namespace's PID 1 dies the kernel kills every process in
+  it, and ``--die-with-parent`` plus a parent-death signal on ``bwrap`` itself
+  make that happen when the platform dies, even by SIGKILL;
+- a private mount view: the toolchain folders read-only (``/usr``, the Python
+  prefix, the runtime wrappers), a few ``/etc`` files for DNS and TLS, its own
+  code, dependency cache and binary read-only, a size-capped private ``/tmp``;
+- its own user: when the platform runs as root, a per-tenant unprivileged uid
+  derived from the namespace (``setpriv`` drops to it inside the sandbox, after
+  ``bwrap`` built the mounts with root's rights); otherwise a user namespace;
+- limits: a memory cgroup (v1 ``memory`` controller, nested under the
+  platform's own cgroup) of ``memory_mb``, a ``pids`` cgroup, RLIMIT_NPROC per
+  tenant uid, RLIMIT_FSIZE, RLIMIT_CPU for runners; RLIMIT_AS with headroom
+  where no memory cgroup can be made.
+
+The network is shared on purpose: functions call databases, and the proxy
+reaches the runtime on a loopback port.
+
+``SLESS_SANDBOX`` chooses: ``auto`` (default: bwrap when it works here, else
+off), ``bwrap`` (required: refuse to start without it) or ``off`` (processes run
+as the platform's user with a filtered environment; single-tenant use only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import hashlib
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: First uid of the per-tenant range; the span keeps collisions between tenants rare.
+UID_BASE = 100_000
+UID_SPAN = 1 << 30
+#: /etc entries a function may need (DNS, TLS roots, time zone); the rest of /etc stays out.
+ETC_FILES = (
+    "resolv.conf", "hosts", "nsswitch.conf", "host.conf", "gai.conf", "services", "protocols",
+    "localtime", "ssl", "ca-certificates", "ca-certificates.conf", "pki", "mime.types", "pip.conf", "npmrc",
+)
+#: Top-level folders that are either symlinks into /usr (merged /usr) or toolchain folders.
+SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+#: Virtual address space allowed beyond memory_mb when RLIMIT_AS stands in for a cgroup:
+#: V8 and the Go runtime reserve far more address space than they ever touch (measured:
+#: node 20 idles at ~1 GB VSZ, a Go 1.23 server at ~1.2 GB with GOMAXPROCS=2).
+AS_HEADROOM_MB = {"python3.11": 256, "nodejs20": 2048, "go1.23": 2048}
+AS_HEADROOM_DEFAULT_MB = 2048
+#: The sandbox's private tmpfs (mounted fresh per process, not the host's /tmp).
+SANDBOX_TMP = "/tmp"  # noqa: S108
+
+
+class SandboxUnavailable(Exception):
+    """A sandbox was required (SLESS_SANDBOX=bwrap) but cannot be made on this host."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandboxed process tree. None means "not limited"."""
+
+    memory_mb: int | None = None
+    #: Processes and threads of the tree (pids cgroup) and of the tenant's uid (RLIMIT_NPROC).
+    nproc: int = 256
+    fsize_mb: int = 256
+    cpu_sec: int | None = None
+    tmp_mb: int = 64
+    nofile: int = 4096
+    runtime: str = ""
+
+    @classmethod
+    def for_function(cls, memory_mb: int | None, runtime: str = "", cpu_sec: int | None = None) -> Limits:
+        """The limits of a function's process, with the host-wide knobs from the environment.
+
+        The private /tmp is memory (tmpfs pages count against the memory cgroup), so it
+        gets at most half of ``memory_mb``: a full /tmp answers ENOSPC instead of an OOM kill.
+        """
+        tmp_mb = _env_int("SLESS_SANDBOX_TMP_MB", 64)
+        if memory_mb:
+            tmp_mb = max(1, min(tmp_mb, memory_mb // 2))
+        return cls(
+            memory_mb=memory_mb,
+            nproc=_env_int("SLESS_SANDBOX_NPROC", 256),
+            fsize_mb=_env_int("SLESS_SANDBOX_FSIZE_MB", 256),
+            tmp_mb=tmp_mb,
+            cpu_sec=cpu_sec,
+            runtime=runtime,
+        )
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+
+
+@dataclass(frozen=True)
+class JailSpec:
+    """What one sandboxed process may see: the tenant and the extra paths beyond the toolchain."""
+
+    tenant: str
+    limits: Limits
+    ro_binds: tuple[Path, ...] = ()
+    rw_binds: tuple[Path, ...] = ()
+    #: Build tools (go build) that run no tenant code: only a PID namespace, so they die with the platform.
+    reaper_only: bool = False
+
+
+def tenant_uid(tenant: str) -> int:
+    """The unprivileged uid of a tenant (also its gid): stable, derived from the namespace."""
+    digest = hashlib.sha256(tenant.encode()).digest()
+    return UID_BASE + int.from_bytes(digest[:8], "big") % UID_SPAN
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
+_PR_SET_PDEATHSIG = 1
+
+
+def set_parent_death_signal(sig: int) -> None:
+    """Ask Linux to send ``sig`` to this process when the thread that forked it dies (preexec use)."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, int(sig))
+
+
+def _set_limit(which: int, value: int) -> None:
+    """Lower a limit (never above the current hard limit: the platform may not be allowed to raise it)."""
+    _soft, hard = resource.getrlimit(which)
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(which, (value, value))
+
+
+# ---------------------------------------------------------------------- cgroups
+
+
+def _own_cgroup_path(controller: str) -> str | None:
+    """This process's path in a cgroup v1 hierarchy (from /proc/self/cgroup)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) == 3 and controller in parts[1].split(","):
+            return parts[2]
+    return None
+
+
+def _v1_mount(controller: str) -> Path | None:
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        fields = line.split()
+        if len(fields) >= 4 and fields[2] == "cgroup" and controller in fields[3].split(","):
+            return Path(fields[1])
+    return None
+
+
+class Cgroups:
+    """Memory and pids cgroups (v1) for sandboxed process trees, nested under the platform's own.
+
+    Nesting keeps every function inside whatever limits the platform itself
+    runs under. Only usable by root (the hierarchies are root-owned); the
+    unified (v2) hierarchy is not used because this kind of host delegates no
+    controllers to it.
+    """
+
+    def __init__(self, bases: dict[str, Path]) -> None:
+        self.bases = bases
+
+    @classmethod
+    def detect(cls) -> Cgroups | None:
+        if os.geteuid() != 0:
+            return None
+        bases: dict[str, Path] = {}
+        for controller in ("memory", "pids"):
+            mount = _v1_mount(controller)
+            own = _own_cgroup_path(controller)
+            if mount is None or own is None:
+                continue
+            parent = mount / own.lstrip("/")
+            base = parent / f"sless-{os.getpid()}"
+            _remove_stale(parent)
+            try:
+                base.mkdir(parents=True, exist_ok=True)
+                probe = base / "probe"
+                probe.mkdir(exist_ok=True)
+                limit_file = "memory.limit_in_bytes" if controller == "memory" else "pids.max"
+                (probe / limit_file).write_text("67108864" if controller == "memory" else "64")
+                probe.rmdir()
+            except OSError:
+                continue
+            bases[controller] = base
+        return cls(bases) if "memory" in bases else None
+
+    def create(self, label: str, limits: Limits) -> CgroupSet:
+        paths: dict[str, Path] = {}
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
+        for controller, base in self.bases.items():
+            path = base / f"{safe}-{time.monotonic_ns()}"
+            path.mkdir()
+            paths[controller] = path
+        group = CgroupSet(paths, limits)
+        try:
+            if "memory" in paths and limits.memory_mb:
+                limit = str(limits.memory_mb * 1024 * 1024)
+                (paths["memory"] / "memory.limit_in_bytes").write_text(limit)
+                with contextlib.suppress(OSError):  # only with swap accounting
+                    (paths["memory"] / "memory.memsw.limit_in_bytes").write_text(limit)
+            if "pids" in paths:
+                (paths["pids"] / "pids.max").write_text(str(limits.nproc))
+        except OSError:
+            group.destroy()
+            raise
+        return group
+
+    def close(self) -> None:
+        """Remove the platform's parent cgroups (empty once every function stopped)."""
+        for base in self.bases.values():
+            for child in base.iterdir() if base.is_dir() else []:
+                if child.is_dir():
+                    _destroy_dir(child)
+            with contextlib.suppress(OSError):
+                base.rmdir()
+
+
+def _remove_stale(parent: Path) -> None:
+    """Remove the cgroups of earlier platforms that died without cleaning up (SIGKILL)."""
+    for old in parent.glob("sless-*"):
+        pid = old.name.removeprefix("sless-")
+        if not pid.isdigit() or int(pid) == os.getpid() or Path(f"/proc/{pid}").exists():
+            continue
+        for child in old.iterdir():
+            if child.is_dir():
+                _destroy_dir(child)
+        with contextlib.suppress(OSError):
+            old.rmdir()
+
+
+def _destroy_dir(path: Path) -> None:
+    """SIGKILL everything left in one cgroup and remove it."""
+    for _ in range(50):
+        try:
+            pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            break
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+@dataclass
+class CgroupSet:
+    """The cgroups of one process tree."""
+
+    paths: dict[str, Path]
+    limits: Limits
+    procs: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.procs = [str(p / "cgroup.procs") for p in self.paths.values()]
+
+    def join(self) -> None:
+        """Move the calling process in (called after fork, before exec, while still root)."""
+        pid = str(os.getpid()).encode()
+        for procs in self.procs:
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, pid)
+            finally:
+                os.close(fd)
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed for exceeding the memory limit."""
+        path = self.paths.get("memory")
+        if path is None:
+            return 0
+        try:
+            for line in (path / "memory.oom_control").read_text().splitlines():
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+            return 1 if int((path / "memory.failcnt").read_text()) else 0
+        except (OSError, ValueError):
+            return 0
+
+    def destroy(self) -> None:
+        for path in self.paths.values():
+            _destroy_dir(path)
+
+
+# ---------------------------------------------------------------------- the sandbox
+
+
+@dataclass
+class Prepared:
+    """One process's sandboxed launch: the argv to exec, the hook to run between fork and exec."""
+
+    argv: list[str]
+    preexec: Callable[[], None]
+    env: dict[str, str]
+    limits: Limits
+    cgroup: CgroupSet | None = None
+    sandboxed: bool = False
+    _cleaned: bool = False
+    _oom_kills: int = 0
+
+    def oom_kills(self) -> int:
+        if self.cgroup is None or self._cleaned:
+            return self._oom_kills
+        return self.cgroup.oom_kills()
+
+    def exit_note(self, returncode: int | None) -> str | None:
+        """Why the process ended, when a limit ended it (for the call's or job's error message)."""
+        if self.oom_kills():
+            return f"killed: the function exceeded its memory limit of {self.limits.memory_mb} MB"
+        if returncode is None:
+            return None
+        code = -returncode if returncode < 0 else returncode - 128
+        if code == signal.SIGXCPU and self.limits.cpu_sec:
+            return f"killed: the function used more than its {self.limits.cpu_sec} s of CPU time"
+        if code == signal.SIGXFSZ:
+            return f"killed: the function wrote a file larger than its limit of {self.limits.fsize_mb} MB"
+        return None
+
+    def signal_main(self, pid: int, sig: int) -> None:
+        """Send ``sig`` to the function's own process (inside the sandbox), else to ``pid``.
+
+        bwrap does not forward signals; SIGTERM must reach the runtime for it to
+        drain, so it goes to the process the sandbox's init runs.
+        """
+        target = inner_pid(pid) if self.sandboxed else None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(target or pid, sig)
+
+    def kill(self, pid: int) -> None:
+        """SIGKILL the whole sandbox whose outer bwrap is ``pid``.
+
+        The sandbox's PID 1 (bwrap's init, the outer bwrap's child) goes first: the
+        kernel then kills everything in its PID namespace and the outer bwrap reaps
+        it and exits. Killing the outer one first would orphan the init to the
+        host's PID 1, which not every container reaps.
+        """
+        if self.sandboxed:
+            for child in _children(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(child, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+    def cleanup(self) -> None:
+        """Kill what is left of the tree and remove its cgroups (idempotent)."""
+        if self._cleaned:
+            return
+        if self.cgroup is not None:
+            self._oom_kills = self.cgroup.oom_kills()
+            self._cleaned = True
+            self.cgroup.destroy()
+        self._cleaned = True
+
+
+def _process_tree() -> dict[int, list[int]]:
+    """Children of every process, from /proc (this kernel has no /proc/<pid>/task/<tid>/children)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry))
+    return parents
+
+
+def _children(pid: int) -> list[int]:
+    return sorted(_process_tree().get(pid, []))
+
+
+def inner_pid(outer: int) -> int | None:
+    """The host pid of the command bwrap runs: outer bwrap -> its init (PID 1) -> the command."""
+    parents = _process_tree()
+    pid = outer
+    for _ in range(2):
+        children = sorted(parents.get(pid, []))
+        if not children:
+            return None if pid == outer else pid
+        pid = children[0]
+    return pid
+
+
+def _parent_dirs(dests: Sequence[Path]) -> list[str]:
+    """bwrap options creating the ancestors of bind targets traversable (0711: not even listable).
+
+    Running as root, bwrap would create them 0700, and the tenant's uid could not
+    reach its own code. /usr (bound from the host) and /tmp (its own tmpfs) exist already.
+    """
+    out: list[str] = []
+    seen: set[Path] = {Path("/"), Path(SANDBOX_TMP)}
+    for dest in dests:
+        for parent in reversed(dest.parents):
+            if parent in seen or parent.is_relative_to("/usr"):
+                continue
+            seen.add(parent)
+            out += ["--perms", "0711", "--dir", str(parent)]
+    return out
+
+
+def _works(bwrap: str) -> str | None:
+    """None if a PID-namespaced bwrap can run here, else why not."""
+    argv = [bwrap, "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
+            "--dev", "/dev", "--", "true"]
+    if os.geteuid() != 0:
+        argv.insert(1, "--unshare-user")
+    try:
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{bwrap} cannot run: {exc}"
+    if run.returncode != 0:
+        return f"{bwrap} cannot create namespaces here: {run.stderr.strip() or run.returncode}"
+    return None
+
+
+class Sandbox:
+    """How this platform runs tenant processes; made once at start-up by :meth:`detect`."""
+
+    def __init__(self, *, bwrap: str | None, reason: str, toolchain: Sequence[Path] = (),
+                 cgroups: Cgroups | None = None, setpriv: str | None = None) -> None:
+        self.bwrap = bwrap
+        #: Why the sandbox is on or off, for the start-up log and the refusal message.
+        self.reason = reason
+        self.toolchain = tuple(toolchain)
+        self.cgroups = cgroups
+        self.as_root = os.geteuid() == 0
+        self.setpriv = setpriv
+
+    @property
+    def enabled(self) -> bool:
+        return self.bwrap is not None
+
+    @classmethod
+    def off(cls, reason: str = "SLESS_SANDBOX=off") -> Sandbox:
+        return cls(bwrap=None, reason=reason)
+
+    @classmethod
+    def detect(cls, setting: str | None = None, toolchain: Sequence[Path] = ()) -> Sandbox:
+        """The sandbox for ``setting`` (auto, bwrap, off; default $SLESS_SANDBOX or auto)."""
+        mode = (setting if setting is not None else os.environ.get("SLESS_SANDBOX", "auto")).strip().lower()
+        if mode in ("off", "0", "false", "none"):
+            return cls.off()
+        if mode not in ("auto", "bwrap", "on", "1", "true"):
+            raise SandboxUnavailable(f"SLESS_SANDBOX={mode!r}: expected auto, bwrap or off")
+        bwrap = shutil.which("bwrap")
+        problem = "bwrap (Debian package bubblewrap) is not installed" if bwrap is None else _works(bwrap)
+        setpriv = shutil.which("setpriv")
+        if problem is None and os.geteuid() == 0 and setpriv is None:
+            problem = "setpriv (util-linux) is missing: cannot drop to a per-tenant uid"
+        if problem is not None:
+            if mode == "auto":
+                return cls.off(problem)
+            raise SandboxUnavailable(problem)
+        assert bwrap is not None
+        cgroups = Cgroups.detect()
+        how = "per-tenant uids" if os.geteuid() == 0 else "user namespaces"
+        memory = "memory cgroups" if cgroups is not None else "RLIMIT_AS (no writable memory cgroup)"
+        return cls(bwrap=bwrap, reason=f"bwrap with PID namespaces, {how}, {memory}", toolchain=toolchain,
+                   cgroups=cgroups, setpriv=setpriv)
+
+    def close(self) -> None:
+        if self.cgroups is not None:
+            self.cgroups.close()
+
+    # -- launching ---------------------------------------------------------------------------
+
+    def prepare(self, argv: Sequence[str], cwd: Path, spec: JailSpec, label: str) -> Prepared:
+        """The launch of ``argv`` in ``spec``'s sandbox (or, when off, with per-process limits only)."""
+        limits = spec.limits
+        if not self.enabled:
+            return Prepared(list(argv), self._preexec(None, limits, None, signal.SIGTERM), {}, limits)
+        cgroup = None
+        if self.cgroups is not None and not spec.reaper_only:
+            cgroup = self.cgroups.create(label, limits)
+        uid = tenant_uid(spec.tenant) if self.as_root and not spec.reaper_only else None
+        if spec.reaper_only:
+            wrapped = self._reaper_argv(argv, cwd)
+            env: dict[str, str] = {}
+        else:
+            wrapped = self._jail_argv(argv, cwd, spec, uid)
+            env = {"HOME": SANDBOX_TMP, "TMPDIR": SANDBOX_TMP}
+        preexec = self._preexec(cgroup, limits, uid, signal.SIGKILL, spec.reaper_only)
+        return Prepared(wrapped, preexec, env, limits, cgroup, sandboxed=True)
+
+    def _reaper_argv(self, argv: Sequence[str], cwd: Path) -> list[str]:
+        assert self.bwrap is not None
+        head = [self.bwrap]
+        if not self.as_root:
+            head.append("--unshare-user")
+        return [*head, "--unshare-pid", "--die-with-parent", "--dev-bind", "/", "/", "--proc", "/proc",
+                "--chdir", str(cwd), "--", *argv]
+
+    def _jail_argv(self, argv: Sequence[str], cwd: Path, spec: JailSpec, uid: int | None) -> list[str]:
+        assert self.bwrap is not None
+        out = [self.bwrap]
+        if uid is None:
+            out += ["--unshare-user", "--disable-userns"]
+        out += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
+                "--new-session", "--hostname", "sless", "--ro-bind", "/usr", "/usr"]
+        for name in SYSTEM_DIRS:
+            path = Path("/") / name
+            if path.is_symlink():
+                out += ["--symlink", os.readlink(path), str(path)]
+            elif path.is_dir():
+                out += ["--ro-bind", str(path), str(path)]
+        # The private /tmp first: a bind below /tmp (a data dir there) must land on top of it.
+        out += ["--proc", "/proc", "--dev", "/dev", "--size", str(spec.limits.tmp_mb * 1024 * 1024),
+                "--perms", "1777", "--tmpfs", SANDBOX_TMP]
+        toolchain = [p for p in self.toolchain if not Path(p).is_relative_to("/usr")]
+        ro = [Path(p) for p in dict.fromkeys([*toolchain, *spec.ro_binds])]
+        rw = [Path(p) for p in spec.rw_binds]
+        out += _parent_dirs([Path("/etc/x"), *ro, *rw])
+        for name in ETC_FILES:
+            out += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        for path in ro:
+            out += ["--ro-bind", str(path), str(path)]
+        for path in rw:
+            out += ["--bind", str(path), str(path)]
+        out += ["--chdir", str(cwd)]
+        if uid is not None:
+            assert self.setpriv is not None
+            # bwrap built the mounts with root's rights; setpriv drops to the tenant's uid with no
+            # capabilities left and no way back (no_new_privs).
+            out += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", self.setpriv,
+                    f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                    "--bounding-set=-all", "--no-new-privs"]
+        return [*out, "--", *argv]
+
+    def _preexec(self, cgroup: CgroupSet | None, limits: Limits, uid: int | None, death: int,
+                 reaper_only: bool = False) -> Callable[[], None]:
+        """Runs in the child between fork and exec: cgroup, rlimits, death signal. Keep it minimal."""
+        as_limit: int | None = None
+        if limits.memory_mb and cgroup is None and not reaper_only:
+            headroom = AS_HEADROOM_MB.get(limits.runtime, AS_HEADROOM_DEFAULT_MB)
+            as_limit = (limits.memory_mb + headroom) * 1024 * 1024
+        per_uid = uid is not None or (self.enabled and not self.as_root)
+
+        def preexec() -> None:
+            if cgroup is not None:
+                cgroup.join()
+            if not reaper_only:
+                if limits.fsize_mb:
+                    _set_limit(resource.RLIMIT_FSIZE, limits.fsize_mb * 1024 * 1024)
+                if limits.cpu_sec:
+                    _set_limit(resource.RLIMIT_CPU, limits.cpu_sec)
+                if as_limit:
+                    _set_limit(resource.RLIMIT_AS, as_limit)
+                if limits.nofile:
+                    _set_limit(resource.RLIMIT_NOFILE, limits.nofile)
+                if per_uid:
+                    # Counted per uid: the tenant's own when root, else the user namespace's.
+                    _set_limit(resource.RLIMIT_NPROC, limits.nproc)
+            set_parent_death_signal(death)
+
+        return preexec

@@ -1,0 +1,282 @@
+"""A hostile tenant against a real `sless up` (sandboxed with bubblewrap): every attack fails, and the
+platform and another tenant's function keep serving.
+
+The attacks live in tests/e2e/hostile/handler.py; each answers what it got, so a leak shows up as
+data in the answer. Each test first checks that its probe can see what it looks for when it is
+there (the victim's marker is findable from the host, the detached process exists before the
+deletion), so a probe that sees nothing proves something.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from sless_api.standalone.sandbox import tenant_uid
+from tests.support.platform import REPO, SECRET, SlessProcess, Tenant, start_sless
+
+pytestmark = pytest.mark.e2e
+
+HOSTILE = {"handler.py": (Path(__file__).parent / "hostile" / "handler.py").read_text()}
+MARKER = "victim-marker-7f3a9c"
+CANARY = "canary-secret-5b1e22"
+#: Processes (and threads) a tenant may have: low, so the fork bomb meets it before the memory limit.
+NPROC = 64
+VICTIM = {"handler.py": "def handle(event):\n    return {'victim': 'fine'}\n"}
+
+
+@dataclass
+class Arena:
+    sless: SlessProcess
+    attacker: Tenant
+    victim: Tenant
+
+    @property
+    def data_dir(self) -> Path:
+        return self.sless.data_dir
+
+    def attack(self, action: str, function: str = "hostile", timeout: float = 60, **event: Any) -> requests.Response:
+        return requests.post(self.attacker.fn_url(function), json={"action": action, **event}, timeout=timeout)
+
+    def assert_fine(self) -> None:
+        """The platform answers and the other tenant's function still serves."""
+        assert self.sless.proc.poll() is None, f"sless up died:\n{self.sless.log_tail()}"
+        assert requests.get(self.sless.url + "/health", timeout=10).status_code == 200
+        resp = requests.get(self.victim.fn_url("victim"), timeout=30)
+        assert resp.status_code == 200 and resp.json() == {"victim": "fine"}, resp.text
+
+    def victim_pid(self) -> int:
+        """The victim runtime's host pid, found from outside by its marker (proves the marker is findable)."""
+        for pid in _pids():
+            try:
+                if MARKER.encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                    return pid
+            except OSError:
+                continue
+        raise AssertionError("the victim's runtime is not running")
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _cmdlines(needle: str) -> list[int]:
+    """Host pids whose command line contains ``needle``."""
+    found = []
+    for pid in _pids():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in cmdline and pid != os.getpid():
+            found.append(pid)
+    return found
+
+
+def _uid_pids(uid: int) -> list[int]:
+    found = []
+    for pid in _pids():
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def _wait_until(check: Any, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not within {seconds}s: {what}")
+
+
+def _errors_only(results: dict[str, str]) -> None:
+    leaked = {k: v for k, v in results.items() if not v.startswith("err: ")}
+    assert not leaked, f"an attack got through: {leaked}"
+
+
+@pytest.fixture(scope="module")
+def arena(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Arena]:
+    if os.geteuid() != 0:
+        pytest.skip("the per-tenant uid sandbox is exercised as root (see the test_unprivileged_* test)")
+    data = Path(tmp_path_factory.mktemp("hostile"))
+    (data / "canary-secret").write_text(CANARY)
+    (data / "canary-secret").chmod(0o600)
+    sp = start_sless(data, {"SLESS_SANDBOX": "bwrap", "SLESS_SANDBOX_NPROC": str(NPROC)})
+    try:
+        attacker, victim = Tenant(sp.url, "attacker"), Tenant(sp.url, "victim")
+        victim.deploy("victim", "python3.11", VICTIM, env_vars={"VICTIM_SECRET": MARKER})
+        attacker.deploy("hostile", "python3.11", HOSTILE, memory_mb=64, timeout_sec=30)
+        arena = Arena(sp, attacker, victim)
+        arena.assert_fine()
+        yield arena
+    finally:
+        code = sp.stop()
+    assert code == 0, f"sless up did not stop cleanly ({code}):\n{sp.log_tail()}"
+
+
+def test_runs_as_its_tenants_own_uid_in_its_own_pid_namespace(arena: Arena) -> None:
+    me = arena.attack("whoami").json()
+    assert me["uid"] == tenant_uid(arena.attacker.ns) and me["uid"] >= 100_000
+    assert me["pid"] < 10 and me["ppid"] in (0, 1), me
+
+
+def test_cannot_read_the_data_dir_the_secret_or_another_tenants_code(arena: Arena) -> None:
+    code_hash = arena.victim.api("GET", "/functions/victim", expect=200).json()["code_hash"]
+    victim_code = arena.data_dir / "functions" / arena.victim.ns / "victim" / code_hash
+    assert (victim_code / "handler.py").is_file()  # the path the attack aims at is the real one
+    paths = [arena.data_dir, arena.data_dir / "canary-secret", arena.data_dir / "state.db",
+             arena.data_dir / "invocations.db", arena.data_dir / "functions" / arena.victim.ns, victim_code,
+             victim_code / "handler.py", arena.data_dir / "cache", f"/proc/{arena.sless.proc.pid}/environ",
+             "/root", "/etc/shadow", "/etc/passwd"]
+    resp = arena.attack("read_files", paths=[str(p) for p in paths])
+    assert resp.status_code == 200, resp.text
+    _errors_only(resp.json())
+    assert CANARY not in resp.text and SECRET not in resp.text and "def handle" not in resp.text
+    arena.assert_fine()
+
+
+def test_cannot_see_other_processes_or_their_environment(arena: Arena) -> None:
+    victim_pid = arena.victim_pid()
+    resp = arena.attack("scan_environ", marker=MARKER, pids=[victim_pid, arena.sless.proc.pid])
+    assert resp.status_code == 200, resp.text
+    seen = resp.json()
+    assert seen["found"] == []
+    assert all(not v.startswith("ok: True") for v in seen["direct"].values()), seen["direct"]
+    assert len(seen["visible_pids"]) < 10, seen["visible_pids"]  # its own namespace, not the host's
+    assert MARKER not in resp.text and SECRET not in resp.text
+
+
+def test_cannot_signal_the_platform_its_parent_or_pid_1(arena: Arena) -> None:
+    victim_pid = arena.victim_pid()
+    resp = arena.attack("signals", pids=[arena.sless.proc.pid, victim_pid, os.getpid()])
+    assert resp.status_code == 200, resp.text
+    results = resp.json()
+    for pid in (arena.sless.proc.pid, victim_pid, os.getpid()):
+        assert results[f"host-{pid}"].startswith("err: "), results
+    arena.assert_fine()
+    assert arena.victim_pid() == victim_pid  # the same victim process, not a restarted one
+    assert arena.attack("whoami").status_code == 200  # its own sandbox survived its PID 1 attempt
+
+
+def test_fork_bomb_is_bounded(arena: Arena) -> None:
+    arena.attacker.deploy("forker", "python3.11", HOSTILE, memory_mb=1024)
+    resp = arena.attack("fork_bomb", function="forker", count=300)
+    assert resp.status_code == 200, resp.text
+    result = resp.json()
+    assert result["started"] < NPROC and result["error"], result
+    assert "Resource temporarily unavailable" in result["error"], result
+    arena.assert_fine()
+
+
+def test_memory_bomb_fails_that_call_with_a_clear_message(arena: Arena) -> None:
+    resp = arena.attack("memory_bomb", mb=800)
+    assert resp.status_code >= 500, resp.text
+    assert "memory limit of 64 MB" in resp.text, resp.text
+    arena.assert_fine()
+    _wait_until(lambda: arena.attack("whoami").status_code == 200, 30, "the function serves again")
+
+
+def test_memory_bomb_in_a_job_fails_the_job_with_a_clear_message(arena: Arena) -> None:
+    arena.attacker.api("POST", "/jobs", json={"name": "bomb", "function": "hostile", "run_id": 1,
+                                              "event": {"action": "memory_bomb", "mb": 800}}, expect=201)
+    job = arena.attacker.wait_job("bomb")
+    assert job["phase"] == "Failed" and "memory limit of 64 MB" in job["message"], job
+    arena.assert_fine()
+
+
+def test_disk_filler_is_stopped(arena: Arena) -> None:
+    target = arena.data_dir / "fill"
+    resp = arena.attack("fill_disk", mb=512, paths=[str(target)])
+    assert resp.status_code == 200, resp.text
+    _errors_only(resp.json())
+    assert not target.exists()
+    arena.assert_fine()
+
+
+def test_detached_child_dies_with_the_function(arena: Arena) -> None:
+    arena.attacker.deploy("detacher", "python3.11", HOSTILE, memory_mb=64)
+    resp = arena.attack("detach", function="detacher", seconds=313)
+    assert resp.status_code == 200, resp.text
+    _wait_until(lambda: _cmdlines("sleep 313"), 10, "the detached process is visible from the host")
+    arena.attacker.api("DELETE", "/functions/detacher", expect=(200, 204))
+    _wait_until(lambda: not _cmdlines("sleep 313"), 15, "the detached process died with its function")
+    arena.assert_fine()
+
+
+def test_stopped_runtime_is_replaced(arena: Arena) -> None:
+    assert arena.attack("stop_self").status_code == 200
+    time.sleep(0.5)
+    with pytest.raises(requests.Timeout):
+        arena.attack("whoami", timeout=2)  # stopped: it does not answer
+
+    def serves() -> bool:
+        try:
+            return arena.attack("whoami", timeout=3).status_code == 200
+        except requests.RequestException:
+            return False
+
+    _wait_until(serves, 45, "the stopped runtime was replaced")
+    arena.assert_fine()
+
+
+def test_platform_sigkill_leaves_no_process_and_no_build(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("runs as root like the arena")
+    sp = start_sless(tmp_path / "data", {"SLESS_SANDBOX": "bwrap"})
+    tenant = Tenant(sp.url, "sigkill")
+    try:
+        tenant.deploy("stubborn", "python3.11", HOSTILE, memory_mb=64)
+        # A child that ignores SIGTERM, in its own session, like a runtime that will not stop.
+        tenant.deploy("ignorer", "python3.11", {"handler.py": (
+            "import subprocess\n"
+            "def handle(event):\n"
+            "    subprocess.Popen(['sh', '-c', \"trap '' TERM; sleep 317\"], start_new_session=True)\n"
+            "    return {'ok': True}\n")}, memory_mb=64)
+        assert requests.post(tenant.fn_url("stubborn"), json={"action": "detach", "seconds": 319},
+                             timeout=30).status_code == 200
+        assert requests.get(tenant.fn_url("ignorer"), timeout=30).status_code == 200
+        _wait_until(lambda: _cmdlines("sleep 317") and _cmdlines("sleep 319"), 10, "both children run")
+        # A Go build in progress: it must die with the platform too.
+        tenant.api("POST", "/functions", json={"name": "slowgo", "runtime": "go1.23"}, expect=201)
+        tenant.upload("slowgo", {"main.go": "package function\n\nimport \"context\"\n\n"
+                                            "func Handle(ctx context.Context, e map[string]any) (any, error) "
+                                            "{ return 1, nil }\n",
+                                 "go.mod": f"module slowgo{time.monotonic_ns()}\n\ngo 1.23\n"})
+        _wait_until(lambda: _cmdlines(str(sp.data_dir / "cache")), 30, "the go build runs")
+    finally:
+        sp.stop(signal.SIGKILL)
+    uid = tenant_uid(tenant.ns)
+    _wait_until(lambda: not _cmdlines("sleep 317") and not _cmdlines("sleep 319"), 10,
+                "the functions' children died with the platform")
+    _wait_until(lambda: not _uid_pids(uid), 10, "no process of the tenant's uid is left")
+    _wait_until(lambda: not _cmdlines(str(sp.data_dir)), 10, "no build or runtime outlived the platform")
+
+
+def test_refuses_to_start_unconfined_unless_told_single_tenant(tmp_path: Path) -> None:
+    env = {**os.environ, "SLESS_JWT_SECRET": SECRET, "PATH": str(tmp_path)}  # no bwrap on PATH
+    env.pop("SLESS_SANDBOX", None)
+    argv = [sys.executable, "-m", "sless_api.cli", "up", "--port", "1", "--data-dir", str(tmp_path / "d")]
+    run = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "refusing to start" in run.stderr and "--single-tenant" in run.stderr and "bwrap" in run.stderr
+    env["PATH"] = os.environ["PATH"]
+    sp = start_sless(tmp_path / "single", {"SLESS_SANDBOX": "off"})
+    try:
+        assert requests.get(sp.url + "/health", timeout=10).status_code == 200
+        assert "function sandbox: SLESS_SANDBOX=off" in sp.log_tail(200)
+    finally:
+        assert sp.stop() == 0
