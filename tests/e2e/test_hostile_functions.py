@@ -27,12 +27,12 @@ from tests.support.platform import REPO, SECRET, SlessProcess, Tenant, start_sle
 
 pytestmark = pytest.mark.e2e
 
-HOSTILE = {"handler.py": (Path(__file__).parent / "hostile" / "handler.py").read_text()}
+HOSTILE: dict[str, str | bytes] = {"handler.py": (Path(__file__).parent / "hostile" / "handler.py").read_text()}
 MARKER = "victim-marker-7f3a9c"
 CANARY = "canary-secret-5b1e22"
 #: Processes (and threads) a tenant may have: low, so the fork bomb meets it before the memory limit.
 NPROC = 64
-VICTIM = {"handler.py": "def handle(event):\n    return {'victim': 'fine'}\n"}
+VICTIM: dict[str, str | bytes] = {"handler.py": "def handle(event):\n    return {'victim': 'fine'}\n"}
 
 
 @dataclass
@@ -241,11 +241,12 @@ def test_platform_sigkill_leaves_no_process_and_no_build(tmp_path: Path) -> None
     try:
         tenant.deploy("stubborn", "python3.11", HOSTILE, memory_mb=64)
         # A child that ignores SIGTERM, in its own session, like a runtime that will not stop.
-        tenant.deploy("ignorer", "python3.11", {"handler.py": (
+        ignorer: dict[str, str | bytes] = {"handler.py": (
             "import subprocess\n"
             "def handle(event):\n"
             "    subprocess.Popen(['sh', '-c', \"trap '' TERM; sleep 317\"], start_new_session=True)\n"
-            "    return {'ok': True}\n")}, memory_mb=64)
+            "    return {'ok': True}\n")}
+        tenant.deploy("ignorer", "python3.11", ignorer, memory_mb=64)
         assert requests.post(tenant.fn_url("stubborn"), json={"action": "detach", "seconds": 319},
                              timeout=30).status_code == 200
         assert requests.get(tenant.fn_url("ignorer"), timeout=30).status_code == 200

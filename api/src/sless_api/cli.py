@@ -50,6 +50,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     data_dir = Path(args.data_dir).resolve()
     os.environ["SLESS_DATA_DIR"] = str(data_dir)
+    if args.single_tenant:
+        os.environ["SLESS_SANDBOX"] = "off"
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     databases = [data_dir / "state.db"]
     database_url = os.environ.get("SLESS_DATABASE_URL") or f"sqlite:///{data_dir / 'invocations.db'}"
@@ -73,7 +75,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     # re-raised signal is a no-op, so a drained, clean stop exits 0 (and a failed one does not).
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
-    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning",
+    from sless_api.standalone.sandbox import SandboxUnavailable
+
+    try:
+        app = create_app(config)
+    except SandboxUnavailable as exc:  # no sandbox and no --single-tenant: say why, not a traceback
+        print(f"sless up: refusing to start: {exc}", file=sys.stderr)
+        return 2
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
                 timeout_graceful_shutdown=30, lifespan="on", http=guarded_protocol(limits),
                 timeout_keep_alive=limits.keep_alive_sec,
                 # Every caller of `sless up` comes from loopback, which uvicorn trusts for X-Forwarded-For:
@@ -224,6 +233,8 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=8090)
     up.add_argument("--data-dir", default=str(default_data_dir()))
+    up.add_argument("--single-tenant", action="store_true",
+                    help="run functions without a sandbox (SLESS_SANDBOX=off): one trusted tenant only")
     up.set_defaults(run=cmd_up)
     token = verbs.add_parser("token", help="print a token signed with the configured HS256 secret")
     token.add_argument("--sub", required=True)
