@@ -57,7 +57,7 @@ async function main() {
     config = rt.loadConfig();
     handler = await rt.loadHandler(config);
   } catch (err) {
-    rt.logError('cannot load the function', err);
+    rt.logLoadFailure(err, config);
     process.exit(EXIT_ERROR);
   }
   let result;

@@ -125,7 +125,7 @@ function createServer(config, handler) {
         }
         rt.logError(`handler failed on ${req.method} ${url}`, err);
         const { error, type } = rt.describeError(err);
-        send(req, res, rt.errorResult(500, error, type));
+        send(req, res, rt.errorResult(500, rt.publicMessage(error, config), type));
       },
     );
   }
@@ -255,7 +255,7 @@ async function main() {
     config = rt.loadConfig();
     handler = await rt.loadHandler(config);
   } catch (err) {
-    rt.logError('cannot load the function', err);
+    rt.logLoadFailure(err, config);
     process.exit(1);
   }
   const { server, drain } = createServer(config, handler);

@@ -460,6 +460,52 @@ function fromResponseDescription(desc) {
 }
 
 /**
+ * A message as a caller may see it. Where the platform keeps the code, the
+ * dependencies and this runtime says nothing to a caller and much to an
+ * attacker: those folders become ".", "<deps>" and "<runtime>", and the
+ * "Require stack:" list node appends to module-not-found errors (file paths,
+ * one per line) is dropped. The full error stays in the log.
+ * @param {string} message
+ * @param {Config | undefined} config
+ * @returns {string}
+ */
+function publicMessage(message, config) {
+  let text = String(message);
+  const cut = text.indexOf('\nRequire stack:');
+  if (cut >= 0) text = text.slice(0, cut);
+  /** @type {[string | undefined | null, string][]} */
+  const folders = [[config && config.codeDir, '.'], [config && config.depsDir, '<deps>'], [__dirname, '<runtime>']];
+  for (const [folder, label] of folders) {
+    if (!folder || folder.length < 2) continue;
+    const bare = folder.replace(/\/+$/, '');
+    text = text.split(`${bare}/`).join(`${label}/`).split(bare).join(label);
+  }
+  return text;
+}
+
+/**
+ * The one line a caller may see about a handler that cannot load.
+ * @param {unknown} err
+ * @param {Config | undefined} config
+ * @returns {string}
+ */
+function loadFailureMessage(err, config) {
+  const { error, type } = describeError(err);
+  return `the function failed to load: ${type}: ${publicMessage(error, config)}`;
+}
+
+/**
+ * The full story on stderr (the function's log: message and stack), then the
+ * short, path-free reason as the last line.
+ * @param {unknown} err
+ * @param {Config | undefined} config
+ */
+function logLoadFailure(err, config) {
+  logError('cannot load the function', err);
+  process.stderr.write(`sless-runtime: ${loadFailureMessage(err, config).replace(/\n/g, ' ')}\n`);
+}
+
+/**
  * The JSON error body every failure uses: {"error": ..., "type": ...}.
  * @param {number} status
  * @param {string} message
@@ -498,6 +544,9 @@ module.exports = {
   toHttpResult,
   errorResult,
   describeError,
+  publicMessage,
+  loadFailureMessage,
+  logLoadFailure,
   logError,
   installProcessGuards,
   jsonText,

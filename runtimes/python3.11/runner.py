@@ -80,7 +80,7 @@ def main() -> None:
     try:
         handler = rt.load_handler(config)
     except rt.LoadError as exc:
-        rt.log(f"cannot load handler {config.entrypoint}: {exc}")
+        rt.log_load_failure(config, exc)
         _exit(EXIT_FAILED)
         return
 

@@ -409,7 +409,7 @@ class Server:
             if self._disarm(conn):
                 return None
             rt.log_exception(f"handler failed ({event['_method']} {event['_path']})", exc)
-            return rt.exception_response(exc)
+            return rt.exception_response(exc, self.config)
         remaining = conn.deadline - time.monotonic()
         if self._disarm(conn):
             return None
@@ -435,7 +435,7 @@ class Server:
             return rt.error_response(504, rt.timeout_message(self.config.timeout_sec), "Timeout")
         except BaseException as exc:
             rt.log_exception("handler failed", exc)
-            return rt.exception_response(exc)
+            return rt.exception_response(exc, self.config)
         return _encode(result)
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
@@ -576,7 +576,7 @@ def main() -> None:
     try:
         handler = rt.load_handler(config)
     except rt.LoadError as exc:
-        rt.log(f"cannot load handler {config.entrypoint}: {exc}")
+        rt.log_load_failure(config, exc)
         sys.exit(1)
     try:
         server = Server(config, handler)

@@ -117,9 +117,8 @@ def load_handler(config: Config) -> Handler:
     try:
         module = importlib.import_module(module_name)
     except BaseException as exc:  # any failure at import time, SystemExit included
-        import traceback
-
-        raise LoadError(f"cannot import {module_name!r} from {config.code_dir}:\n{traceback.format_exc()}") from exc
+        # Short and path-free: the traceback is logged from __cause__ (see log_load_failure).
+        raise LoadError(f"{type(exc).__name__}: {public_message(str(exc), config) or '(no message)'}") from exc
     func = getattr(module, func_name, None)
     if func is None:
         raise LoadError(f"module {module_name!r} has no attribute {func_name!r}")
@@ -257,9 +256,40 @@ def error_response(status: int, message: str, type_: str) -> Response:
     return Response(status, [("Content-Type", JSON_TYPE)], to_json({"error": message, "type": type_}))
 
 
-def exception_response(exc: BaseException) -> Response:
-    """500 for a failed invocation: the exception's message and class name, never the traceback."""
-    return error_response(500, str(exc) or type(exc).__name__, type(exc).__name__)
+def exception_response(exc: BaseException, config: Config | None = None) -> Response:
+    """500 for a failed invocation: the exception's message and class name, never the traceback
+    (and, with ``config``, never the platform's folders: see ``public_message``)."""
+    message = str(exc) or type(exc).__name__
+    if config is not None:
+        message = public_message(message, config)
+    return error_response(500, message, type(exc).__name__)
+
+
+#: Where this runtime's own files are; never shown to a caller.
+RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def public_message(message: str, config: Config) -> str:
+    """``message`` as a caller may see it: the code, dependency and runtime folders (where the
+    platform keeps them says nothing to a caller, and everything to an attacker) become
+    ``.``, ``<deps>`` and ``<runtime>``."""
+    for folder, label in ((config.code_dir, "."), (config.deps_dir, "<deps>"), (RUNTIME_DIR, "<runtime>")):
+        if folder and len(folder) > 1:
+            message = message.replace(folder.rstrip("/") + "/", label + "/").replace(folder.rstrip("/"), label)
+    return message
+
+
+def load_failure_message(exc: LoadError) -> str:
+    """The one line a caller may see about a handler that cannot load (the last line on stderr)."""
+    return f"the function failed to load: {exc}"
+
+
+def log_load_failure(config: Config, exc: LoadError) -> None:
+    """The full story on stderr (the function's log), then the short, path-free reason as the last line."""
+    cause = exc.__cause__
+    if cause is not None:
+        log_exception(f"cannot load handler {config.entrypoint} from {config.code_dir}", cause)
+    log(load_failure_message(exc))
 
 
 def log(message: str) -> None:

@@ -570,6 +570,86 @@ def test_broken_code_exits_non_zero(runtime: str, load_failure: LoadFailure, tmp
     assert "broken" in load_failure(runtime, _broken_function(runtime, tmp_path)) or runtime == "go1.23"
 
 
+RUNTIMES_DIR = Path(__file__).resolve().parents[2] / "runtimes"
+LOAD_FAILURE_PREFIX = "sless-runtime: the function failed to load: "
+
+
+def _unimportable_function(runtime: str, root: Path) -> tuple[Path, str]:
+    """A function whose module imports a package that is not there; and the expected reason."""
+    code = root / "unimportable"
+    code.mkdir()
+    if runtime == "python3.11":
+        (code / "handler.py").write_text("import no_such_dependency_for_sless\n\ndef handle(event):\n    return 1\n")
+        return code, "ModuleNotFoundError: No module named 'no_such_dependency_for_sless'"
+    if runtime == "nodejs20":
+        (code / "handler.js").write_text("require('no-such-dependency-for-sless');\nexports.handle = () => 1;\n")
+        return code, "Error: Cannot find module 'no-such-dependency-for-sless'"
+    (code / "handler.go").write_text(
+        "package function\n\nimport \"context\"\n\n"
+        "func Handle(ctx context.Context, e map[string]any) (any, error) { return noSuchThing, nil }\n")
+    return code, "undefined: noSuchThing"
+
+
+def test_load_failure_ends_with_a_short_line_without_paths(
+    runtime: str, load_failure: LoadFailure, tmp_path: Path
+) -> None:
+    """The last line is what the platform may show a caller; the full trace stays above it (the log)."""
+    code, reason = _unimportable_function(runtime, tmp_path)
+    output = load_failure(runtime, code)
+    lines = output.strip().splitlines()
+    if runtime == "go1.23":  # a build error: compiler lines with paths relative to the code
+        assert reason in output
+        assert str(code) not in output and str(RUNTIMES_DIR) not in output and str(tmp_path) not in output
+        return
+    assert lines[-1] == LOAD_FAILURE_PREFIX + reason
+    before = "\n".join(lines[:-1])
+    assert ("Traceback" if runtime == "python3.11" else "    at ") in before, output
+    assert str(code) in before  # the log keeps where it happened
+
+
+def test_missing_function_load_line_names_no_folder(runtime: str, load_failure: LoadFailure) -> None:
+    if runtime == "go1.23":
+        pytest.skip("a missing Go entrypoint is a build error (covered above)")
+    last = load_failure(runtime, env={"SLESS_ENTRYPOINT": "handler.no_such_func"}).strip().splitlines()[-1]
+    assert last.startswith(LOAD_FAILURE_PREFIX) and "no_such_func" in last
+    assert str(RUNTIMES_DIR) not in last and str(RUNTIMES_DIR.parent) not in last
+
+
+def _path_revealing_function(runtime: str, root: Path) -> Path:
+    code = root / "paths"
+    code.mkdir()
+    if runtime == "python3.11":
+        (code / "handler.py").write_text(
+            "import os\n\ndef handle(event):\n"
+            "    if event['_path'] == '/import':\n        import no_such_dependency_at_call_time\n"
+            "    return open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data.json')).read()\n")
+    else:
+        (code / "handler.js").write_text(
+            "const path = require('node:path');\nconst fs = require('node:fs');\n"
+            "exports.handle = async (event) => {\n"
+            "  if (event._path === '/import') require('no-such-dependency-at-call-time');\n"
+            "  return fs.readFileSync(path.join(__dirname, 'data.json'), 'utf8');\n};\n")
+    return code
+
+
+def test_handler_errors_name_no_platform_folder(runtime: str, start_server: ServerFactory, tmp_path: Path) -> None:
+    """Where the platform keeps code and runtimes is not the caller's business, even inside the
+    function's own error message (a missing file, node's "Require stack")."""
+    if runtime == "go1.23":
+        pytest.skip("a Go function is one compiled binary: no runtime or code folder in its errors")
+    code = _path_revealing_function(runtime, tmp_path)
+    server = start_server(runtime, code)
+    missing = assert_error_body(requests.get(f"{server.url}/file", timeout=10), 500)
+    assert "data.json" in missing["error"] and str(code) not in missing["error"], missing
+    assert "./data.json" in missing["error"]
+    module = assert_error_body(requests.get(f"{server.url}/import", timeout=10), 500)
+    assert "no_such_dependency_at_call_time" in module["error"] or "no-such-dependency-at-call-time" in module["error"]
+    for body in (missing, module):
+        assert str(code) not in body["error"] and str(RUNTIMES_DIR) not in body["error"], body
+        assert "Require stack" not in body["error"]
+    assert str(code) in server.stderr  # the log keeps the details
+
+
 # --------------------------------------------------------------------------- runner
 
 
