@@ -50,8 +50,6 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     data_dir = Path(args.data_dir).resolve()
     os.environ["SLESS_DATA_DIR"] = str(data_dir)
-    if args.single_tenant:
-        os.environ["SLESS_SANDBOX"] = "off"
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     databases = [data_dir / "state.db"]
     database_url = os.environ.get("SLESS_DATABASE_URL") or f"sqlite:///{data_dir / 'invocations.db'}"
@@ -62,6 +60,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     except DataDirError as exc:
         print(f"sless up: refusing to start: {exc}", file=sys.stderr)
         return 2
+    if args.single_tenant:
+        os.environ["SLESS_SANDBOX"] = "off"
     if not (os.environ.get("SLESS_JWT_PUBLIC_KEY") or os.environ.get("SLESS_JWKS_URL")):
         os.environ["SLESS_JWT_SECRET"] = local_secret(data_dir)
     config = ApiConfig.from_env(data_dir=data_dir)
@@ -76,10 +76,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
     from sless_api.standalone.sandbox import SandboxUnavailable
+    from sless_api.standalone.state import CorruptStateError
 
     try:
         app = create_app(config)
-    except SandboxUnavailable as exc:  # no sandbox and no --single-tenant: say why, not a traceback
+    except (SandboxUnavailable, CorruptStateError) as exc:  # say why, not a traceback
         print(f"sless up: refusing to start: {exc}", file=sys.stderr)
         return 2
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from sless_api.invocations.sink import COLUMNS
 _QUOTED = ", ".join(f'"{c}"' for c in COLUMNS)
 _PLACEHOLDERS = ", ".join("?" for _ in COLUMNS)
 _INSERT = f"INSERT INTO invocations ({_QUOTED}) VALUES ({_PLACEHOLDERS})"  # noqa: S608 - constant columns
+log = logging.getLogger(__name__)
 _SELECT = f"SELECT id, {_QUOTED} FROM invocations"  # noqa: S608 - constant columns
 
 
@@ -25,14 +28,43 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _open_checked(path: Path) -> sqlite3.Connection:
+    conn = _connect(path)
+    try:
+        check = conn.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise sqlite3.DatabaseError(check)
+        migrate_sqlite(conn)
+    except sqlite3.DatabaseError:
+        conn.close()
+        raise
+    return conn
+
+
+def _replace_corrupt(path: Path, cause: Exception) -> sqlite3.Connection:
+    """A corrupt log must not stop the platform: it is history, not state. Keep it for inspection, start anew."""
+    aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+    for suffix in ("", "-wal", "-shm"):
+        source = path.with_name(path.name + suffix)
+        if source.exists():
+            source.rename(aside.with_name(aside.name + suffix))
+    log.warning("invocation log %s is unreadable (%s): moved aside to %s, starting a new one", path, cause, aside)
+    path.touch(mode=0o600)  # request paths and errors of every tenant are in here
+    conn = _connect(path)
+    migrate_sqlite(conn)
+    return conn
+
+
 class SqliteSink:
     """A :class:`~sless_api.invocations.sink.Sink` in the SQLite file PATH (migrated on open)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._write_conn = _connect(self.path)
-        migrate_sqlite(self._write_conn)
+        try:
+            self._write_conn = _open_checked(self.path)
+        except sqlite3.DatabaseError as exc:
+            self._write_conn = _replace_corrupt(self.path, exc)
         self._read_conn = _connect(self.path)
         self._write_lock = threading.Lock()
         self._read_lock = threading.Lock()

@@ -33,6 +33,17 @@ CREATE TABLE IF NOT EXISTS jobs (
 """
 
 
+class CorruptStateError(RuntimeError):
+    """The state database cannot be read. Not moved aside on its own: it is every function's spec, and
+    starting empty would look like every function had been deleted."""
+
+    def __init__(self, path: Path, cause: Exception) -> None:
+        super().__init__(
+            f"the state database {path} is unreadable ({cause}). It holds every function, trigger and job: "
+            f"restore it from a backup, or move it aside (mv {path} {path}.corrupt) to start with no functions "
+            "and deploy them again.")
+
+
 class StateStore:
     """A small, synchronous store: every call is a short local transaction, cheap enough for the event loop."""
 
@@ -41,10 +52,17 @@ class StateStore:
         # take the database's mode).
         create_private_file(path)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        try:
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            check = self._db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise sqlite3.DatabaseError(check)
+            self._db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise CorruptStateError(path, exc) from None
         self._lock = threading.RLock()
 
     def close(self) -> None:
