@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.server
 import io
 import json
+import os
 import shutil
 import socket
 import struct
@@ -34,8 +35,10 @@ from sless_api.standalone.builder import (
     find_runtimes_dir,
     is_transient,
     python_interpreter,
+    toolchain_paths,
 )
 from sless_api.standalone.runner import run_once
+from sless_api.standalone.sandbox import Sandbox
 
 pytestmark = pytest.mark.slow
 
@@ -551,3 +554,33 @@ def test_build_context_refuses_unsafe_input(tmp_path: Path) -> None:
     (code / "link").symlink_to("/etc/passwd")
     with pytest.raises(ValueError, match="symlink"):
         make_build_context(code, "python3.11", "handler.handle", "img")
+
+
+# -- sandboxed installs ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="per-tenant uids need root")
+def test_sandboxed_install_is_per_tenant_sees_only_its_code_and_is_sealed(cache_dir: Path, tmp_path: Path) -> None:
+    sandboxed = Builder(cache_dir, sandbox=Sandbox.detect("bwrap", toolchain=toolchain_paths()))
+    code = write(tmp_path / "code", PY_SIX)
+    art_a = sandboxed.build(BuildRequest("python3.11", code, "handler.handle", "h1", tenant="tenant-a"), Log())
+    assert art_a.deps_dir is not None and (art_a.deps_dir / "six.py").is_file()
+    # Installed as the tenant, then handed back to the platform's user: the tenant cannot change it later.
+    assert (art_a.deps_dir / "six.py").stat().st_uid == os.getuid()
+    assert art_a.deps_dir.stat().st_uid == os.getuid()
+    # The same manifest of another tenant is another entry: one tenant's install never feeds another's.
+    art_b = sandboxed.build(BuildRequest("python3.11", code, "handler.handle", "h1", tenant="tenant-b"), Log())
+    assert art_b.deps_dir is not None and art_b.deps_dir != art_a.deps_dir
+
+    # pip, run by the tenant's manifest, cannot read a file outside the function's code.
+    outside = tmp_path / "outside" / "more.txt"
+    outside.parent.mkdir()
+    outside.write_text("six\n")
+    peeking = write(tmp_path / "peek", {"handler.py": "", "requirements.txt": f"-r {outside}\n"})
+    with pytest.raises(BuildFailed) as info:
+        sandboxed.build(BuildRequest("python3.11", peeking, "handler.handle", "h2", tenant="tenant-a"), Log())
+    assert "more.txt" in info.value.log_tail
+    # Unsandboxed, the same manifest reads it: the failure above is the sandbox's doing.
+    plain = Builder(tmp_path / "plain-cache").build(
+        BuildRequest("python3.11", peeking, "handler.handle", "h2", tenant="tenant-a"), Log())
+    assert plain.deps_dir is not None and (plain.deps_dir / "six.py").is_file()

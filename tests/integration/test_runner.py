@@ -8,15 +8,18 @@ function does not have (a stuck event loop, a leftover child, huge output).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from sless_api.standalone.builder import BuildArtifact, Builder, BuildRequest
+from sless_api.standalone.builder import BuildArtifact, Builder, BuildRequest, toolchain_paths
 from sless_api.standalone.runner import MAX_OUTPUT_CHARS, TRUNCATION_MARK, run_once
+from sless_api.standalone.sandbox import Limits, Sandbox, tenant_uid
 
 pytestmark = pytest.mark.slow
 
@@ -211,3 +214,68 @@ def test_event_too_large_for_the_environment(builder: Builder, tmp_path: Path) -
     assert not result.ok
     assert result.exit_code is None
     assert "cannot start the runner" in result.output
+
+
+# -- sandboxed runs ---------------------------------------------------------------------------------
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="per-tenant uids and cgroups need root")
+
+
+def _jailed(art: BuildArtifact, memory_mb: int, cpu_sec: int | None = None) -> dict[str, Any]:
+    sandbox = Sandbox.detect("bwrap", toolchain=toolchain_paths())
+    limits = Limits.for_function(memory_mb, art.runtime, cpu_sec=cpu_sec)
+    return {"sandbox": sandbox, "jail": art.jail("runner-tenant", limits)}
+
+
+@needs_root
+def test_sandboxed_run_is_its_tenants_uid_and_leaves_nothing(builder: Builder, tmp_path: Path) -> None:
+    handler = """
+        import os, subprocess
+
+        def handle(event):
+            subprocess.Popen(["sleep", "331"], start_new_session=True)
+            return {"uid": os.getuid(), "pid": os.getpid()}
+    """
+    art = build_code(builder, tmp_path / "who", "python3.11", {"handler.py": handler})
+    result = run_once(art, {}, 30, **_jailed(art, 128))
+    assert result.ok, result.output
+    assert json.loads(result.output) == {"uid": tenant_uid("runner-tenant"), "pid": 2}
+    assert not any(b"sleep\x00331" in _cmdline(pid) for pid in _pids())
+
+
+@needs_root
+def test_sandboxed_run_over_its_memory_says_so(builder: Builder, tmp_path: Path) -> None:
+    handler = """
+        def handle(event):
+            return len([b"x" * (1 << 20) for _ in range(400)])
+    """
+    art = build_code(builder, tmp_path / "hog", "python3.11", {"handler.py": handler})
+    result = run_once(art, {}, 30, **_jailed(art, 64))
+    assert not result.ok
+    assert "memory limit of 64 MB" in result.output, result.output
+
+
+@needs_root
+def test_sandboxed_run_over_its_cpu_time_says_so(builder: Builder, tmp_path: Path) -> None:
+    handler = """
+        def handle(event):
+            while True:
+                pass
+    """
+    art = build_code(builder, tmp_path / "spin-cpu", "python3.11", {"handler.py": handler})
+    started = time.monotonic()
+    result = run_once(art, {}, 60, **_jailed(art, 128, cpu_sec=1))
+    assert time.monotonic() - started < 20
+    assert not result.ok
+    assert "1 s of CPU time" in result.output, result.output
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -23,6 +23,8 @@ import aiohttp
 import pytest
 
 from sless_api.standalone import supervisor as supervisor_module
+from sless_api.standalone.builder import python_interpreter, toolchain_paths
+from sless_api.standalone.sandbox import JailSpec, Limits, Sandbox
 from sless_api.standalone.supervisor import NotDeployed, ProcessSpec, StartFailed, Supervisor
 
 REPO = Path(__file__).resolve().parents[2]
@@ -584,3 +586,92 @@ def test_output_goes_to_a_size_capped_log(tmp_path: Path, code: Path) -> None:
         assert "x" * 1500 in (logs / "fn.log").read_text() + (logs / "fn.log.1").read_text()
 
     run_scenario(tmp_path, scenario, log_max_bytes=4000)
+
+
+# ---------------------------------------------------------------------- sandboxed processes
+
+MEMORY_HOG = """\
+import os
+
+
+def handle(event):
+    query = event.get("_query") or {}
+    hog = [b"x" * (1 << 20) for _ in range(int(query.get("mb", "0")))]
+    return {"pid": os.getpid(), "uid": os.getuid(), "held": len(hog)}
+"""
+
+
+def sandboxed_spec(code_dir: Path, version: str, memory_mb: int = 128) -> ProcessSpec:
+    """``spec`` run inside a bwrap sandbox of tenant "t1" (the base interpreter: the venv is not mounted)."""
+    plain = spec(code_dir, version)
+    argv = [str(python_interpreter()), "-S", str(SERVER)]
+    sandbox = _sandbox()
+    jail = JailSpec(tenant="t1", limits=Limits.for_function(memory_mb, "python3.11"), ro_binds=(code_dir,))
+    return ProcessSpec(argv=argv, env=plain.env, cwd=code_dir, version=version, sandbox=sandbox, jail=jail)
+
+
+_SANDBOX: list[Sandbox] = []
+
+
+def _sandbox() -> Sandbox:
+    if not _SANDBOX:
+        _SANDBOX.append(Sandbox.detect("bwrap", toolchain=toolchain_paths()))
+    return _SANDBOX[0]
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="per-tenant uids and cgroups need root")
+
+
+@needs_root
+def test_sandboxed_process_has_its_own_pid_namespace_and_uid_and_drains_on_sigterm(
+    tmp_path: Path, code: Path
+) -> None:
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", sandboxed_spec(code, "v1"))
+        async with aiohttp.ClientSession() as session:
+            async with sup.lease("fn") as url:
+                first = await get(session, url)
+            assert first["pid"] < 10  # numbered inside its own PID namespace
+            old_pid = sup.status("fn")["pid"]
+            await sup.deploy("fn", sandboxed_spec(code, "v2"))
+            async with sup.lease("fn") as url:
+                assert (await get(session, url))["version"] == "v2"
+        # SIGTERM reached the runtime inside the sandbox (bwrap does not forward it): a clean drain.
+        await eventually(lambda: stopped_cleanly(tmp_path, old_pid), what="the old sandbox drained")
+
+    run_scenario(tmp_path, scenario)
+
+
+@needs_root
+def test_sandboxed_memory_limit_fails_the_call_with_a_clear_error(tmp_path: Path) -> None:
+    hog = write_function(tmp_path, "hog", MEMORY_HOG)
+
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", sandboxed_spec(hog, "v1", memory_mb=64))
+        async with aiohttp.ClientSession() as session:
+            async with sup.lease("fn") as url:
+                assert (await get(session, url, mb="8"))["held"] == 8
+            with pytest.raises(supervisor_module.LimitExceeded, match="memory limit of 64 MB"):
+                async with sup.lease("fn") as url:
+                    await get(session, url, mb="400")
+            await eventually(lambda: sup.status("fn")["failures"] == 1, what="the crash is recorded")
+            assert "memory limit of 64 MB" in (sup.status("fn")["last_error"] or "")
+            async with sup.lease("fn") as url:  # restarted on the next call
+                assert (await get(session, url, mb="1"))["held"] == 1
+
+    run_scenario(tmp_path, scenario)
+
+
+def test_stopped_process_is_detected_by_its_health_probe_and_replaced(tmp_path: Path, code: Path) -> None:
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", spec(code, "v1"))
+        async with aiohttp.ClientSession() as session:
+            async with sup.lease("fn") as url:
+                first = await get(session, url)
+            os.kill(first["pid"], signal.SIGSTOP)
+            await eventually(lambda: sup.status("fn")["failures"] == 1, timeout=10, what="the probe gives up")
+            assert "health probes" in (sup.status("fn")["last_error"] or "")
+            async with sup.lease("fn") as url:
+                assert (await get(session, url))["pid"] != first["pid"]
+
+    run_scenario(tmp_path, scenario, health_interval_sec=0.2, health_timeout_sec=0.5, health_failures=2)

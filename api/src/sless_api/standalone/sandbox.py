@@ -146,13 +146,14 @@ def set_parent_death_signal(sig: int) -> None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, int(sig))
 
 
-def _set_limit(which: int, value: int) -> None:
+def _set_limit(which: int, value: int, hard_value: int | None = None) -> None:
     """Lower a limit (never above the current hard limit: the platform may not be allowed to raise it)."""
     _soft, hard = resource.getrlimit(which)
+    new_hard = value if hard_value is None else hard_value
     if hard != resource.RLIM_INFINITY:
-        value = min(value, hard)
+        value, new_hard = min(value, hard), min(new_hard, hard)
     with contextlib.suppress(ValueError, OSError):
-        resource.setrlimit(which, (value, value))
+        resource.setrlimit(which, (value, new_hard))
 
 
 # ---------------------------------------------------------------------- cgroups
@@ -582,7 +583,8 @@ class Sandbox:
                 if limits.fsize_mb:
                     _set_limit(resource.RLIMIT_FSIZE, limits.fsize_mb * 1024 * 1024)
                 if limits.cpu_sec:
-                    _set_limit(resource.RLIMIT_CPU, limits.cpu_sec)
+                    # soft < hard: the soft limit's SIGXCPU ends it, so the exit names the limit.
+                    _set_limit(resource.RLIMIT_CPU, limits.cpu_sec, limits.cpu_sec + 2)
                 if as_limit:
                     _set_limit(resource.RLIMIT_AS, as_limit)
                 if limits.nofile:
