@@ -22,6 +22,9 @@ MEMORY_MIN_MB, MEMORY_MAX_MB, MEMORY_DEFAULT_MB = 64, 8192, 128
 TIMEOUT_DEFAULT_SEC = 30
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 ENV_MAX_VARS, ENV_MAX_VALUE = 100, 32 * 1024
+# All names and values together (UTF-8): they share the exec's argument space (ARG_MAX, about 2 MiB)
+# with the platform's own variables and a job's event, which 100 values of 32 KiB would overflow.
+ENV_MAX_TOTAL_BYTES = 256 * 1024
 # The platform sets these in every function's environment; a user value would silently break the runtime.
 RESERVED_ENV = ("PORT", "SLESS_", "HOME", "PATH")
 PY_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
@@ -89,15 +92,37 @@ def validate_env_vars(value: object) -> dict[str, str]:
         raise ValidationError("env_vars must be an object of strings", field="env_vars")
     if len(value) > ENV_MAX_VARS:
         raise ValidationError(f"at most {ENV_MAX_VARS} env_vars", field="env_vars")
+    total = 0
     for key, val in value.items():
-        if not ENV_NAME.match(key):
-            raise ValidationError(f"invalid environment variable name {key!r}", field="env_vars")
-        if key == "PORT" or any(key.startswith(p) for p in RESERVED_ENV[1:]):
-            raise ValidationError(f"environment variable {key!r} is reserved by the platform", field="env_vars")
+        validate_env_name(key, "env_vars")
         if not isinstance(val, str) or len(val) > ENV_MAX_VALUE:
             raise ValidationError(f"env_vars[{key}] must be a string of at most {ENV_MAX_VALUE} characters",
                                   field="env_vars")
+        if "\x00" in val:  # exec refuses it: the function would fail to start, far from the cause
+            raise ValidationError(f"env_vars[{key}] must not contain a NUL character", field="env_vars")
+        total += len(key) + len(val.encode("utf-8", "surrogatepass")) + 2
+        if total > ENV_MAX_TOTAL_BYTES:
+            raise ValidationError(f"env_vars must be at most {ENV_MAX_TOTAL_BYTES} bytes in all", field="env_vars")
     return {k: value[k] for k in sorted(value)}
+
+
+def validate_env_name(key: object, field: str) -> str:
+    """An environment variable name a user may set: a string, an identifier, none of the platform's."""
+    if not isinstance(key, str) or not ENV_NAME.match(key):
+        shown = repr(key) if isinstance(key, str) else f"of type {type(key).__name__}"
+        raise ValidationError(f"invalid environment variable name {shown[:80]}", field=field)
+    if key == "PORT" or any(key.startswith(p) for p in RESERVED_ENV[1:]):
+        raise ValidationError(f"environment variable {key!r} is reserved by the platform", field=field)
+    return key
+
+
+def validate_run_id(value: object, field: str = "run_id") -> int:
+    """A job's run counter: an integer 0..MAX_RUN_ID (0 records the job without running it)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{field} must be an integer", field=field)
+    if not 0 <= value <= MAX_RUN_ID:
+        raise ValidationError(f"{field} must be between 0 and {MAX_RUN_ID}", field=field)
+    return value
 
 
 def validate_entrypoint(runtime: str, value: object) -> str:
@@ -131,7 +156,7 @@ def validate_secret_refs(value: object) -> list[SecretRef]:
         validate_name(item["name"], "secrets.name")
         if not isinstance(item["key"], str) or not ENV_NAME.match(item["key"]):
             raise ValidationError("secrets.key must be a simple identifier", field="secrets")
-        validate_env_vars({item["env"]: ""})
+        validate_env_name(item["env"], "secrets")
         refs.append(SecretRef(item["name"], item["key"], item["env"]))
     return refs
 
@@ -284,7 +309,7 @@ class JobSpec:
             name=validate_name(data.get("name")),
             function=validate_name(data.get("function"), "function"),
             event=event,
-            run_id=_int_in(data, "run_id", 1, 0, MAX_RUN_ID),
+            run_id=validate_run_id(data.get("run_id", 1)),
         )
 
     def to_dict(self) -> dict[str, Any]:
