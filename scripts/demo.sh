@@ -8,6 +8,12 @@ PORT=${SLESS_PORT:-8090}
 DATA=${SLESS_DATA_DIR:-$PWD/.data}
 URL=http://127.0.0.1:$PORT
 log() { echo "[demo] $*" >&2; }
+# bubblewrap: the sandbox every tenant's function runs in (sless up refuses to start without one).
+if ! command -v bwrap >/dev/null 2>&1; then
+  SUDO=""; if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  log "installing bubblewrap (the function sandbox)"
+  $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap
+fi
 bash scripts/bootstrap.sh
 export SLESS_DATA_DIR=$DATA
 .venv/bin/sless up --port "$PORT" --data-dir "$DATA" &

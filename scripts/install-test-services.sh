@@ -2,7 +2,8 @@
 # Installs the real services the test suite starts on loopback: the PostgreSQL server
 # binaries, RabbitMQ (installed but left stopped: the fixtures run their own broker),
 # wrk (benchmarks), Chromium with its driver (browser tests) and an S3 server (moto[server]) in its own virtualenv, because
-# moto's botocore pins conflict with the kubernetes client in the project's venv.
+# moto's botocore pins conflict with the kubernetes client in the project's venv,
+# and bubblewrap (bwrap), the sandbox `sless up` runs every tenant's function in.
 # Idempotent and quick when everything is already there. Debian 12, as root (or sudo).
 set -euo pipefail
 TOOLS=${SLESS_TOOLS_DIR:-/var/cache/sless-tools}
@@ -16,6 +17,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 have_pg() { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; }
 have_rabbit() { [ -x /usr/sbin/rabbitmq-server ] || [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; }
 have_wrk() { command -v wrk >/dev/null 2>&1; }
+have_bwrap() { command -v bwrap >/dev/null 2>&1; }
 have_chromium() { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; }
 have_moto() { [ -f "$MOTO_VENV/.complete" ] && "$MOTO_VENV/bin/python" -c 'import moto.server' 2>/dev/null; }
 
@@ -23,6 +25,7 @@ missing=()
 have_pg || missing+=(postgresql)
 have_rabbit || missing+=(rabbitmq-server)
 have_wrk || missing+=(wrk)
+have_bwrap || missing+=(bubblewrap)
 have_chromium || missing+=(chromium chromium-driver)  # browser tests: a function page vs the console
 PY=${SLESS_PYTHON:-python3}
 if ! have_moto && ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then missing+=(python3-venv); fi
@@ -50,7 +53,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
   cleanup; policy_added=0
 else
-  log "postgresql, rabbitmq-server and wrk already installed"
+  log "postgresql, rabbitmq-server, wrk and bubblewrap already installed"
 fi
 
 # A broker left running by a package install would hold port 5672 and epmd's 4369.
