@@ -10,6 +10,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import falcon
@@ -60,6 +61,11 @@ def make_verifier(env: MutableMapping[str, str] | None = None) -> TokenVerifier 
         return None
 
 
+def upload_spool(config: ApiConfig) -> Path:
+    """Where uploads are streamed before the backend takes them (cleaned of interrupted ones at start)."""
+    return config.data_dir / "tmp"
+
+
 def build_rest(services: Services) -> falcon.asgi.App[Any, Any]:
     app = falcon.asgi.App(middleware=[TenantAuth(services.verifier)])
     app.set_error_serializer(serialize_error)
@@ -78,7 +84,7 @@ def build_rest(services: Services) -> falcon.asgi.App[Any, Any]:
     app.add_route(f"{base}/functions", functions.Functions(platform, cfg.max_timeout_sec))
     app.add_route(f"{base}/functions/{{name}}", functions.Function(platform, cfg.max_timeout_sec))
     app.add_route(f"{base}/functions/{{name}}/upload",
-                  functions.Upload(platform, cfg.max_upload_bytes, cfg.data_dir / "tmp"))
+                  functions.Upload(platform, cfg.max_upload_bytes, upload_spool(cfg)))
     app.add_route(f"{base}/functions/{{name}}/source", functions.Source(platform))
     app.add_route(f"{base}/functions/{{name}}/invocations", functions.Invocations(platform, services.invocations))
     app.add_route(f"{base}/triggers", triggers.Triggers(platform, cfg.public_url))
@@ -154,6 +160,9 @@ class SlessApp:
 
     async def startup(self) -> None:
         services = self.services
+        removed = functions.clean_interrupted_uploads(upload_spool(services.config))
+        if removed:
+            log.info("removed %d upload(s) interrupted by an earlier stop", removed)
         await services.platform.start()
         if services.config.backend == "standalone":
             from sless_api.standalone.platform import StandalonePlatform

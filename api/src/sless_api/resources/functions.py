@@ -23,6 +23,35 @@ CHUNK = 256 * 1024
 MAX_OTHER_PART_BYTES = 64 * 1024
 MAX_PARTS = 16
 MAX_CURSOR = 2**63 - 1  # invocation ids are 64-bit integers
+SPOOL_PREFIX = "upload-"
+
+
+def clean_interrupted_uploads(tmp_dir: Path) -> int:
+    """Remove upload spool files whose process is gone (killed mid-upload: each is a whole zip of disk).
+
+    Spool files carry their writer's pid, so a worker starting beside others (gunicorn) never removes an
+    upload another live worker is receiving.
+    """
+    if not tmp_dir.is_dir():
+        return 0
+    removed = 0
+    for entry in tmp_dir.glob(f"{SPOOL_PREFIX}*.zip"):
+        pid = entry.name[len(SPOOL_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+            continue
+        entry.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Functions:
@@ -75,7 +104,7 @@ class Upload:
         if req.content_length is not None and req.content_length > self.max_bytes + 64 * 1024:
             raise ApiError(413, f"upload exceeds {self.max_bytes} bytes", limit=self.max_bytes)
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.tmp_dir, suffix=".zip")
+        fd, tmp = tempfile.mkstemp(dir=self.tmp_dir, prefix=f"{SPOOL_PREFIX}{os.getpid()}-", suffix=".zip")
         path = Path(tmp)
         try:
             with os.fdopen(fd, "wb") as out:
