@@ -13,7 +13,6 @@ the chart's least-privilege RBAC is enough for the API and the operator to do th
 from __future__ import annotations
 
 import base64
-import io
 import json
 import os
 import shutil
@@ -23,7 +22,6 @@ import subprocess
 import sys
 import time
 import uuid
-import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +32,8 @@ import psycopg2
 import pytest
 import requests
 import yaml
+
+from sless_api.archive import zip_bytes
 
 NS = "sless-system"
 BIN = Path(sys.executable).parent
@@ -195,11 +195,7 @@ def tenant(platform: Platform) -> Tenant:
 
 
 def code_zip(files: dict[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for name, text in files.items():
-            zf.writestr(name, text)
-    return buf.getvalue()
+    return zip_bytes((name, text, False) for name, text in files.items())
 
 
 def test_probes_answer_without_auth(platform: Platform) -> None:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import subprocess
 import sys
 import time
-import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,6 +15,7 @@ from typing import Any
 
 import requests
 
+from sless_api.archive import zip_bytes
 from sless_api.auth import issue_token
 from sless_core.naming import tenant_namespace
 from tests.support.services import free_port
@@ -88,11 +87,8 @@ def running_sless(data_dir: Path, extra_env: dict[str, str] | None = None) -> It
 
 
 def make_zip(files: dict[str, str | bytes]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, content in files.items():
-            zf.writestr(name, content)
-    return buf.getvalue()
+    """Deterministic: the same files give the same bytes (and code hash) whenever the test runs."""
+    return zip_bytes((name, content, False) for name, content in files.items())
 
 
 class Tenant:

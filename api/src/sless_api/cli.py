@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import secrets
 import signal
 import sys
 import time
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -146,13 +144,12 @@ def client_from(args: argparse.Namespace) -> Client:
 
 
 def zip_folder(folder: Path) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted(folder.rglob("*")):
-            rel = path.relative_to(folder)
-            if path.is_file() and not any(p in ("node_modules", "__pycache__", ".git") for p in rel.parts):
-                zf.write(path, rel.as_posix())
-    return buf.getvalue()
+    """The folder's files as a zip that is the same bytes for the same content (an unchanged folder is no rebuild)."""
+    from sless_api.archive import zip_bytes
+
+    files = [(path, path.relative_to(folder)) for path in sorted(folder.rglob("*"))]
+    return zip_bytes((rel.as_posix(), path.read_bytes(), os.access(path, os.X_OK)) for path, rel in files
+                     if path.is_file() and not any(p in ("node_modules", "__pycache__", ".git") for p in rel.parts))
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
