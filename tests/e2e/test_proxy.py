@@ -43,6 +43,17 @@ def test_methods_subpaths_and_query(echo: Tenant, method: str) -> None:
     assert body["method"] == method and body["path"] == "/a/b" and body["query"] == {"x": "1", "y": "two"}
 
 
+def test_one_date_header_on_proxied_responses(echo: Tenant) -> None:
+    parsed = urllib.parse.urlparse(echo.fn_url("echo"))
+    conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=30)
+    conn.request("GET", parsed.path)
+    resp = conn.getresponse()
+    resp.read()
+    conn.close()
+    names = [k.lower() for k, _ in resp.getheaders()]
+    assert names.count("date") == 1 and names.count("server") <= 1
+
+
 def test_head_has_no_body(echo: Tenant) -> None:
     resp = requests.head(echo.fn_url("echo"), timeout=30)
     assert resp.status_code == 200 and resp.content == b""

@@ -125,6 +125,8 @@ class UpstreamError(Exception):
         self.message = message
 
 
+# Response headers the server in front sets on every response: the function's copy would be a duplicate.
+SERVER_OWNED = frozenset({"date", "server"})
 # Request headers the platform owns: the caller's credentials never reach a function, and the caller
 # cannot claim a verified identity the platform did not check.
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-sless-sub"})
@@ -224,7 +226,7 @@ class ProxyApp:
         try:
             async with self.invoker.request(route, method, path_qs, headers, body) as resp:
                 out = [(k.lower().encode("latin-1"), v.encode("latin-1"))
-                       for k, v in end_to_end(resp.headers.items())]
+                       for k, v in end_to_end(resp.headers.items()) if k.lower() not in SERVER_OWNED]
                 out.extend(self.csp)
                 if "Content-Length" in resp.headers:
                     out.append((b"content-length", resp.headers["Content-Length"].encode("latin-1")))
