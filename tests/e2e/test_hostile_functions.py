@@ -9,10 +9,13 @@ deletion), so a probe that sees nothing proves something.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +27,7 @@ import requests
 
 from sless_api.standalone.sandbox import tenant_uid
 from tests.support.platform import REPO, SECRET, SlessProcess, Tenant, start_sless
+from tests.support.services import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -111,7 +115,7 @@ def _errors_only(results: dict[str, str]) -> None:
 @pytest.fixture(scope="module")
 def arena(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Arena]:
     if os.geteuid() != 0:
-        pytest.skip("the per-tenant uid sandbox is exercised as root (see the test_unprivileged_* test)")
+        pytest.skip("the per-tenant uid sandbox is exercised as root (see the test_unprivileged_* tests)")
     data = Path(tmp_path_factory.mktemp("hostile"))
     (data / "canary-secret").write_text(CANARY)
     (data / "canary-secret").chmod(0o600)
@@ -281,3 +285,112 @@ def test_refuses_to_start_unconfined_unless_told_single_tenant(tmp_path: Path) -
         assert "function sandbox: SLESS_SANDBOX=off" in sp.log_tail(200)
     finally:
         assert sp.stop() == 0
+
+
+# -- the same attacks on a platform run by an unprivileged user (user namespaces, RLIMIT_AS) --------
+
+NOBODY = 65534
+SYSTEM_PYTHON = Path("/usr/bin/python3.11")
+
+
+def _start_as_nobody(data_dir: Path) -> SlessProcess:
+    """`sless up` as uid 65534 with the system Python 3.11 and the project venv's packages on its path.
+
+    The venv's interpreter lives under /root (pyenv), which an unprivileged user cannot reach.
+    """
+    port = free_port()
+    site = REPO / ".venv" / "lib" / "python3.11" / "site-packages"
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(data_dir.parent), "SLESS_JWT_SECRET": SECRET,
+           "SLESS_SANDBOX": "bwrap", "SLESS_SANDBOX_NPROC": str(NPROC), "SLESS_IDLE_TIMEOUT_SEC": "300",
+           "PYTHONPATH": os.pathsep.join(str(p) for p in (site, REPO / "api" / "src", REPO / "core" / "src", REPO))}
+    log_path = data_dir.parent / "sless-up.log"
+    out = open(log_path, "ab")  # noqa: SIM115 - handed to the child for its lifetime
+    proc = subprocess.Popen(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", str(SYSTEM_PYTHON),
+         "-m", "sless_api.cli", "up", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir)],
+        stdout=out, stderr=subprocess.STDOUT, env=env, cwd=data_dir.parent, start_new_session=True)
+    out.close()
+    sp = SlessProcess(f"http://127.0.0.1:{port}", data_dir, proc, log_path, env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"sless up exited with {proc.returncode}:\n{sp.log_tail()}")
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(sp.url + "/health", timeout=1).status_code == 200:
+                return sp
+        time.sleep(0.1)
+    sp.stop(signal.SIGKILL)
+    raise RuntimeError(f"sless up did not answer /health:\n{sp.log_tail()}")
+
+
+@pytest.fixture(scope="module")
+def nobody_arena() -> Iterator[Arena]:
+    if os.geteuid() != 0 or not SYSTEM_PYTHON.is_file():
+        pytest.skip("needs root (to become uid 65534) and the system python3.11")
+    home = Path(tempfile.mkdtemp(prefix="sless-nobody-", dir="/tmp"))
+    data = home / "data"
+    data.mkdir()
+    (data / "canary-secret").write_text(CANARY)
+    (data / "canary-secret").chmod(0o600)
+    for path in (home, data, data / "canary-secret"):
+        os.chown(path, NOBODY, NOBODY)
+    sp = _start_as_nobody(data)
+    try:
+        attacker, victim = Tenant(sp.url, "attacker"), Tenant(sp.url, "victim")
+        victim.deploy("victim", "python3.11", VICTIM, env_vars={"VICTIM_SECRET": MARKER})
+        attacker.deploy("hostile", "python3.11", HOSTILE, memory_mb=64, timeout_sec=30)
+        arena = Arena(sp, attacker, victim)
+        arena.assert_fine()
+        assert "user namespaces" in sp.log_tail(200)
+        yield arena
+    finally:
+        code = sp.stop()
+        shutil.rmtree(home, ignore_errors=True)
+    assert code == 0, f"sless up did not stop cleanly ({code}):\n{sp.log_tail()}"
+
+
+def test_unprivileged_platform_keeps_tenants_apart(nobody_arena: Arena) -> None:
+    arena = nobody_arena
+    me = arena.attack("whoami").json()
+    assert me["uid"] == NOBODY and me["pid"] < 10 and me["ppid"] in (0, 1), me
+
+    paths = [arena.data_dir, arena.data_dir / "canary-secret", arena.data_dir / "state.db",
+             arena.data_dir / "functions" / arena.victim.ns, f"/proc/{arena.sless.proc.pid}/environ"]
+    resp = arena.attack("read_files", paths=[str(p) for p in paths])
+    assert resp.status_code == 200, resp.text
+    _errors_only(resp.json())
+    assert CANARY not in resp.text and SECRET not in resp.text
+
+    victim_pid = arena.victim_pid()
+    seen = arena.attack("scan_environ", marker=MARKER, pids=[victim_pid, arena.sless.proc.pid]).json()
+    assert seen["found"] == [] and len(seen["visible_pids"]) < 10, seen
+    assert all(not v.startswith("ok: True") for v in seen["direct"].values()), seen["direct"]
+
+    results = arena.attack("signals", pids=[arena.sless.proc.pid, victim_pid]).json()
+    assert all(results[f"host-{pid}"].startswith("err: ") for pid in (arena.sless.proc.pid, victim_pid)), results
+    arena.assert_fine()
+    assert arena.victim_pid() == victim_pid
+
+
+def test_unprivileged_platform_bounds_forks_memory_and_disk(nobody_arena: Arena) -> None:
+    arena = nobody_arena
+    arena.attacker.deploy("forker", "python3.11", HOSTILE, memory_mb=1024)
+    bomb = arena.attack("fork_bomb", function="forker", count=300).json()
+    assert bomb["started"] < 300 and "Resource temporarily unavailable" in (bomb["error"] or ""), bomb
+    arena.assert_fine()
+
+    resp = arena.attack("memory_bomb", mb=800)  # RLIMIT_AS: the allocation fails inside the function
+    assert resp.status_code >= 500 and "MemoryError" in resp.text, resp.text
+    arena.assert_fine()
+
+    fill = arena.attack("fill_disk", mb=512, paths=[str(arena.data_dir / "fill")])
+    assert fill.status_code == 200, fill.text
+    _errors_only(fill.json())
+    assert not (arena.data_dir / "fill").exists()
+
+    arena.attacker.deploy("detacher", "python3.11", HOSTILE, memory_mb=64)
+    assert arena.attack("detach", function="detacher", seconds=337).status_code == 200
+    _wait_until(lambda: _cmdlines("sleep 337"), 10, "the detached process is visible from the host")
+    arena.attacker.api("DELETE", "/functions/detacher", expect=(200, 204))
+    _wait_until(lambda: not _cmdlines("sleep 337"), 15, "the detached process died with its function")
+    arena.assert_fine()
