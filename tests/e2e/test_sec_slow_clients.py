@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.platform import REPO, SECRET, SlessProcess, start_sless
+from tests.support.platform import REPO, SECRET, SlessProcess, Tenant, start_sless
 from tests.support.services import free_port
 
 pytestmark = [pytest.mark.e2e]
@@ -168,3 +168,36 @@ def test_idle_keep_alive_connections_are_evicted_before_new_clients_are_refused(
 
 def test_sless_api_survives_slow_headers(sless_api: str) -> None:
     flood_and_check(sless_api)
+
+
+def test_only_a_server_busy_on_every_connection_refuses_new_ones(tmp_path: Path) -> None:
+    """The cap evicts waiting connections first; when every connection is in a request, 503."""
+    cap = 5
+    sp = start_sless(tmp_path / "data", {**LIMITS, "SLESS_MAX_CONNECTIONS": str(cap)})
+    busy: list[socket.socket] = []
+    try:
+        tenant = Tenant(sp.url, "slow-client-busy")
+        token = tenant.token
+        tenant.api("POST", "/ensure", expect=(200, 201))
+        host, port = sp.url.removeprefix("http://").split(":")
+        for _ in range(cap):
+            sock = socket.create_connection((host, int(port)), timeout=5)
+            # A complete head that promises a body it never sends: the request is in progress.
+            sock.sendall(f"POST /v1/namespaces/{tenant.ns}/functions HTTP/1.1\r\nHost: x\r\n"
+                         f"Authorization: Bearer {token}\r\n"
+                         f"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n".encode())
+            busy.append(sock)
+        time.sleep(0.5)
+        refused = requests.get(sp.url + "/health", timeout=5)
+        assert refused.status_code == 503 and "connection limit" in refused.json()["error"]
+        for sock in busy:
+            sock.close()
+        busy.clear()
+        deadline = time.monotonic() + 5
+        while requests.get(sp.url + "/health", timeout=5).status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        for sock in busy:
+            sock.close()
+        sp.stop()
