@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 
 import pytest
 import requests
@@ -93,8 +94,6 @@ def test_update_env_and_timeout_without_rebuild(tenant: Tenant) -> None:
 
 
 def test_invocations_are_listed_and_paged(tenant: Tenant) -> None:
-    import time
-
     tenant.deploy("counted", "python3.11", {"handler.py": PY_V1})
     for _ in range(5):
         assert requests.get(tenant.fn_url("counted", "/x?a=1"), timeout=30).status_code == 200
@@ -110,3 +109,18 @@ def test_invocations_are_listed_and_paged(tenant: Tenant) -> None:
     second = tenant.api("GET", f"/functions/counted/invocations?limit=2&cursor={first['next_cursor']}",
                         expect=200).json()
     assert {i["id"] for i in first["items"]}.isdisjoint({i["id"] for i in second["items"]})
+
+
+def test_a_recreated_function_starts_with_no_history(tenant: Tenant) -> None:
+    tenant.deploy("reborn", "python3.11", {"handler.py": PY_V1})
+    for _ in range(3):
+        assert requests.get(tenant.fn_url("reborn"), timeout=30).status_code == 200
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if len(tenant.api("GET", "/functions/reborn/invocations", expect=200).json()["items"]) == 3:
+            break
+        time.sleep(0.2)
+    tenant.api("DELETE", "/functions/reborn", expect=204)
+    time.sleep(1.1)  # creation times have second resolution on the kubernetes backend; same rule here
+    tenant.api("POST", "/functions", json={"name": "reborn", "runtime": "python3.11"}, expect=201)
+    assert tenant.api("GET", "/functions/reborn/invocations", expect=200).json()["items"] == []

@@ -100,6 +100,9 @@ def test_write_list_and_page(inv_log: InvocationLog) -> None:
     assert ids == sorted(ids, reverse=True)
     assert inv_log.list("ns", "missing") == ([], None)
     assert [r.path for r in inv_log.list("other", "a")[0]] == ["/p/99"]
+    # A function created again under the same name sees only records from its own creation on.
+    recent, _ = inv_log.list("ns", "a", limit=100, since=1_700_000_020.5)
+    assert [r.path for r in recent] == ["/p/100", "/p/23", "/p/21"]
 
 
 @pytest.mark.parametrize("max_queue", [10_000, 20_000])

@@ -36,7 +36,8 @@ class ListSink:
             for item in batch:
                 self.rows.append(dataclasses.replace(item, id=len(self.rows) + 1))
 
-    def list(self, namespace: str, function: str | None, limit: int, before_id: int | None) -> list[Invocation]:
+    def list(self, namespace: str, function: str | None, limit: int, before_id: int | None,
+             since: float | None = None) -> list[Invocation]:
         with self.lock:
             found = [
                 r
@@ -44,6 +45,7 @@ class ListSink:
                 if r.namespace == namespace
                 and (function is None or r.function == function)
                 and (before_id is None or (r.id or 0) < before_id)
+                and (since is None or r.started_at >= since)
             ]
         return found[:limit]
 

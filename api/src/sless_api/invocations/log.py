@@ -88,6 +88,7 @@ class InvocationLog:
         function: str | None = None,
         limit: int = 50,
         before_id: int | None = None,
+        since: float | None = None,
     ) -> tuple[_Batch, int | None]:
         """A page of records, newest first, and the cursor (``before_id``) of the next page.
 
@@ -95,7 +96,7 @@ class InvocationLog:
         async callers use ``asyncio.to_thread``. Records still queued are not visible yet.
         """
         limit = max(1, min(MAX_PAGE, int(limit)))
-        rows = self.sink.list(namespace, function, limit + 1, before_id)
+        rows = self.sink.list(namespace, function, limit + 1, before_id, since)
         items = rows[:limit]
         next_cursor = items[-1].id if len(rows) > limit and items else None
         return items, next_cursor

@@ -106,7 +106,8 @@ class PostgresSink:
                 self._writer.reset()
                 raise
 
-    def list(self, namespace: str, function: str | None, limit: int, before_id: int | None) -> list[Invocation]:
+    def list(self, namespace: str, function: str | None, limit: int, before_id: int | None,
+             since: float | None = None) -> list[Invocation]:
         where: list[str] = ["namespace = %s"]
         args: list[object] = [namespace]
         if function is not None:
@@ -115,6 +116,9 @@ class PostgresSink:
         if before_id is not None:
             where.append("id < %s")
             args.append(int(before_id))
+        if since is not None:
+            where.append("started_at >= to_timestamp(%s)")
+            args.append(float(since))
         sql = f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT %s"
         rows = self._read(sql, (*args, int(limit)))
         return [from_row(row) for row in rows]

@@ -28,9 +28,10 @@ class Sink(Protocol):
     def write_batch(self, batch: Sequence[Invocation]) -> None:
         """Insert BATCH in one transaction; raise on failure (the log retries and counts)."""
 
-    def list(self, namespace: str, function: str | None, limit: int, before_id: int | None) -> list[Invocation]:
+    def list(self, namespace: str, function: str | None, limit: int, before_id: int | None,
+             since: float | None = None) -> list[Invocation]:
         """Up to LIMIT records of the function (or the whole namespace), newest first,
-        only ids below BEFORE_ID when given."""
+        only ids below BEFORE_ID and records started at or after SINCE (epoch seconds) when given."""
 
     def close(self) -> None:
         """Release connections."""

@@ -83,7 +83,8 @@ class SqliteSink:
                 self._write_conn.execute("ROLLBACK")
                 raise
 
-    def list(self, namespace: str, function: str | None, limit: int, before_id: int | None) -> list[Invocation]:
+    def list(self, namespace: str, function: str | None, limit: int, before_id: int | None,
+             since: float | None = None) -> list[Invocation]:
         where: list[str] = ["namespace = ?"]
         args: list[object] = [namespace]
         if function is not None:
@@ -92,6 +93,9 @@ class SqliteSink:
         if before_id is not None:
             where.append("id < ?")
             args.append(int(before_id))
+        if since is not None:
+            where.append("started_at >= ?")
+            args.append(float(since))
         sql = f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?"
         with self._read_lock:
             rows = self._read_conn.execute(sql, (*args, int(limit))).fetchall()

@@ -166,7 +166,7 @@ class Invocations:
         self.log = log
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
-        await self.platform.get_function(ns, validate_name(name))
+        record = await self.platform.get_function(ns, validate_name(name))
         limit = query_int(req, "limit", 50, 1, 500)
         cursor = req.get_param("cursor")
         digits = cursor is not None and cursor.isascii() and cursor.isdigit() and len(cursor) <= 19
@@ -176,6 +176,9 @@ class Invocations:
         if self.log is None:
             resp.media = {"items": [], "next_cursor": None}
             return
-        items, next_cursor = await asyncio.to_thread(self.log.list, ns, name, limit, before)
+        # Only this function's own history: a function deleted and created again under the same name
+        # does not show its predecessor's calls (epoch-second creation times: a second's slack).
+        since = float(int(record.created_at))
+        items, next_cursor = await asyncio.to_thread(self.log.list, ns, name, limit, before, since)
         resp.media = {"items": [i.to_dict() for i in items],
                       "next_cursor": None if next_cursor is None else str(next_cursor)}
