@@ -137,6 +137,8 @@ def test_disable_enable_and_delete(sless_events: SlessProcess, rabbitmq_broker: 
     queue = f"{tenant.ns}.inbox"
     tenant.api("PATCH", "/triggers/on-inbox", json={"enabled": False}, expect=200)
     wait_for(lambda: queue_counts(rabbitmq_broker, queue)[1] == 0, what="the consumer to be cancelled")
+    wait_for(lambda: tenant.api("GET", "/triggers/on-inbox").json()["message"].startswith("not consuming"),
+             what="the trigger's status to say it no longer consumes")
     publish(rabbitmq_broker, queue, [{"n": i} for i in range(5)])
     time.sleep(2.0)
     assert lines(tmp_path) == [] and queue_counts(rabbitmq_broker, queue) == (5, 0)

@@ -320,6 +320,9 @@ class Dispatcher:
                 log.info("stopping the consumer of %s/%s (%s)", *key, why)
                 del self._consumers[key]
                 self._stop_in_background(consumer)
+                if target is None:  # a deleted trigger ignores the report; a disabled one shows it
+                    await self._report(consumer.target, f"not consuming {consumer.target.broker_queue}: the "
+                                                        "trigger is disabled; messages wait in the queue")
                 if consumer.broken and target is not None:
                     self._note_failure(key)
             else:
