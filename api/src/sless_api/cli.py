@@ -220,8 +220,16 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_ls(args: argparse.Namespace) -> int:
     client = client_from(args)
     for fn in client.request("GET", client.ns_path("/functions"))["items"]:
-        print(f"{fn['name']:30} {fn['runtime']:11} {fn['phase']:9} {fn['message'][:60]}")
+        print(ls_row(fn))
     return 0
+
+
+def ls_row(fn: dict[str, Any]) -> str:
+    """One line per function, whatever its message holds (a build log tail has many lines)."""
+    message = " ".join(str(fn.get("message") or "").split())
+    if len(message) > 60:
+        message = message[:59] + "…"
+    return f"{fn['name']:30} {fn['runtime']:11} {fn['phase']:9} {message}"
 
 
 def parser() -> argparse.ArgumentParser:
