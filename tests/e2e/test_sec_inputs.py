@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import urllib.parse
@@ -100,10 +101,8 @@ def chunked(sless: SlessProcess, method: str, path: str, headers: dict[str, str]
                 conn.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
             except (BrokenPipeError, ConnectionResetError):
                 break
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             conn.send(b"0\r\n\r\n")
-        except (BrokenPipeError, ConnectionResetError):
-            pass
         resp = conn.getresponse()
         body = resp.read()
         if resp.status >= 400:
