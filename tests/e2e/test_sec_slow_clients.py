@@ -152,6 +152,38 @@ def test_sless_up_refuses_oversized_heads(sless_up: SlessProcess) -> None:
     assert requests.get(sless_up.url + "/health", headers={"X-Filler": "a" * 1000}, timeout=10).status_code == 200
 
 
+def _post_head(tenant: Tenant, length: int) -> socket.socket:
+    """A request to a route that reads its JSON body (so the app waits for it), minus the body."""
+    host, port = tenant.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    sock.sendall(f"POST /v1/namespaces/{tenant.ns}/functions HTTP/1.1\r\nHost: x\r\n"
+                 f"Authorization: Bearer {tenant.token}\r\n"
+                 f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n".encode())
+    return sock
+
+
+def test_a_stalled_body_is_cut_a_slow_one_is_not(sless_up: SlessProcess) -> None:
+    tenant = Tenant(sless_up.url, "slow-body")
+    tenant.api("POST", "/ensure", expect=(200, 201))
+    stalled = _post_head(tenant, 100)
+    slow = _post_head(tenant, 6)
+    try:
+        stalled.sendall(b'{"a": ')
+        started = time.monotonic()
+        for byte in b'{"a":1}'[:6]:  # one byte every half head deadline: progress, never a stall
+            slow.sendall(bytes([byte]))
+            time.sleep(HEADER_TIMEOUT / 2)
+        still_open, _ = wait_closed([stalled], max(1.0, HEADER_TIMEOUT + 3 - (time.monotonic() - started)))
+        assert not still_open, "a body that stopped coming kept its connection"
+        slow.settimeout(10)
+        answer = slow.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 "), answer  # the request reached the app and was answered
+        assert b"HTTP/1.1 408" not in answer
+    finally:
+        stalled.close()
+        slow.close()
+
+
 def test_idle_keep_alive_connections_are_evicted_before_new_clients_are_refused(sless_up: SlessProcess) -> None:
     """Cap full of idle keep-alive connections: a new client still gets in."""
     sessions = []
@@ -173,7 +205,8 @@ def test_sless_api_survives_slow_headers(sless_api: str) -> None:
 def test_only_a_server_busy_on_every_connection_refuses_new_ones(tmp_path: Path) -> None:
     """The cap evicts waiting connections first; when every connection is in a request, 503."""
     cap = 5
-    sp = start_sless(tmp_path / "data", {**LIMITS, "SLESS_MAX_CONNECTIONS": str(cap)})
+    # A long head/body deadline: the busy connections must outlive the test's checks.
+    sp = start_sless(tmp_path / "data", {**LIMITS, "SLESS_MAX_CONNECTIONS": str(cap), "SLESS_HEADER_TIMEOUT_SEC": "30"})
     busy: list[socket.socket] = []
     try:
         tenant = Tenant(sp.url, "slow-client-busy")

@@ -13,6 +13,9 @@ descriptors. Its ``limit_concurrency`` does not help either: it is checked only 
   request line and headers must be complete within ``header_timeout_sec``, else 408 and close;
 - a head size cap: request line plus headers above ``max_header_bytes`` answer 431 and close (the
   httptools parser itself buffers them without bound);
+- a body stall deadline: once a head is complete, the body must keep coming: a gap longer than
+  ``header_timeout_sec`` between two of its chunks closes the connection (a slow upload that makes
+  progress is fine; one that stops is not held for ever);
 - a connection cap: a connection beyond ``max_connections`` first evicts the connection that has
   been waiting longest for a request head (idle, slow or keep-alive: none of them is being served),
   and is refused with 503 only when every connection is busy with a request. A flood of slow clients
@@ -76,6 +79,7 @@ class GuardedProtocol(HttpToolsProtocol):
             state.sless_waiting = waiting  # type: ignore[attr-defined]
         self._waiting: _Waiting = waiting
         self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
         self._head_bytes = 0
         self._rejected = False
 
@@ -92,6 +96,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        self._stop_body_timer()
         self._waiting.discard(self)
         super().connection_lost(exc)
 
@@ -123,12 +128,15 @@ class GuardedProtocol(HttpToolsProtocol):
         self._stop_head_timer()
         self._waiting.discard(self)
         super().on_headers_complete()
+        self._arm_body_timer()  # on_message_complete follows at once for a request without a body
 
     def on_body(self, body: bytes) -> None:
         if not self._rejected:
+            self._arm_body_timer()
             super().on_body(body)
 
     def on_message_complete(self) -> None:
+        self._stop_body_timer()
         if not self._rejected:
             super().on_message_complete()
 
@@ -153,6 +161,25 @@ class GuardedProtocol(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
 
+    def _arm_body_timer(self) -> None:
+        self._stop_body_timer()
+        self._body_timer = self.loop.call_later(self.limits.header_timeout_sec, self._body_stalled)
+
+    def _stop_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_stalled(self) -> None:
+        self._body_timer = None
+        if self.flow is not None and self.flow.read_paused:
+            # We stopped reading (the app has not taken the body so far, or a pipelined request
+            # waits): the stall is ours, not the client's.
+            self._arm_body_timer()
+            return
+        # The app may have begun its answer already: no response of ours, just the close it will see.
+        self._close()
+
     def _head_timed_out(self) -> None:
         self._head_timer = None
         if not self.transport.is_closing():
@@ -171,6 +198,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def _reject(self, status: int, message: str) -> None:
         self._rejected = True
         self._stop_head_timer()
+        self._stop_body_timer()
         self._waiting.discard(self)
         if not self.transport.is_closing():
             self.transport.write(_response(status, message))
@@ -179,6 +207,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def _close(self) -> None:
         self._rejected = True
         self._stop_head_timer()
+        self._stop_body_timer()
         self._waiting.discard(self)
         if not self.transport.is_closing():
             self.transport.close()
