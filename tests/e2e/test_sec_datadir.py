@@ -139,3 +139,12 @@ def test_sless_token_creates_a_private_data_dir(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert mode(data_dir) == 0o700
     assert mode(data_dir / "jwt-secret") == 0o600
+
+
+def test_sless_token_on_a_bad_data_dir_says_why_in_one_line(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.write_text("not a folder")
+    done = subprocess.run([sys.executable, "-m", "sless_api.cli", "token", "--sub", "x", "--data-dir",
+                           str(data_dir)], cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "is not a directory" in done.stderr and "Traceback" not in done.stderr

@@ -26,9 +26,12 @@ def local_secret(data_dir: Path) -> str:
         return os.environ["SLESS_JWT_SECRET"]
     path = data_dir / "jwt-secret"
     if not path.exists():
-        from sless_api.standalone.datadir import secure_data_dir
+        from sless_api.standalone.datadir import DataDirError, secure_data_dir
 
-        secure_data_dir(data_dir)  # a new data dir is private from the start (0700)
+        try:
+            secure_data_dir(data_dir)  # a new data dir is private from the start (0700)
+        except DataDirError as exc:
+            raise CliError(str(exc)) from None
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write(secrets.token_urlsafe(32))
