@@ -145,6 +145,22 @@ def test_sless_up_survives_slow_headers(sless_up: SlessProcess) -> None:
     flood_and_check(sless_up.url)
 
 
+def test_silent_connections_are_closed_without_an_answer(sless_up: SlessProcess) -> None:
+    """Not a byte sent: closed at the head deadline, and no 408 that a client would take for the
+    answer to the request it sends next on its pre-opened connection."""
+    host, port = sless_up.url.removeprefix("http://").split(":")
+    socks = [socket.create_connection((host, int(port)), timeout=5) for _ in range(20)]
+    try:
+        started = time.monotonic()
+        still_open, closed = wait_closed(socks, HEADER_TIMEOUT + 3)
+        assert not still_open
+        assert time.monotonic() - started >= HEADER_TIMEOUT - 0.5
+        assert closed == [b""] * 20
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def test_sless_up_refuses_oversized_heads(sless_up: SlessProcess) -> None:
     big = {"X-Filler": "a" * 20000}
     resp = requests.get(sless_up.url + "/health", headers=big, timeout=10)

@@ -10,7 +10,8 @@ descriptors. Its ``limit_concurrency`` does not help either: it is checked only 
 ``httptools`` being a dependency) that adds, per server process:
 
 - a head deadline: from the moment a connection opens, or a new request's first byte arrives, its
-  request line and headers must be complete within ``header_timeout_sec``, else 408 and close;
+  request line and headers must be complete within ``header_timeout_sec``, else 408 and close (just
+  close, when not a byte of a request came);
 - a head size cap: request line plus headers above ``max_header_bytes`` answer 431 and close (the
   httptools parser itself buffers them without bound);
 - a body stall deadline: once a head is complete, the body must keep coming: a gap longer than
@@ -81,6 +82,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._head_bytes = 0
+        self._head_started = False
         self._rejected = False
 
     # Connection life
@@ -110,6 +112,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         self._head_bytes = 0
+        self._head_started = True
         if self._head_timer is None:
             self._arm_head_timer()
         super().on_message_begin()
@@ -126,6 +129,7 @@ class GuardedProtocol(HttpToolsProtocol):
         if self._rejected:
             return  # the app never sees a head that was cut short
         self._stop_head_timer()
+        self._head_started = False
         self._waiting.discard(self)
         super().on_headers_complete()
         self._arm_body_timer()  # on_message_complete follows at once for a request without a body
@@ -182,7 +186,11 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if not self.transport.is_closing():
+        if not self._head_started:
+            # Not a byte of a request yet (a client's pre-opened connection): close like an idle
+            # keep-alive connection, since a 408 would be read as the answer to its next request.
+            self._close()
+        elif not self.transport.is_closing():
             self._reject(408, f"the request head did not arrive within {self.limits.header_timeout_sec:g} s")
 
     def _count(self, size: int) -> bool:
