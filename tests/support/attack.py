@@ -23,10 +23,11 @@ from sless_api.app import RouteEntry, Services, build_rest, route_table
 from sless_api.config import ApiConfig
 from sless_api.console.resource import Console, ConsoleAsset
 from sless_api.http import PublicResource
+from sless_api.openapi import OpenApiDocument
 from sless_api.resources.probes import Health, Ready
 from tests.support.platform import SECRET, Tenant
 
-PUBLIC_BY_NAME = {Health, Ready, Console, ConsoleAsset}
+PUBLIC_BY_NAME = {Health, Ready, Console, ConsoleAsset, OpenApiDocument}
 VICTIM_FUNCTION = "victim"
 VICTIM_JOB = "victim-job"
 

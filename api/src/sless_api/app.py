@@ -27,6 +27,7 @@ from sless_api.http import (
     serialize_error,
 )
 from sless_api.invocations import InvocationLog, log_from_url
+from sless_api.openapi import OpenApiDocument
 from sless_api.pathguard import is_canonical, is_invoke_path, raw_path, refuse_path
 from sless_api.platform import Platform, PlatformError
 from sless_api.proxy import Invoker, ProxyApp
@@ -78,6 +79,7 @@ def build_rest(services: Services) -> falcon.asgi.App[Any, Any]:
     app.add_route("/health", probes.Health())
     app.add_route("/ready", probes.Ready(services))
     app.add_route("/v1/whoami", namespaces.WhoAmI())
+    app.add_route("/v1/openapi.json", OpenApiDocument())
     app.add_route("/console", Console(platform, services.verifier, cfg.public_url))
     app.add_route("/console/{asset}", ConsoleAsset(platform, services.verifier, cfg.public_url))
     app.add_route(f"{base}/ensure", namespaces.Ensure(platform))

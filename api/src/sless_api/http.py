@@ -155,8 +155,9 @@ def page(items: Sequence[T], req: falcon.asgi.Request, key: Callable[[T], str],
     after = None
     if cursor:
         try:
-            after = base64.urlsafe_b64decode(cursor.encode()).decode()
-        except ValueError as exc:  # bad base64, bytes that are not UTF-8, a lone surrogate
+            # Any well-formed base64 is a position in the sorted names (an unknown one is merely a place).
+            after = base64.urlsafe_b64decode(cursor.encode("ascii")).decode("utf-8", "replace")
+        except ValueError as exc:  # bad base64, a non-ASCII cursor
             raise ApiError(400, "cursor is not one this API returned") from exc
     rest = [i for i in items if after is None or key(i) > after]
     chosen = rest[:limit]

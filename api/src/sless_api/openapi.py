@@ -1,0 +1,236 @@
+"""The REST API's OpenAPI 3.1 document, served at ``/v1/openapi.json``.
+
+Written out rather than derived from the resources: the schemas say what a client may rely on, and a
+test keeps the document and the router table in step (every route documented, nothing documented that
+is not routed), while a schemathesis run checks the answers against the schemas.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import falcon.asgi
+
+from sless_api.http import PublicResource
+from sless_core.models import (
+    ENV_MAX_VARS,
+    MAX_RUN_ID,
+    MEMORY_DEFAULT_MB,
+    MEMORY_MAX_MB,
+    MEMORY_MIN_MB,
+    RUNTIMES,
+    TIMEOUT_DEFAULT_SEC,
+)
+from sless_core.naming import NAME_MAX
+
+JSON = "application/json"
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+NAMESPACE_PATTERN = r"^sless-[0-9a-f]{16}$"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {JSON: {"schema": schema}}}
+
+
+ERROR_REASONS = {400: "invalid input (`field` names it)", 401: "missing or bad token",
+                 403: "another tenant's namespace", 404: "no such object (or path)", 405: "method not allowed",
+                 409: "conflict", 413: "body too large", 415: "wrong content type",
+                 422: "not supported by this backend", 503: "not ready, or no token key configured"}
+COMMON = (400, 401, 403, 404, 405, 413, 503)
+WRITE = (*COMMON, 409, 415)
+
+
+def _page(item: str) -> dict[str, Any]:
+    return {"type": "object", "required": ["items", "next_cursor"], "properties": {
+        "items": {"type": "array", "items": _ref(item)}, "next_cursor": _nullable({"type": "string"})}}
+
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {"type": "object", "required": ["error"], "additionalProperties": True,
+              "properties": {"error": {"type": "string"}, "field": {"type": "string"}}},
+    "SecretRef": {"type": "object", "required": ["name", "key", "env"], "additionalProperties": False,
+                  "properties": {"name": {"type": "string", "pattern": NAME_PATTERN, "maxLength": NAME_MAX},
+                                 "key": {"type": "string"}, "env": {"type": "string"}}},
+    "FunctionFields": {"type": "object", "properties": {
+        "runtime": {"enum": list(RUNTIMES)},
+        "entrypoint": {"type": "string", "description": "module.function (python), export (node), Function (go)"},
+        "memory_mb": {"type": "integer", "minimum": MEMORY_MIN_MB, "maximum": MEMORY_MAX_MB,
+                      "default": MEMORY_DEFAULT_MB},
+        "timeout_sec": {"type": "integer", "minimum": 1, "default": TIMEOUT_DEFAULT_SEC},
+        "env_vars": {"type": "object", "maxProperties": ENV_MAX_VARS, "additionalProperties": {"type": "string"}},
+        "secrets": {"type": "array", "items": _ref("SecretRef")}}},
+    "FunctionCreate": {"allOf": [_ref("FunctionFields"), {"type": "object", "required": ["name", "runtime"],
+                                                          "properties": {"name": _ref("Name")}}]},
+    "Function": {"allOf": [_ref("FunctionFields"), {"type": "object", "required": [
+        "name", "runtime", "namespace", "phase", "message"], "properties": {
+        "name": {"type": "string"}, "namespace": {"type": "string"},
+        "phase": {"enum": ["Pending", "Building", "Ready", "Failed"]}, "message": {"type": "string"},
+        "code_hash": _nullable({"type": "string"}), "image": _nullable({"type": "string"}),
+        "created_at": _nullable({"type": "string"}), "last_built_at": _nullable({"type": "string"})}}]},
+    "Name": {"type": "string", "pattern": NAME_PATTERN, "maxLength": NAME_MAX},
+    "TriggerFields": {"type": "object", "properties": {
+        "function": _ref("Name"), "enabled": {"type": "boolean", "default": True},
+        "schedule": _nullable({"type": "string", "description": "5-field cron expression (cron triggers)"}),
+        "queue": _nullable({"type": "string", "description": "queue name (event triggers)"}),
+        "auth": {"enum": ["public", "token"], "default": "public"}}},
+    "TriggerCreate": {"allOf": [_ref("TriggerFields"), {"type": "object", "required": ["name", "type", "function"],
+                                                        "properties": {"name": _ref("Name"),
+                                                                       "type": {"enum": ["http", "cron", "event"]}}}]},
+    "Trigger": {"allOf": [_ref("TriggerFields"), {"type": "object", "required": [
+        "name", "type", "function", "namespace"], "properties": {
+        "name": {"type": "string"}, "type": {"enum": ["http", "cron", "event"]}, "namespace": {"type": "string"},
+        "message": {"type": "string"}, "url": {"type": "string"},
+        "created_at": _nullable({"type": "string"}), "last_fired_at": _nullable({"type": "string"})}}]},
+    "JobCreate": {"type": "object", "required": ["name", "function"], "properties": {
+        "name": _ref("Name"), "function": _ref("Name"), "event": {"type": "object"},
+        "run_id": {"type": "integer", "minimum": 0, "maximum": MAX_RUN_ID, "default": 1}}},
+    "Job": {"type": "object", "required": ["name", "function", "run_id", "namespace", "phase", "message"],
+            "properties": {
+                "name": {"type": "string"}, "function": {"type": "string"}, "event": {"type": "object"},
+                "run_id": {"type": "integer"}, "namespace": {"type": "string"},
+                "phase": {"enum": ["Pending", "Running", "Succeeded", "Failed"]}, "message": {"type": "string"},
+                "started_at": _nullable({"type": "string"}), "completed_at": _nullable({"type": "string"}),
+                "created_at": _nullable({"type": "string"})}},
+    "SourceFile": {"type": "object", "required": ["name", "content", "binary"], "properties": {
+        "name": {"type": "string"}, "content": {"type": "string"}, "binary": {"type": "boolean"}}},
+    "Invocation": {"type": "object", "required": ["namespace", "function", "status", "trigger"], "properties": {
+        "id": _nullable({"type": "integer"}), "namespace": {"type": "string"}, "function": {"type": "string"},
+        "method": {"type": "string"}, "path": {"type": "string"}, "status": {"type": "integer"},
+        "duration_ms": {"type": "number"}, "request_bytes": {"type": "integer"},
+        "response_bytes": {"type": "integer"}, "trigger": {"type": "string"},
+        "error": _nullable({"type": "string"}), "started_at": {"type": "number"}}},
+}
+
+
+def _operation(summary: str, ok: str, ok_schema: dict[str, Any] | None, errors: tuple[int, ...],
+               body: dict[str, Any] | None = None, params: list[dict[str, Any]] | None = None,
+               public: bool = False, also_ok: tuple[str, ...] = ()) -> dict[str, Any]:
+    success = _json(ok_schema, summary) if ok_schema else {"description": summary}
+    responses: dict[str, Any] = {code: success for code in (ok, *also_ok)}
+    responses |= {str(code): {"$ref": f"#/components/responses/E{code}"} for code in errors}
+    op: dict[str, Any] = {"summary": summary, "responses": responses}
+    if params:
+        op["parameters"] = params
+    if body is not None:
+        op["requestBody"] = body
+    if public:
+        op["security"] = []
+    return op
+
+
+def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema}
+
+
+# A cursor is the next_cursor of the previous page: base64url (padded) of the last name seen.
+CURSOR = {"type": "string", "pattern": r"^([A-Za-z0-9_-]{4})*([A-Za-z0-9_-]{2}==|[A-Za-z0-9_-]{3}=)?$",
+          "maxLength": 200}
+PAGING = [_query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}), _query("cursor", CURSOR)]
+NS = {"name": "ns", "in": "path", "required": True,
+      "schema": {"type": "string", "pattern": NAMESPACE_PATTERN}, "description": "the tenant's namespace"}
+NAME = {"name": "name", "in": "path", "required": True, "schema": _ref("Name")}
+
+
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"required": True, "content": {JSON: {"schema": schema}}}
+
+
+def paths() -> dict[str, Any]:
+    ns = "/v1/namespaces/{ns}"
+    probe = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}
+    upload = {"required": True, "content": {
+        "multipart/form-data": {"schema": {"type": "object", "required": ["code"], "properties": {
+            "code": {"type": "string", "contentMediaType": "application/zip"}}}},
+        "application/zip": {"schema": {"type": "string", "contentMediaType": "application/zip"}}}}
+    return {
+        "/health": {"get": _operation("the process answers", "200", probe, (), public=True)},
+        "/ready": {"get": _operation("the backend has started", "200", probe, (), public=True)},
+        "/v1/openapi.json": {"get": _operation("this document", "200", {"type": "object"}, (), public=True)},
+        "/v1/whoami": {"get": _operation("the caller", "200", {"type": "object", "required": ["sub", "namespace"],
+                                                               "properties": {"sub": {"type": "string"},
+                                                                              "namespace": {"type": "string"},
+                                                                              "admin": {"type": "boolean"}}},
+                                         (401, 503))},
+        f"{ns}/ensure": {"parameters": [NS], "post": _operation(
+            "create the tenant namespace (200 when it existed)", "201",
+            {"type": "object", "required": ["namespace", "created"]}, COMMON, also_ok=("200",))},
+        f"{ns}/functions": {"parameters": [NS],
+                            "get": _operation("list functions", "200", _page("Function"), COMMON, params=PAGING),
+                            "post": _operation("create a function", "201", _ref("Function"), WRITE,
+                                               body=_body(_ref("FunctionCreate")))},
+        f"{ns}/functions/{{name}}": {"parameters": [NS, NAME],
+                                     "get": _operation("read a function", "200", _ref("Function"), COMMON),
+                                     "put": _operation("update a function", "200", _ref("Function"), WRITE,
+                                                       body=_body(_ref("FunctionFields"))),
+                                     "delete": _operation("delete a function and its triggers and jobs", "204",
+                                                          None, COMMON)},
+        f"{ns}/functions/{{name}}/upload": {"parameters": [NS, NAME], "post": _operation(
+            "upload the code (a zip): build queued", "202", _ref("Function"), WRITE, body=upload)},
+        f"{ns}/functions/{{name}}/source": {"parameters": [NS, NAME], "get": _operation(
+            "the uploaded files", "200", {"type": "object", "required": ["files"], "properties": {
+                "files": {"type": "array", "items": _ref("SourceFile")}}}, COMMON)},
+        f"{ns}/functions/{{name}}/invocations": {"parameters": [NS, NAME], "get": _operation(
+            "recent invocations, newest first", "200", _page("Invocation"), COMMON,
+            params=[_query("limit", {"type": "integer", "minimum": 1, "maximum": 500}),
+                    _query("cursor", {"type": "string", "pattern": "^[0-9]{1,18}$"})])},
+        f"{ns}/triggers": {"parameters": [NS],
+                           "get": _operation("list triggers", "200", _page("Trigger"), COMMON, params=PAGING),
+                           "post": _operation("create a trigger", "201", _ref("Trigger"), (*WRITE, 422),
+                                              body=_body(_ref("TriggerCreate")))},
+        f"{ns}/triggers/{{name}}": {"parameters": [NS, NAME],
+                                    "get": _operation("read a trigger", "200", _ref("Trigger"), COMMON),
+                                    "patch": _operation("change a trigger", "200", _ref("Trigger"), (*WRITE, 422),
+                                                        body=_body(_ref("TriggerFields"))),
+                                    "delete": _operation("delete a trigger", "204", None, COMMON)},
+        f"{ns}/jobs": {"parameters": [NS], "post": _operation("create (and run) a job", "201", _ref("Job"), WRITE,
+                                                             body=_body(_ref("JobCreate")))},
+        f"{ns}/jobs/{{name}}": {"parameters": [NS, NAME],
+                                "get": _operation("read a job", "200", _ref("Job"), COMMON),
+                                "patch": _operation("run a job again with a larger run_id", "200", _ref("Job"), WRITE,
+                                                    body=_body({"type": "object", "required": ["run_id"],
+                                                                "additionalProperties": False, "properties": {
+                                                                    "run_id": {"type": "integer", "minimum": 0,
+                                                                               "maximum": MAX_RUN_ID}}})),
+                                "delete": _operation("delete a job", "204", None, COMMON)},
+    }
+
+
+# Outside this document on purpose: the console's page and its two static files (HTML for people) and
+# /fn/{ns}/{name}/... (the functions' own HTTP interfaces, whatever each function answers).
+UNDOCUMENTED_ROUTES = frozenset({"/console", "/console/{asset}"})
+
+
+def document() -> dict[str, Any]:
+    """The whole OpenAPI 3.1 document."""
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "sless REST API", "version": "v1",
+                 "description": "Functions, triggers and jobs of a tenant. Every route needs "
+                                "`Authorization: Bearer <JWT>` unless it says `security: []`."},
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "paths": paths(),
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
+            "schemas": SCHEMAS,
+            "responses": {f"E{code}": _json(_ref("Error"), reason) for code, reason in ERROR_REASONS.items()},
+        },
+    }
+
+
+class OpenApiDocument(PublicResource):
+    """``GET /v1/openapi.json``: public by name (it describes routes, holds no tenant data)."""
+
+    def __init__(self) -> None:
+        self.document = document()
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.media = self.document
