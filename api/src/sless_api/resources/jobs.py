@@ -7,7 +7,7 @@ import falcon.asgi
 
 from sless_api.http import ApiError, json_body
 from sless_api.platform import Platform
-from sless_core.models import MAX_RUN_ID, JobSpec
+from sless_core.models import MAX_RUN_ID, JobSpec, validate_run_id
 from sless_core.naming import validate_name
 
 
@@ -30,10 +30,11 @@ class Job:
 
     async def on_patch(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
         body = await json_body(req)
-        if not isinstance(body, dict) or set(body) != {"run_id"} or not isinstance(body["run_id"], int) \
-                or isinstance(body["run_id"], bool) or not 0 <= body["run_id"] <= MAX_RUN_ID:
+        if not isinstance(body, dict) or set(body) != {"run_id"}:
             raise ApiError(400, f'only {{"run_id": <integer 0..{MAX_RUN_ID}>}} can be changed', field="run_id")
-        resp.media = (await self.platform.rerun_job(ns, validate_name(name), body["run_id"])).to_api()
+        # The same rule as on POST, for both backends: they receive a checked run_id.
+        run_id = validate_run_id(body["run_id"])
+        resp.media = (await self.platform.rerun_job(ns, validate_name(name), run_id)).to_api()
 
     async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
         await self.platform.delete_job(ns, validate_name(name))
