@@ -88,9 +88,10 @@ def main() -> int:
                 table.add(f"{runtime} warm p99 at 1 conn", warm["bwrap"].p99_ms, "ms", warm["off"].p99_ms,
                           "no sandbox")
                 table.add(f"{runtime} req/s at 32 conn", busy["bwrap"].rps, "req/s", busy["off"].rps, "no sandbox")
-                errors = sum(load.errors for load in (*warm.values(), *busy.values()))
-                if errors:
-                    table.add(f"{runtime} errors under load", errors, "")
+                errors = {mode: warm[mode].errors + busy[mode].errors for mode in tenants}
+                if any(errors.values()):
+                    table.add(f"{runtime} errors under load (non-2xx, socket)", errors["bwrap"], "",
+                              errors["off"], "no sandbox")
         finally:
             for sp in platforms.values():
                 sp.stop()

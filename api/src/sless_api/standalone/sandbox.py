@@ -58,9 +58,13 @@ ETC_FILES = (
 SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 #: Virtual address space allowed beyond memory_mb when RLIMIT_AS stands in for a cgroup.
 #: Runtimes reserve far more address space than they touch; measured idle servers (VSZ / RSS):
-#: python3.11 230 MB / 14 MB plus 8 MB of stack per connection thread, node 20 730 MB / 45 MB,
-#: a Go 1.23 server 1.26 GB / 6 MB (heap arenas are reserved ahead).
-AS_HEADROOM_MB = {"python3.11": 512, "nodejs20": 2048, "go1.23": 2048}
+#: python3.11 230 MB / 14 MB plus 8 MB of stack per connection thread (and, without
+#: MALLOC_ARENA_MAX, up to 64 MB of malloc arena per thread: 32 connections then failed
+#: at +512 MB), node 20 730 MB / 45 MB, a Go 1.23 server 1.26 GB / 6 MB (heap arenas are
+#: reserved ahead). Hence a loose bound: it stops a runaway allocation, not a small excess.
+AS_HEADROOM_MB = {"python3.11": 1024, "nodejs20": 2048, "go1.23": 2048}
+#: glibc malloc arenas when RLIMIT_AS is the memory limit (each reserves 64 MB of address space).
+MALLOC_ARENAS = "2"
 AS_HEADROOM_DEFAULT_MB = 2048
 #: The sandbox's private tmpfs (mounted fresh per process, not the host's /tmp).
 SANDBOX_TMP = "/tmp"  # noqa: S108
@@ -101,6 +105,11 @@ class Limits:
             cpu_sec=cpu_sec,
             runtime=runtime,
         )
+
+
+def _address_space_env(limits: Limits, cgroup: CgroupSet | None) -> dict[str, str]:
+    """With RLIMIT_AS as the memory limit, cap glibc's per-thread arenas (address space, not memory)."""
+    return {"MALLOC_ARENA_MAX": MALLOC_ARENAS} if limits.memory_mb and cgroup is None else {}
 
 
 def _env_int(name: str, default: int) -> int:
@@ -524,7 +533,8 @@ class Sandbox:
         """The launch of ``argv`` in ``spec``'s sandbox (or, when off, with per-process limits only)."""
         limits = spec.limits
         if not self.enabled:
-            return Prepared(list(argv), self._preexec(None, limits, None, signal.SIGTERM), {}, limits)
+            plain_env = _address_space_env(limits, None)
+            return Prepared(list(argv), self._preexec(None, limits, None, signal.SIGTERM), plain_env, limits)
         cgroup = None
         if self.cgroups is not None and not spec.reaper_only:
             cgroup = self.cgroups.create(label, limits)
@@ -534,7 +544,7 @@ class Sandbox:
             env: dict[str, str] = {}
         else:
             wrapped = self._jail_argv(argv, cwd, spec, uid)
-            env = {"HOME": SANDBOX_TMP, "TMPDIR": SANDBOX_TMP}
+            env = {"HOME": SANDBOX_TMP, "TMPDIR": SANDBOX_TMP, **_address_space_env(limits, cgroup)}
         preexec = self._preexec(cgroup, limits, uid, signal.SIGKILL, spec.reaper_only)
         return Prepared(wrapped, preexec, env, limits, cgroup, sandboxed=True)
 
