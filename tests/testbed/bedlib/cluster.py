@@ -13,6 +13,7 @@ import os
 import shlex
 import shutil
 import ssl
+import subprocess
 import sys
 import time
 import urllib.error
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import kwokconf, ports, procs
+from . import kwokconf, ports, procs, realnode
 from .build import build, k8s_version
 from .kubectl import Kubectl, wait_for
 from .pki import Pki, make_pki, write_kubeconfig
@@ -57,6 +58,7 @@ class UpOptions:
     owner_pid: int | None = None
     timeout: float = 180.0
     timings: dict[str, float] = field(default_factory=dict)
+    real_node: bool = False  # a real kubelet node (realnode.py) instead of kwok's fake one
 
 
 def exports(env: dict[str, str]) -> str:
@@ -237,6 +239,8 @@ def up(opts: UpOptions) -> dict[str, str]:
         env = _start(opts, state, bin_dir, port, started)
     except BaseException:
         log(f"start failed; stopping what was started (logs stay in {state} until `testbed down`)")
+        if (state / "realnode.json").exists():
+            realnode.down(state, None, apiserver_alive=False)
         procs.stop(started)
         raise
     t["up total"] = round(time.monotonic() - total, 2)
@@ -277,15 +281,13 @@ def _start(
         for name in ("controller_manager", "scheduler"):
             healthy = functools.partial(_healthy, f"https://127.0.0.1:{port[name]}/healthz", insecure)
             wait_for(f"{name} /healthz", healthy, opts.timeout, abort=died)
-    with timed("kwok CRDs + stages", t):
-        kubectl.apply(kwokconf.crds_manifest(bin_dir))
-        kubectl.check("wait", "--for=condition=Established", "--timeout=60s",
-                      "crd/stages.kwok.x-k8s.io", "crd/logs.kwok.x-k8s.io", timeout=90)  # fmt: skip
-        kubectl.apply(kwokconf.stages_manifest(bin_dir))
-    with timed("node Ready", t):
-        started.append(procs.start("kwok", argv["kwok"], state))
-        kubectl.apply(json.dumps(kwokconf.fake_node(NODE)))
-        wait_for(f"node {NODE} Ready", lambda: _node_ready(kubectl), opts.timeout, abort=died)
+    node: dict[str, Any] = {"node": NODE}
+    if opts.real_node:
+        free = ports.free_ports(4, set(port.values()))
+        info = realnode.up(state, bin_dir, kubectl, pki, free, opts.timeout, started, t)
+        node = {"node": info.node, "real_node": info.__dict__}
+    else:
+        _start_kwok(opts, state, bin_dir, kubectl, argv["kwok"], started)
     with timed("default ServiceAccount", t):
         has_sa = lambda: kubectl.get_json("sa", "default", "-n", "default") is not None  # noqa: E731
         wait_for("ServiceAccount default/default", has_sa, opts.timeout, abort=died)
@@ -301,12 +303,30 @@ def _start(
         "SLESS_TESTBED_BIN": str(bin_dir),
         "PATH_PREPEND": str(bin_dir),
     }
-    extra = {"existing": False, "server": server, "server_version": got[1], "node": NODE, "ports": port,
+    if opts.real_node:
+        env["SLESS_TESTBED_REGISTRY"] = realnode.REGISTRY
+    extra = {"existing": False, "server": server, "server_version": got[1], **node, "ports": port,
              "timings": opts.timings}  # fmt: skip
     save_env(state, env, extra)
     if opts.owner_pid:
         _start_watchdog(state, opts.owner_pid)
     return env
+
+
+def _start_kwok(opts: UpOptions, state: Path, bin_dir: Path, kubectl: Kubectl, argv: list[str],
+                started: list[procs.Started]) -> None:  # fmt: skip
+    """kwok as the node: its CRDs and stages, then the fake node, Ready."""
+    t = opts.timings
+    died = lambda: _died(state, started)  # noqa: E731
+    with timed("kwok CRDs + stages", t):
+        kubectl.apply(kwokconf.crds_manifest(bin_dir))
+        kubectl.check("wait", "--for=condition=Established", "--timeout=60s",
+                      "crd/stages.kwok.x-k8s.io", "crd/logs.kwok.x-k8s.io", timeout=90)  # fmt: skip
+        kubectl.apply(kwokconf.stages_manifest(bin_dir))
+    with timed("node Ready", t):
+        started.append(procs.start("kwok", argv, state))
+        kubectl.apply(json.dumps(kwokconf.fake_node(NODE)))
+        wait_for(f"node {NODE} Ready", lambda: _node_ready(kubectl), opts.timeout, abort=died)
 
 
 def _start_watchdog(state: Path, owner_pid: int) -> None:
@@ -330,6 +350,8 @@ def down(state: Path, grace: float = 10.0) -> None:
         if int(data["pid"]) != os.getpid():
             procs.stop([procs.Started("watchdog", int(data["pid"]), data["exe"])], grace=2)
     start = time.monotonic()
+    if (state / "realnode.json").exists():
+        _down_real_node(state)
     recorded = procs.recorded(state)
     # clients first, then the apiserver, then etcd: an apiserver that loses etcd first shuts down slowly
     last = ("kube-apiserver", "etcd")
@@ -343,6 +365,20 @@ def down(state: Path, grace: float = 10.0) -> None:
         raise RuntimeError(f"could not stop {', '.join(still)}; {state} kept")
     shutil.rmtree(state, ignore_errors=True)
     log(f"down in {time.monotonic() - start:.1f}s ({len(recorded)} processes)")
+
+
+def _down_real_node(state: Path) -> None:
+    """The real node goes first, while the apiserver can still delete its pods."""
+    kubectl = None
+    alive = False
+    try:
+        env = load_env(state)
+        kubectl = Kubectl(str(Path(env["SLESS_TESTBED_BIN"]) / "kubectl"), env["KUBECONFIG"])
+        alive = kubectl.run("get", "--raw", "/readyz", timeout=10).returncode == 0
+    except (RuntimeError, KeyError, OSError, subprocess.TimeoutExpired):
+        pass
+    realnode.down(state, kubectl, alive)
+    (state / "realnode.json").unlink()
 
 
 def watch(state: Path, owner_pid: int) -> None:

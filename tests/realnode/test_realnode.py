@@ -1,0 +1,177 @@
+"""Pods really run on the test bed's real node: runtime image, Services, DNS, in-cluster builds.
+
+These are the platform's assumptions about a cluster, checked without the platform: the python
+runtime image runs under Pod Security `restricted` and answers through a ClusterIP; cluster DNS
+resolves Services; kaniko builds and pushes an image to the in-cluster registry and a pod runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.realnode import RESTRICTED, RealNode, http_get, pod_ready, restricted_security
+
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1800)]
+
+HANDLER = 'def handle(event):\n    return {"hello": "real node", "method": event.get("_method")}\n'
+
+
+def _namespace(real_node: RealNode, labels: dict[str, str]) -> Iterator[str]:
+    bed = real_node.bed
+    name = f"rn-{secrets.token_hex(4)}"
+    bed.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+    try:
+        yield name
+    finally:
+        bed.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def namespace(real_node: RealNode) -> Iterator[str]:
+    """A fresh namespace with Pod Security `restricted` enforced, like a tenant's."""
+    yield from _namespace(real_node, RESTRICTED)
+
+
+@pytest.fixture
+def build_namespace(real_node: RealNode) -> Iterator[str]:
+    """A fresh namespace without Pod Security labels: kaniko runs as root, like the platform's builds."""
+    yield from _namespace(real_node, {})
+
+
+def runtime_pod(name: str, image: str, labels: dict[str, str], handler_configmap: str | None) -> dict[str, Any]:
+    """A pod of a runtime image the way the operator shapes it: non-root, read-only root, probed."""
+    pod_sec, ctr_sec = restricted_security()
+    container: dict[str, Any] = {
+        "name": "function", "image": image, "ports": [{"containerPort": 8080}],
+        "securityContext": ctr_sec | {"readOnlyRootFilesystem": True},
+        "readinessProbe": {"httpGet": {"path": "/_/health", "port": 8080}, "periodSeconds": 1},
+        "env": [{"name": "SLESS_ENTRYPOINT", "value": "handler.handle"}],
+    }  # fmt: skip
+    spec: dict[str, Any] = {"securityContext": pod_sec, "containers": [container], "terminationGracePeriodSeconds": 2}
+    if handler_configmap:
+        spec["volumes"] = [{"name": "code", "configMap": {"name": handler_configmap}}]
+        container["volumeMounts"] = [{"name": "code", "mountPath": "/app/function", "readOnly": True}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
+
+
+def wait_ready(real_node: RealNode, namespace: str, name: str, timeout: float = 120) -> tuple[dict[str, Any], float]:
+    start = time.monotonic()
+    pod = real_node.bed.wait(f"pod {name} Ready", lambda: pod_ready(real_node.bed, namespace, name), timeout=timeout)
+    return pod, time.monotonic() - start
+
+
+def test_python_runtime_pod_is_ready_under_restricted_and_answers_through_its_cluster_ip(
+    real_node: RealNode, namespace: str
+) -> None:
+    bed = real_node.bed
+    bed.apply(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "code", "namespace": namespace},
+         "data": {"handler.py": HANDLER}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "hello", "namespace": namespace},
+         "spec": {"selector": {"app": "hello"}, "ports": [{"port": 80, "targetPort": 8080}]}},
+    )  # fmt: skip
+    pod = runtime_pod("hello", real_node.image("sless/python3.11"), {"app": "hello"}, "code")
+    bed.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(pod))
+    ready, seconds = wait_ready(real_node, namespace, "hello")
+    print(f"python runtime pod Ready in {seconds:.1f}s")
+    assert ready["spec"]["nodeName"] == bed.info["real_node"]["node"]
+
+    cluster_ip = bed.get("service", "hello", "-n", namespace)["spec"]["clusterIP"]
+    # kube-proxy may need a sync after the endpoints appear: retry briefly
+    answer = bed.wait("the Service answers", lambda: _try_get(f"http://{cluster_ip}/"), timeout=30)
+    status, body = answer
+    assert status == 200, body
+    assert json.loads(body) == {"hello": "real node", "method": "GET"}
+
+
+def _try_get(url: str) -> tuple[int, str] | None:
+    try:
+        return http_get(url, timeout=3)
+    except OSError:
+        return None
+
+
+def test_cluster_dns_resolves_a_service_from_a_pod(real_node: RealNode, namespace: str) -> None:
+    bed = real_node.bed
+    bed.apply({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "target", "namespace": namespace},
+               "spec": {"selector": {"app": "none"}, "ports": [{"port": 80}]}})  # fmt: skip
+    cluster_ip = bed.get("service", "target", "-n", namespace)["spec"]["clusterIP"]
+    pod_sec, ctr_sec = restricted_security()
+    lookup = (
+        "import socket, sys\n"
+        f"print(socket.gethostbyname('target.{namespace}.svc.cluster.local'))\n"
+        "print(socket.gethostbyname('target'))\n"  # the search path of the pod's resolv.conf
+    )
+    bed.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "lookup"},
+        "spec": {"restartPolicy": "Never", "securityContext": pod_sec, "containers": [{
+            "name": "lookup", "image": real_node.image("sless/python3.11"), "securityContext": ctr_sec,
+            "command": ["python3", "-c", lookup]}]},
+    }))  # fmt: skip
+
+    def finished() -> str | None:
+        phase = (bed.get("pod", "lookup", "-n", namespace) or {}).get("status", {}).get("phase")
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = bed.wait("the lookup pod finished", finished, timeout=120)
+    logs = bed.kubectl("logs", "-n", namespace, "lookup").stdout.split()
+    assert phase == "Succeeded", logs
+    assert logs == [cluster_ip, cluster_ip]
+
+
+def test_kaniko_job_builds_and_pushes_an_image_that_a_pod_then_runs(real_node: RealNode, build_namespace: str) -> None:
+    namespace = build_namespace
+    bed = real_node.bed
+    base = real_node.image("sless/python3.11")
+    target = f"{real_node.registry}/test/hello-{namespace}:v1"
+    dockerfile = f"FROM {base}\nCOPY handler.py /app/function/handler.py\n"
+    bed.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "context", "namespace": namespace},
+               "data": {"Dockerfile": dockerfile, "handler.py": HANDLER}})  # fmt: skip
+    job = {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "build", "namespace": namespace},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            # ConfigMap files are symlinks; kaniko would copy the links, so copy the files first
+            "initContainers": [{"name": "context", "image": base, "command": ["cp", "-L", "/src/Dockerfile",
+                                "/src/handler.py", "/workspace/"],
+                                "volumeMounts": [{"name": "src", "mountPath": "/src"},
+                                                 {"name": "workspace", "mountPath": "/workspace"}],
+                                "securityContext": {"runAsUser": 0}}],
+            "containers": [{"name": "kaniko", "image": real_node.image("sless-testbed/kaniko-executor"),
+                            "args": ["--context=dir:///workspace", "--dockerfile=/workspace/Dockerfile",
+                                     f"--destination={target}", "--insecure", "--insecure-pull",
+                                     "--skip-tls-verify", "--skip-tls-verify-pull"],
+                            "volumeMounts": [{"name": "workspace", "mountPath": "/workspace"}]}],
+            "volumes": [{"name": "src", "configMap": {"name": "context"}}, {"name": "workspace", "emptyDir": {}}],
+        }}},
+    }  # fmt: skip
+    start = time.monotonic()
+    bed.apply(job)
+
+    def done() -> str | None:
+        status = (bed.get("job", "build", "-n", namespace) or {}).get("status", {})
+        for cond in status.get("conditions", []):
+            if cond["type"] in ("Complete", "Failed") and cond["status"] == "True":
+                return str(cond["type"])
+        return None
+
+    outcome = bed.wait("the kaniko Job finished", done, timeout=300)
+    logs = bed.kubectl("logs", "-n", namespace, "job/build", "-c", "kaniko", check=False).stdout
+    assert outcome == "Complete", logs[-3000:]
+    print(f"kaniko build + push in {time.monotonic() - start:.1f}s")
+
+    pod = runtime_pod("built", target, {"app": "built"}, None)
+    pod["metadata"]["namespace"] = namespace
+    pod["spec"]["containers"][0]["securityContext"] |= {"runAsUser": 1000}
+    bed.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+    ready, seconds = wait_ready(real_node, namespace, "built")
+    print(f"built image pod Ready in {seconds:.1f}s")
+    status, body = http_get(f"http://{ready['status']['podIP']}:8080/hello")
+    assert status == 200, body
+    assert json.loads(body) == {"hello": "real node", "method": "GET"}

@@ -1,0 +1,142 @@
+"""The real-node test bed for pytest: one control plane plus a real kubelet node per session.
+
+`real_node` runs `tests/testbed/testbed up --real-node` (containerd, kubelet, kube-proxy, CNI
+bridge, CoreDNS, a local registry with the runtime images) and `down` at the end, then checks
+that the host is as before: no bridge, no iptables rule, no process, no mount, no cgroup left.
+
+Opt-in: these tests need root, the packages of scripts/install-realnode.sh and a few minutes the
+first time (images), so they are skipped unless SLESS_REALNODE=1. Warm the caches first with
+`tests/testbed/testbed build --real-node`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.testbed import Testbed
+
+ROOT = Path(__file__).resolve().parents[2]
+TESTBED = ROOT / "tests" / "testbed" / "testbed"
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+
+
+@dataclass(frozen=True)
+class RealNode:
+    """The running bed with its real node: the registry address and the images in it."""
+
+    bed: Testbed
+    registry: str
+    node_ip: str
+    images: dict[str, str]  # repository (sless/python3.11, sless-testbed/kaniko-executor, ...) -> full ref
+    timings: dict[str, float] = field(repr=False)
+
+    def image(self, repository: str) -> str:
+        return self.images[repository]
+
+
+def restricted_security() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Pod- and container-level securityContext that Pod Security `restricted` admits."""
+    pod = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    container = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}
+    return pod, container
+
+
+def http_get(url: str, timeout: float = 5) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return int(resp.status), resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read().decode(errors="replace")
+
+
+def pod_ready(bed: Testbed, namespace: str, name: str) -> dict[str, Any] | None:
+    pod = bed.get("pod", name, "-n", namespace)
+    if pod is None:
+        return None
+    status = pod.get("status", {})
+    for cond in status.get("conditions", []):
+        if cond["type"] == "Ready" and cond["status"] == "True":
+            return dict(pod)
+    waiting = [c.get("state", {}).get("waiting", {}) for c in status.get("containerStatuses", [])]
+    bad = [w for w in waiting if w.get("reason") in ("ErrImagePull", "ImagePullBackOff", "CreateContainerError",
+                                                       "CrashLoopBackOff", "CreateContainerConfigError")]  # fmt: skip
+    if bad:
+        raise AssertionError(f"pod {namespace}/{name} cannot start: {bad}")
+    return None
+
+
+def _cli(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(TESTBED), *args], capture_output=True, text=True, timeout=timeout,
+                          check=False)  # fmt: skip
+
+
+def leftovers(state: Path) -> list[str]:
+    """What a real node could leave on the host after `down`; empty when the host is clean."""
+    found = []
+    if Path("/sys/class/net/slessbr0").exists():
+        found.append("bridge slessbr0")
+    for binary in ("iptables-save", "ip6tables-save"):
+        dump = subprocess.run([binary], capture_output=True, text=True, check=False).stdout
+        ours = (":CNI-", ":KUBE-", "10.199.0.", "sless-testbed")
+        found += [f"{binary}: {line}" for line in dump.splitlines() if any(mark in line for mark in ours)]
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(state) in cmdline:
+            found.append(f"process {proc.name}: {cmdline[:200]}")
+    mounts = Path("/proc/self/mounts").read_text()
+    found += [f"mount {line.split()[1]}" for line in mounts.splitlines() if str(state) in line]
+    for line in mounts.splitlines():
+        fields = line.split()
+        if fields[2] in ("cgroup", "cgroup2") and Path(fields[1], "sless-testbed").exists():
+            found.append(f"cgroup {fields[1]}/sless-testbed")
+    return found
+
+
+@pytest.fixture(scope="session")
+def real_node() -> Iterator[RealNode]:
+    """A control plane and one real node for the whole session (opt-in: SLESS_REALNODE=1)."""
+    if os.environ.get("SLESS_REALNODE") != "1":
+        pytest.skip("real-node tests are opt-in: SLESS_REALNODE=1 (root, scripts/install-realnode.sh)")
+    if os.geteuid() != 0:
+        pytest.skip("a real node needs root")
+    state = Path(tempfile.mkdtemp(prefix="sless-realnode-"))
+    start = time.monotonic()
+    proc = _cli("up", "--state", str(state), "--real-node", "--owner-pid", str(os.getpid()), timeout=1800)
+    sys.stderr.write(proc.stderr[-6000:])
+    if proc.returncode != 0:
+        _cli("down", "--state", str(state), timeout=300)
+        pytest.fail(f"testbed up --real-node failed ({proc.returncode}):\n{proc.stderr[-4000:]}", pytrace=False)
+    info = json.loads((state / "env.json").read_text())
+    exported: dict[str, str] = info["env"]
+    env = dict(os.environ) | {k: v for k, v in exported.items() if k != "PATH_PREPEND"}
+    env["PATH"] = exported["PATH_PREPEND"] + os.pathsep + env.get("PATH", "")
+    bed = Testbed(state=state, kubeconfig=Path(exported["KUBECONFIG"]), bin_dir=Path(exported["SLESS_TESTBED_BIN"]),
+                  existing=False, env=env, info=info)  # fmt: skip
+    node = info["real_node"]
+    timings = dict(info.get("timings", {})) | {"up (fixture)": round(time.monotonic() - start, 1)}
+    try:
+        yield RealNode(bed, node["registry"], node["node_ip"], node["images"], timings)
+    finally:
+        down = _cli("down", "--state", str(state), timeout=300)
+        left = leftovers(state)
+        assert down.returncode == 0, f"testbed down failed: {down.stderr[-3000:]}"
+        assert not left, f"the real node left things on the host after down: {left}"
