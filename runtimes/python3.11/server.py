@@ -53,6 +53,10 @@ LINGER_SEC = 0.5
 _STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode("latin-1") for s in HTTPStatus}
 
 
+# Exit status after recycling the process because too many handlers overran (EX_TEMPFAIL).
+RECYCLE_EXIT = 75
+
+
 class BadRequest(Exception):
     """The request cannot be parsed; answered with ``status`` and the connection closed."""
 
@@ -195,6 +199,10 @@ class Server:
         self.draining = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
+        #: sync handler threads still running after their 504 (Python cannot stop a thread)
+        self.abandoned = 0
+        self._abandoned_lock = threading.Lock()
+        self.exit_code = 0
         self.listener = self._listen()
 
     # ------------------------------------------------------------------ life cycle
@@ -274,7 +282,7 @@ class Server:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-        os._exit(0)
+        os._exit(self.exit_code)
 
     # ------------------------------------------------------------------ requests
 
@@ -407,11 +415,13 @@ class Server:
             result = self.handler(event)
         except BaseException as exc:  # SystemExit from a handler must not end the thread either
             if self._disarm(conn):
+                self._release()
                 return None
             rt.log_exception(f"handler failed ({event['_method']} {event['_path']})", exc)
             return rt.exception_response(exc, self.config)
         remaining = conn.deadline - time.monotonic()
         if self._disarm(conn):
+            self._release()
             return None
         if hasattr(type(result), "__await__"):  # e.g. a sync wrapper around an async function
             return self._run_async(result, max(0.001, remaining))
@@ -472,6 +482,28 @@ class Server:
                 conn.sock.sendall(serialize(resp, False, conn.head_only))
             _shutdown(conn.sock)
         rt.log(f"{message}; the handler thread keeps running until it returns")
+        self._abandon()
+
+    def _abandon(self) -> None:
+        """Count a handler left running; past the limit, recycle the process (its supervisor starts a new one).
+
+        Each abandoned thread holds memory and may spin a core; the only way to stop them is to end the
+        process. In-flight requests on other connections still finish (the usual drain), then the exit
+        code says why.
+        """
+        with self._abandoned_lock:
+            self.abandoned += 1
+            recycle = self.abandoned >= self.config.max_abandoned and self.exit_code == 0
+            if recycle:
+                self.exit_code = RECYCLE_EXIT
+        if recycle:
+            rt.log(f"{self.abandoned} handler threads still running after their timeouts: recycling the process "
+                   f"(exit {RECYCLE_EXIT} after the drain)")
+            os.kill(os.getpid(), signal.SIGTERM)  # wakes the accept loop like a real SIGTERM
+
+    def _release(self) -> None:
+        with self._abandoned_lock:
+            self.abandoned -= 1
 
 
 async def _as_coroutine(awaitable: Any) -> Any:

@@ -44,11 +44,12 @@ class InvalidResponse(Exception):
 class Config:
     """The runtime's settings; every field comes from one documented environment variable."""
 
-    __slots__ = ("code_dir", "deps_dir", "drain_sec", "entrypoint", "host", "max_body_bytes", "port", "timeout_sec")
+    __slots__ = ("code_dir", "deps_dir", "drain_sec", "entrypoint", "host", "max_abandoned", "max_body_bytes", "port",
+                 "timeout_sec")
 
     def __init__(self, port: int = 8080, host: str = "0.0.0.0", code_dir: str = "/app/function",
                  entrypoint: str = "handler.handle", deps_dir: str | None = None, timeout_sec: float = 30.0,
-                 max_body_bytes: int = 6291456, drain_sec: float = 25.0) -> None:
+                 max_body_bytes: int = 6291456, drain_sec: float = 25.0, max_abandoned: int = 8) -> None:
         self.port = port
         self.host = host
         self.code_dir = code_dir
@@ -57,6 +58,7 @@ class Config:
         self.timeout_sec = timeout_sec
         self.max_body_bytes = max_body_bytes
         self.drain_sec = drain_sec
+        self.max_abandoned = max_abandoned
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -86,6 +88,7 @@ class Config:
             timeout_sec=number("SLESS_TIMEOUT_SEC", "30", float, 0.001),
             max_body_bytes=number("SLESS_MAX_BODY_BYTES", "6291456", int, 0),
             drain_sec=number("SLESS_DRAIN_SEC", "25", float, 0),
+            max_abandoned=number("SLESS_MAX_ABANDONED_HANDLERS", "8", int, 1),
         )
 
 

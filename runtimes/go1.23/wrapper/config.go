@@ -19,6 +19,7 @@ type Config struct {
 	TimeoutText  string        // the timeout as seconds, for the "timed out after <N>s" message
 	MaxBodyBytes int64         // SLESS_MAX_BODY_BYTES, larger request bodies get 413
 	Drain        time.Duration // SLESS_DRAIN_SEC, how long SIGTERM waits for in-flight requests
+	MaxAbandoned int           // SLESS_MAX_ABANDONED_HANDLERS, timed-out handlers still running before a recycle
 	Event        string        // SLESS_EVENT, runner only
 }
 
@@ -65,6 +66,14 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		return cfg, fmt.Errorf("SLESS_DRAIN_SEC must not be negative")
 	}
 	cfg.Drain = toDuration(drain)
+	maxAbandoned, err := intVar(getenv, "SLESS_MAX_ABANDONED_HANDLERS", 8)
+	if err != nil {
+		return cfg, err
+	}
+	if maxAbandoned < 1 {
+		return cfg, fmt.Errorf("SLESS_MAX_ABANDONED_HANDLERS must be at least 1")
+	}
+	cfg.MaxAbandoned = maxAbandoned
 	return cfg, nil
 }
 

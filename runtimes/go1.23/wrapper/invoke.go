@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log"
 	"runtime/debug"
+	"sync"
+	"sync/atomic"
 )
 
 // Handler is the signature of the user's entrypoint.
@@ -51,10 +53,36 @@ func invoke(parent context.Context, h Handler, event map[string]any, cfg Config)
 		default:
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			abandon(done, cfg)
 			return nil, timedOut(cfg)
 		}
 		return nil, &failure{status: 499, message: "the client closed the request", kind: kindCanceled}
 	}
+}
+
+// abandoned counts handlers still running after their timeout (their ctx is
+// cancelled, but a handler that ignores it keeps its goroutine and its CPU).
+// Past cfg.MaxAbandoned the server drains and exits with recycleExit, so its
+// supervisor starts a fresh process: the only way to stop such goroutines.
+var (
+	abandoned   atomic.Int64
+	recycle     = make(chan struct{})
+	recycleOnce sync.Once
+)
+
+const recycleExit = 75 // EX_TEMPFAIL, as in the other runtimes
+
+func abandon(done <-chan outcome, cfg Config) {
+	if n := abandoned.Add(1); n >= int64(cfg.MaxAbandoned) {
+		recycleOnce.Do(func() {
+			log.Printf("sless: %d handlers still running after their timeouts: recycling the process", n)
+			close(recycle)
+		})
+	}
+	go func() {
+		<-done
+		abandoned.Add(-1)
+	}()
 }
 
 // start runs the handler; the buffered channel lets an abandoned (timed-out)

@@ -154,6 +154,7 @@ func serve(cfg Config, h Handler) int {
 		IdleTimeout:       10 * time.Minute, // longer than any upstream keep-alive pool
 		ErrorLog:          log.New(os.Stderr, "sless: http: ", log.LstdFlags),
 	}
+	code := 0
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, os.Interrupt)
 	served := make(chan error, 1)
@@ -165,6 +166,9 @@ func serve(cfg Config, h Handler) int {
 		return 1
 	case sig := <-signals:
 		log.Printf("sless: %v: draining in-flight requests for up to %v", sig, cfg.Drain)
+	case <-recycle:
+		code = recycleExit
+		log.Printf("sless: draining in-flight requests for up to %v before the recycle", cfg.Drain)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Drain)
 	defer cancel()
@@ -173,5 +177,5 @@ func serve(cfg Config, h Handler) int {
 		_ = srv.Close()
 	}
 	log.Printf("sless: stopped")
-	return 0
+	return code
 }

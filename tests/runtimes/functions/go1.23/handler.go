@@ -41,6 +41,8 @@ func Handle(ctx context.Context, event map[string]any) (any, error) {
 		return crash(), nil
 	case "slow":
 		return slow(ctx, event)
+	case "stubborn":
+		return stubborn(event)
 	case "env":
 		return map[string]any{"value": env(event)}, nil
 	default:
@@ -89,6 +91,16 @@ func slow(ctx context.Context, event map[string]any) (any, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// stubborn sleeps and ignores ctx: a handler the runtime can only abandon.
+func stubborn(event map[string]any) (any, error) {
+	seconds, err := strconv.ParseFloat(queryOr(event, "s", "seconds"), 64)
+	if err != nil {
+		return nil, fmt.Errorf("stubborn needs seconds: %w", err)
+	}
+	time.Sleep(time.Duration(seconds * float64(time.Second)))
+	return map[string]any{"slept": seconds}, nil
 }
 
 func env(event map[string]any) any {
