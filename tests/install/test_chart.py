@@ -1,5 +1,6 @@
 """The Helm chart charts/sless, rendered by the real helm: lint, schema strictness, RBAC,
-Secrets by name, Ingress timeouts, pod security, probes, NetworkPolicies, the test hook."""
+Secrets by name, Ingress timeouts, pod security, probes, NetworkPolicies, the test hook, the
+operator's admission policy and the build namespace's egress."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def test_lint_strict_passes_with_everything_on() -> None:
 def test_renders_every_part(default: list[dict[str, Any]]) -> None:
     kinds = sorted({o["kind"] for o in default})
     assert kinds == sorted(["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Namespace",
-                            "NetworkPolicy", "PodDisruptionBudget", "Pod", "Service", "ServiceAccount"])  # fmt: skip
+                            "NetworkPolicy", "PodDisruptionBudget", "Pod", "Service", "ServiceAccount",
+                            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"])  # fmt: skip
     assert {o["metadata"]["name"] for o in by_kind(default, "Deployment")} == {API, OPERATOR, EVENTS}
 
 
@@ -489,3 +491,139 @@ def test_events_network_policy(default: list[dict[str, Any]]) -> None:
     assert policy["egress"] == api_egress
     off = render({"networkPolicy": {"enabled": False, "apiIngressNamespaceSelectors": [], "egress": egress}})
     assert by_kind(off, "NetworkPolicy") == []
+
+
+# ---------------------------------------------------------------- the operator's scope (admission policy)
+
+
+POLICY = "sless-operator-scope"
+
+
+def _policy(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    return one(objects, "ValidatingAdmissionPolicy", POLICY), one(objects, "ValidatingAdmissionPolicyBinding", POLICY)
+
+
+def test_admission_policy_binds_the_operators_service_account_and_denies(default: list[dict[str, Any]]) -> None:
+    policy, binding = _policy(default)
+    assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    [condition] = policy["spec"]["matchConditions"]
+    assert condition["expression"] == f"request.userInfo.username == 'system:serviceaccount:{NAMESPACE}:{OPERATOR}'"
+    assert one(default, "ClusterRoleBinding", OPERATOR)["subjects"][0]["name"] == OPERATOR  # the same account
+    assert binding["spec"] == {"policyName": POLICY, "validationActions": ["Deny"]}
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert variables["buildNamespace"] == "'sless-build'"
+    assert "'^sless-[0-9a-f]{16}$'" in variables["tenantShaped"]
+    assert "namespaceObject.metadata.labels['sless.dev/tenant'] == 'true'" in variables["tenantLabelled"]
+    assert all(v.get("reason") == "Forbidden" and v.get("messageExpression") for v in policy["spec"]["validations"])
+
+
+def _matched(policy: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    found: dict[tuple[str, str], set[str]] = {}
+    for rule in policy["spec"]["matchConstraints"]["resourceRules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                found.setdefault((group, resource), set()).update(rule["operations"])
+    return found
+
+
+def test_admission_policy_covers_every_kind_the_operator_may_write(default: list[dict[str, Any]]) -> None:
+    """Each resource the operator's ClusterRole may create, change or delete (its own custom resources
+    and Events aside) is matched for CREATE, UPDATE and DELETE, and so is each kind it builds."""
+    from sless_operator.manifests import PLURALS
+
+    policy, _ = _policy(default)
+    matched = _matched(policy)
+    writes = {"create", "update", "patch", "delete", "deletecollection"}
+    for rule in one(default, "ClusterRole", OPERATOR)["rules"]:
+        if not writes & set(rule["verbs"]) or rule["apiGroups"] in (["sless.dev"], ["events.k8s.io"]):
+            continue
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                if (group, resource) == ("", "events"):
+                    continue
+                assert {"CREATE", "UPDATE", "DELETE"} <= matched.get((group, resource), set()), (group, resource)
+    assert set(PLURALS.values()) <= {resource for _, resource in matched}
+
+
+def test_admission_policy_follows_the_build_namespace_and_names() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    account = {"create": True, "name": "op", "annotations": {}}
+    objects = render({"build": {**values["build"], "namespace": "builds"},
+                      "operator": {**values["operator"], "serviceAccount": account},
+                      "fullnameOverride": "fx"}, "-n", "platform")  # fmt: skip
+    policy = one(objects, "ValidatingAdmissionPolicy", "fx-operator-scope")
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert variables["buildNamespace"] == "'builds'"
+    assert "'system:serviceaccount:platform:op'" in policy["spec"]["matchConditions"][0]["expression"]
+    assert (
+        one(objects, "ValidatingAdmissionPolicyBinding", "fx-operator-scope")["spec"]["policyName"]
+        == policy["metadata"]["name"]
+    )
+
+
+def test_admission_policy_is_optional_and_needs_kubernetes_1_30() -> None:
+    off = render({"admissionPolicy": {"enabled": False}})
+    assert by_kind(off, "ValidatingAdmissionPolicy") == [] and by_kind(off, "ValidatingAdmissionPolicyBinding") == []
+    with pytest.raises(HelmError) as err:
+        render({}, "--kube-version", "1.29.0")
+    assert "admissionPolicy.enabled needs Kubernetes 1.30" in str(err.value)
+    assert by_kind(render({"admissionPolicy": {"enabled": False}}, "--kube-version", "1.29.0"), "Deployment")
+
+
+# ---------------------------------------------------------------- builds: init container image, build namespace egress
+
+
+def test_build_fetch_image_defaults_to_the_platform_image() -> None:
+    data = one(render(), "ConfigMap", "sless-config")["data"]
+    assert data["SLESS_BUILD_FETCH_IMAGE"] == "ghcr.io/sless-dev/sless:0.1.0"
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    digest = "sha256:" + "1" * 64
+    pinned = one(render({"image": {**values["image"], "digest": digest}}), "ConfigMap", "sless-config")["data"]
+    assert pinned["SLESS_BUILD_FETCH_IMAGE"] == f"ghcr.io/sless-dev/sless@{digest}"
+    own = render({"build": {**values["build"], "fetchImage": "reg.example/fetch:1"}})
+    assert one(own, "ConfigMap", "sless-config")["data"]["SLESS_BUILD_FETCH_IMAGE"] == "reg.example/fetch:1"
+
+
+def test_build_namespace_is_default_deny_with_an_egress_allow_list(default: list[dict[str, Any]]) -> None:
+    deny = one(default, "NetworkPolicy", "sless-build-default-deny")
+    assert deny["metadata"]["namespace"] == "sless-build"
+    assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    allow = one(default, "NetworkPolicy", "sless-build-egress")
+    assert allow["metadata"]["namespace"] == "sless-build"
+    assert allow["spec"]["policyTypes"] == ["Egress"] and "ingress" not in allow["spec"]
+    egress = allow["spec"]["egress"]
+
+    def ns(name: str) -> dict[str, Any]:
+        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+
+    assert egress == [
+        {"to": [ns("kube-system")], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+        {"to": [ns("sless-system")], "ports": [{"protocol": "TCP", "port": 5000}]},
+        {"to": [ns("sless-system")], "ports": [{"protocol": "TCP", "port": 9000}]},
+    ]
+
+
+def test_build_egress_takes_cidrs_and_package_registries() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    policy = {"enabled": True, "dns": [{"cidr": "169.254.20.10/32", "ports": [53]}],
+              "registry": [{"cidr": "10.9.0.0/16", "ports": [443]}], "s3": [{"cidr": "10.8.0.5/32"}],
+              "packageRegistries": [{"cidr": "151.101.0.0/16", "ports": [443]}, {"namespace": "mirrors"}]}  # fmt: skip
+    objects = render({"build": {**values["build"], "namespace": "builds", "networkPolicy": policy}})
+    egress = one(objects, "NetworkPolicy", "sless-build-egress")["spec"]["egress"]
+    assert {"to": [{"ipBlock": {"cidr": "10.8.0.5/32"}}]} in egress  # no ports: every port of that peer
+    assert {"to": [{"ipBlock": {"cidr": "151.101.0.0/16"}}], "ports": [{"protocol": "TCP", "port": 443}]} in egress
+    assert {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mirrors"}}}]} in egress
+    assert egress[0]["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    assert one(objects, "NetworkPolicy", "sless-build-default-deny")["metadata"]["namespace"] == "builds"
+    off = render({"build": {**values["build"], "networkPolicy": {**policy, "enabled": False}}})
+    assert [p["metadata"]["name"] for p in by_kind(off, "NetworkPolicy") if "build" in p["metadata"]["name"]] == []
+
+
+@pytest.mark.parametrize("peer", [{"cidr": "10.0.0.0/8", "namespace": "x"}, {"ports": [443]}, {"cidr": "nope"},
+                                  {"namespace": "x", "port": 443}])  # fmt: skip
+def test_build_egress_schema_wants_exactly_one_peer(peer: dict[str, Any]) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    policy = {**values["build"]["networkPolicy"], "packageRegistries": [peer]}
+    with pytest.raises(HelmError):
+        render({"build": {**values["build"], "networkPolicy": policy}})
