@@ -77,12 +77,14 @@ def tenant(sless_crds: Testbed) -> Iterator[str]:
 
 
 class Operator:
-    """A ``sless-operator`` subprocess limited to one tenant namespace and its own build namespace."""
+    """A ``sless-operator`` subprocess limited to one tenant namespace (and MORE_NAMESPACES) and its own
+    build namespace."""
 
     def __init__(self, bed: Testbed, namespace: str, build_namespace: str, log_dir: Path,
-                 extra_env: dict[str, str] | None = None) -> None:  # fmt: skip
+                 extra_env: dict[str, str] | None = None, more_namespaces: tuple[str, ...] = ()) -> None:  # fmt: skip
         self.bed = bed
         self.namespace = namespace
+        self.more_namespaces = more_namespaces
         self.build_namespace = build_namespace
         self.log_dir = log_dir
         self.env = {
@@ -108,7 +110,8 @@ class Operator:
         self.starts += 1
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [*operator_command(), "--verbose", "--namespace", self.namespace],
+                [*operator_command(), "--verbose", "--namespace", self.namespace,
+                 *[arg for ns in self.more_namespaces for arg in ("--namespace", ns)]],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         return self
