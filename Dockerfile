@@ -6,7 +6,9 @@
 #
 # Runs as uid/gid 10001 (the chart's podSecurityContext) with a read-only root filesystem; it writes
 # only to /tmp (an emptyDir in the chart).
-FROM python:3.11-slim AS build
+# BASE_IMAGE: any Debian-like image with Python 3.11 and pip (e.g. from a registry the builder reaches).
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY core core
@@ -16,7 +18,7 @@ RUN python -m venv /opt/sless \
  && /opt/sless/bin/pip install --no-cache-dir --disable-pip-version-check . \
  && find /opt/sless -name '__pycache__' -prune -exec rm -rf {} +
 
-FROM python:3.11-slim
+FROM ${BASE_IMAGE}
 ENV PATH=/opt/sless/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -19,6 +19,7 @@ have_rabbit() { [ -x /usr/sbin/rabbitmq-server ] || [ -x /usr/lib/rabbitmq/bin/r
 have_wrk() { command -v wrk >/dev/null 2>&1; }
 have_bwrap() { command -v bwrap >/dev/null 2>&1; }
 have_chromium() { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; }
+have_buildah() { command -v buildah >/dev/null 2>&1; }
 have_moto() { [ -f "$MOTO_VENV/.complete" ] && "$MOTO_VENV/bin/python" -c 'import moto.server' 2>/dev/null; }
 
 missing=()
@@ -27,6 +28,7 @@ have_rabbit || missing+=(rabbitmq-server)
 have_wrk || missing+=(wrk)
 have_bwrap || missing+=(bubblewrap)
 have_chromium || missing+=(chromium chromium-driver)  # browser tests: a function page vs the console
+have_buildah || missing+=(buildah)  # the runtime_images role's tests build with a real builder
 PY=${SLESS_PYTHON:-python3}
 if ! have_moto && ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then missing+=(python3-venv); fi
 
