@@ -541,6 +541,12 @@ def test_node_and_go_dockerfiles(tmp_path: Path) -> None:
     final = lines[stages[1]:]
     assert "COPY --from=build /app/bin /app/bin" in final and 'CMD ["/app/bin/server"]' in final
     assert final[-1].startswith("USER ") and not final[-1].startswith("USER root")
+    assert lines[stages[1]] == "FROM gcr.io/distroless/static-debian12:nonroot"
+    own = _dockerfile(make_build_context(go, "go1.23", "Handle", "sless/go1.23:1",
+                                         go_run_image="registry.local:5000/static:1")).splitlines()
+    assert [line for line in own if line.startswith("FROM ")][1] == "FROM registry.local:5000/static:1"
+    with pytest.raises(ValueError):
+        make_build_context(go, "go1.23", "Handle", "sless/go1.23:1", go_run_image="x\nRUN curl evil")
 
 
 def test_build_context_refuses_unsafe_input(tmp_path: Path) -> None:

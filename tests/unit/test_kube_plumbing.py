@@ -31,6 +31,11 @@ def test_settings_defaults_and_overrides() -> None:
     assert custom.service_url("ns", "f") == "http://f.ns.svc.example.internal:8080"
     assert custom.base_image("go1.23") == "registry.local:5000/sless/go1.23:v1"
     assert (custom.watch_timeout_sec, custom.kubeconfig) == (30.0, "/tmp/kc")
+    assert default.go_run_image == "gcr.io/distroless/static-debian12:nonroot"
+    assert KubeSettings.from_env({"SLESS_GO_RUN_IMAGE": "10.0.0.1:5000/static:1"}).go_run_image == \
+        "10.0.0.1:5000/static:1"
+    with pytest.raises(ValueError):
+        KubeSettings.from_env({"SLESS_GO_RUN_IMAGE": "static:1 RUN x"})
 
 
 @pytest.mark.parametrize("env", [

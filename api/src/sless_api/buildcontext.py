@@ -41,7 +41,8 @@ RUNTIME_USER = "1000:1000"
 FIXED_MTIME = 946_684_800
 #: Label carrying the code hash in the image.
 CODE_HASH_LABEL = "dev.sless.code-hash"
-#: Go functions run from a static binary on distroless (the build stage keeps the toolchain).
+#: Go functions run from a static binary on distroless (the build stage keeps the toolchain); the
+#: kubernetes backend's SLESS_GO_RUN_IMAGE replaces it (a registry without Docker Hub or gcr.io).
 GO_RUN_IMAGE = "gcr.io/distroless/static-debian12:nonroot"
 GO_RUN_USER = "65532:65532"
 #: Folder of the user's files inside the archive (the Dockerfile sits beside it, never clashing).
@@ -62,7 +63,8 @@ def code_tree_hash(code_dir: Path) -> str:
 
 
 def make_build_context(
-    code_dir: Path, runtime: str, entrypoint: str, base_image: str, *, code_hash: str | None = None
+    code_dir: Path, runtime: str, entrypoint: str, base_image: str, *, code_hash: str | None = None,
+    go_run_image: str = GO_RUN_IMAGE,
 ) -> bytes:
     """tar.gz bytes: ``Dockerfile`` + ``function/<user files>``.
 
@@ -73,7 +75,7 @@ def make_build_context(
     if not code_dir.is_dir():
         raise ValueError(f"code directory {code_dir} does not exist")
     digest = code_hash or code_tree_hash(code_dir)
-    dockerfile = render_dockerfile(code_dir, runtime, entrypoint, base_image, digest)
+    dockerfile = render_dockerfile(code_dir, runtime, entrypoint, base_image, digest, go_run_image)
     raw = io.BytesIO()
     with (
         gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz,
@@ -93,11 +95,13 @@ def make_build_context(
     return raw.getvalue()
 
 
-def render_dockerfile(code_dir: Path, runtime: str, entrypoint: str, base_image: str, code_hash: str) -> str:
+def render_dockerfile(code_dir: Path, runtime: str, entrypoint: str, base_image: str, code_hash: str,
+                      go_run_image: str = GO_RUN_IMAGE) -> str:
     """The generated Dockerfile for ``runtime`` (dependency layers depend on which manifests exist)."""
-    _check_single_line("base_image", base_image)
-    if not base_image or any(c.isspace() for c in base_image):
-        raise ValueError(f"base_image must be one image reference, got {base_image!r}")
+    for name, image in (("base_image", base_image), ("go_run_image", go_run_image)):
+        _check_single_line(name, image)
+        if not image or any(c.isspace() for c in image):
+            raise ValueError(f"{name} must be one image reference, got {image!r}")
     _check_single_line("entrypoint", entrypoint)
     _check_single_line("code_hash", code_hash)
     has = {name: (Path(code_dir) / name).is_file() for name in _MANIFESTS}
@@ -146,7 +150,7 @@ def render_dockerfile(code_dir: Path, runtime: str, entrypoint: str, base_image:
         # The toolchain stays in the build stage: the function image holds only the static binary.
         lines += [
             f"RUN {GO_BUILD_SCRIPT} {CODE_DIR} {GO_BIN_DIR}",
-            f"FROM {GO_RUN_IMAGE}",
+            f"FROM {go_run_image}",
             f"COPY --from=build {GO_BIN_DIR} {GO_BIN_DIR}",
             f"LABEL {CODE_HASH_LABEL}={json.dumps(code_hash)} dev.sless.runtime={json.dumps(runtime)}",
             f'CMD ["{GO_BIN_DIR}/server"]',

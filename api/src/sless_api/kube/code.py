@@ -52,7 +52,7 @@ class CodeArchive:
 
     def _context(self, code_dir: Path, spec: FunctionSpec, code_hash: str) -> bytes:
         return make_build_context(code_dir, spec.runtime, spec.entrypoint, self.settings.base_image(spec.runtime),
-                                  code_hash=code_hash)
+                                  code_hash=code_hash, go_run_image=self.settings.go_run_image)
 
     def store_upload(self, namespace: str, spec: FunctionSpec, zip_path: Path, code_hash: str) -> tuple[str, str]:
         """Check and store an uploaded zip and its build context; (zip key, context key).

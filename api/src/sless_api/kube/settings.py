@@ -9,6 +9,7 @@
 | ``SLESS_KUBE_WATCH_TIMEOUT_SEC`` | ``240`` | length of one route-table watch before renewal |
 | ``SLESS_RUNTIME_IMAGE_PREFIX`` | ``sless`` | build base images ``<prefix>/<runtime>:<tag>`` |
 | ``SLESS_RUNTIME_IMAGE_TAG`` | ``latest`` | tag of those base images |
+| ``SLESS_GO_RUN_IMAGE`` | ``gcr.io/distroless/static-debian12:nonroot`` | image a Go function's binary runs on |
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sless_api.buildcontext import GO_RUN_IMAGE
 from sless_core.models import RUNTIMES
 
 _DOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
@@ -47,6 +49,7 @@ class KubeSettings:
     watch_timeout_sec: float = 240.0
     runtime_image_prefix: str = "sless"
     runtime_image_tag: str = "latest"
+    go_run_image: str = GO_RUN_IMAGE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> KubeSettings:
@@ -56,7 +59,9 @@ class KubeSettings:
             raise ValueError(f"SLESS_KUBE_SERVICE_DOMAIN must be a DNS suffix (svc.cluster.local), got {domain!r}")
         prefix = (source.get("SLESS_RUNTIME_IMAGE_PREFIX") or cls.runtime_image_prefix).strip().rstrip("/")
         tag = (source.get("SLESS_RUNTIME_IMAGE_TAG") or cls.runtime_image_tag).strip()
-        for key, value in (("SLESS_RUNTIME_IMAGE_PREFIX", prefix), ("SLESS_RUNTIME_IMAGE_TAG", tag)):
+        go_run = (source.get("SLESS_GO_RUN_IMAGE") or cls.go_run_image).strip()
+        for key, value in (("SLESS_RUNTIME_IMAGE_PREFIX", prefix), ("SLESS_RUNTIME_IMAGE_TAG", tag),
+                           ("SLESS_GO_RUN_IMAGE", go_run)):
             if not _IMAGE_PART.match(value):
                 raise ValueError(f"{key} must be part of an image reference, got {value!r}")
         return cls(
@@ -67,6 +72,7 @@ class KubeSettings:
             watch_timeout_sec=_positive(source, "SLESS_KUBE_WATCH_TIMEOUT_SEC", cls.watch_timeout_sec),
             runtime_image_prefix=prefix,
             runtime_image_tag=tag,
+            go_run_image=go_run,
         )
 
     def base_image(self, runtime: str) -> str:
