@@ -36,6 +36,13 @@ from sless_api.platform import (
     Unsupported,
 )
 from sless_api.standalone.builder import BuildArtifact, Builder, BuildFailed, BuildRequest, toolchain_paths
+from sless_api.standalone.retention import (
+    QuotaExceeded,
+    RetentionPolicy,
+    check_tenant_quota,
+    prune_stored,
+    prune_versions,
+)
 from sless_api.standalone.runner import KILL_MARGIN_SEC, run_once
 from sless_api.standalone.sandbox import Limits, Sandbox, SandboxUnavailable
 from sless_api.standalone.state import StateStore
@@ -92,6 +99,7 @@ class StandalonePlatform:
         self.builder = Builder(data / "cache", sandbox=self.sandbox)
         self.supervisor = Supervisor(idle_timeout_sec=config.idle_timeout_sec, log_dir=data / "logs")
         self.zip_limits = ZipLimits()
+        self.retention = RetentionPolicy.from_env()
         self._routes: dict[tuple[str, str], Route] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.cron: Any = None  # set by the app: the scheduler needs the invoker, which needs us
@@ -200,6 +208,11 @@ class StandalonePlatform:
         if not code_dir.exists():
             code_dir.parent.mkdir(parents=True, exist_ok=True)
             extract_zip(zip_path, code_dir, self.zip_limits)
+            try:
+                check_tenant_quota(self.code_root, rec.namespace, self.retention)
+            except QuotaExceeded:
+                shutil.rmtree(code_dir, ignore_errors=True)
+                raise
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{code_hash[:12]}"
         self.store.put_file(zip_key(rec.namespace, rec.spec.name, stamp), zip_path)
         context = make_build_context(code_dir, rec.spec.runtime, rec.spec.entrypoint,
@@ -251,6 +264,15 @@ class StandalonePlatform:
             self._finish_build(namespace, name, code_hash, None, f"the new version failed to start: {exc}")
             return
         self._finish_build(namespace, name, code_hash, artifact, "")
+        await asyncio.to_thread(self._prune, namespace, name, code_hash)
+
+    def _prune(self, namespace: str, name: str, current: str) -> None:
+        """After a good build: older versions beyond the kept few leave the disk and the code store."""
+        removed = prune_versions(self.code_root / namespace / name, current, self.retention)
+        stored = prune_stored(self.store, namespace, name, self.retention)
+        if removed or stored:
+            log.info("%s/%s: removed %d old code versions and %d stored objects", namespace, name, len(removed),
+                     stored)
 
     def _finish_build(self, namespace: str, name: str, code_hash: str, artifact: BuildArtifact | None,
                       failure: str) -> None:
