@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -176,6 +177,19 @@ def test_cannot_signal_the_platform_its_parent_or_pid_1(arena: Arena) -> None:
     assert arena.attack("whoami").status_code == 200  # its own sandbox survived its PID 1 attempt
 
 
+def test_cannot_call_another_tenants_runtime_port_directly(arena: Arena) -> None:
+    env = Path(f"/proc/{arena.victim_pid()}/environ").read_bytes().split(b"\0")
+    victim_port = int(next(v for v in env if v.startswith(b"PORT=")).split(b"=", 1)[1])
+    api_port = int(arena.sless.url.rsplit(":", 1)[1])
+    results = arena.attack("connect", ports=[victim_port, api_port]).json()
+    # The platform's API stays reachable (functions keep the network); the victim's runtime port does not.
+    assert results[str(api_port)].startswith("ok: HTTP/1.1"), results
+    assert results[str(victim_port)].startswith("err: "), results
+    with socket.create_connection(("127.0.0.1", victim_port), timeout=5):
+        pass  # from the platform's own user the port is open: the refusal is the sandbox's doing
+    arena.assert_fine()
+
+
 def test_fork_bomb_is_bounded(arena: Arena) -> None:
     arena.attacker.deploy("forker", "python3.11", HOSTILE, memory_mb=1024)
     resp = arena.attack("fork_bomb", function="forker", count=300)
@@ -269,6 +283,19 @@ def test_platform_sigkill_leaves_no_process_and_no_build(tmp_path: Path) -> None
                 "the functions' children died with the platform")
     _wait_until(lambda: not _uid_pids(uid), 10, "no process of the tenant's uid is left")
     _wait_until(lambda: not _cmdlines(str(sp.data_dir)), 10, "no build or runtime outlived the platform")
+    # What the killed platform left outside its processes (cgroups, its iptables chain) goes at the next start.
+    chain = f"SLESS-{sp.proc.pid}"
+    assert chain in _iptables_rules() or not shutil.which("iptables")
+    again = start_sless(tmp_path / "again", {"SLESS_SANDBOX": "bwrap"})
+    assert again.stop() == 0
+    assert chain not in _iptables_rules()
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/**/sless-{sp.proc.pid}"))
+
+
+def _iptables_rules() -> str:
+    if not shutil.which("iptables"):
+        return ""
+    return subprocess.run(["iptables", "-w", "5", "-S"], capture_output=True, text=True, check=True).stdout
 
 
 def test_refuses_to_start_unconfined_unless_told_single_tenant(tmp_path: Path) -> None:

@@ -124,12 +124,24 @@ def stop_self(event):
     return {"pid": os.getpid()}
 
 
+def connect(event):
+    """Open TCP connections to loopback ports (another tenant's runtime, the platform's API)."""
+    import socket
+
+    def probe(port):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+            conn.sendall(b"GET /_/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            return conn.recv(64).decode(errors="replace").splitlines()[0]
+
+    return {str(port): _try(lambda p=port: probe(p)) for port in event["ports"]}
+
+
 def whoami(event):
     return {"uid": os.getuid(), "pid": os.getpid(), "ppid": os.getppid(), "root": sorted(os.listdir("/"))}
 
 
 ACTIONS = {f.__name__: f for f in (read_files, scan_environ, signals, fork_bomb, memory_bomb, detach,
-                                   fill_disk, stop_self, whoami)}
+                                   fill_disk, stop_self, connect, whoami)}
 
 
 def handle(event):

@@ -46,6 +46,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sless_api.standalone.portguard import PortGuard
+
 #: First uid of the per-tenant range; the span keeps collisions between tenants rare.
 UID_BASE = 100_000
 UID_SPAN = 1 << 30
@@ -344,6 +346,8 @@ class Prepared:
     limits: Limits
     cgroup: CgroupSet | None = None
     sandboxed: bool = False
+    #: Undoes what prepare() set up outside the process (a port rule), once, at cleanup.
+    on_cleanup: Callable[[], None] | None = None
     _cleaned: bool = False
     _oom_kills: int = 0
 
@@ -399,6 +403,8 @@ class Prepared:
             self._cleaned = True
             self.cgroup.destroy()
         self._cleaned = True
+        if self.on_cleanup is not None:
+            self.on_cleanup()
 
 
 def _process_tree() -> dict[int, list[int]]:
@@ -482,7 +488,8 @@ class Sandbox:
     """How this platform runs tenant processes; made once at start-up by :meth:`detect`."""
 
     def __init__(self, *, bwrap: str | None, reason: str, toolchain: Sequence[Path] = (),
-                 cgroups: Cgroups | None = None, setpriv: str | None = None) -> None:
+                 cgroups: Cgroups | None = None, setpriv: str | None = None,
+                 port_guard: PortGuard | None = None) -> None:
         self.bwrap = bwrap
         #: Why the sandbox is on or off, for the start-up log and the refusal message.
         self.reason = reason
@@ -490,6 +497,8 @@ class Sandbox:
         self.cgroups = cgroups
         self.as_root = os.geteuid() == 0
         self.setpriv = setpriv
+        #: Refuses tenant uids' connections to runtime ports (root only; see portguard.py).
+        self.port_guard = port_guard
 
     @property
     def enabled(self) -> bool:
@@ -518,19 +527,28 @@ class Sandbox:
             raise SandboxUnavailable(problem)
         assert bwrap is not None
         cgroups = Cgroups.detect()
+        guard = PortGuard.detect((UID_BASE, UID_BASE + UID_SPAN - 1)) if os.geteuid() == 0 else None
         how = "per-tenant uids" if os.geteuid() == 0 else "user namespaces"
         memory = "memory cgroups" if cgroups is not None else "RLIMIT_AS (no writable memory cgroup)"
-        return cls(bwrap=bwrap, reason=f"bwrap with PID namespaces, {how}, {memory}", toolchain=toolchain,
-                   cgroups=cgroups, setpriv=setpriv)
+        ports = ", runtime ports closed to tenants (iptables)" if guard is not None else ""
+        return cls(bwrap=bwrap, reason=f"bwrap with PID namespaces, {how}, {memory}{ports}", toolchain=toolchain,
+                   cgroups=cgroups, setpriv=setpriv, port_guard=guard)
 
     def close(self) -> None:
         if self.cgroups is not None:
             self.cgroups.close()
+        if self.port_guard is not None:
+            self.port_guard.close()
+            self.port_guard = None
 
     # -- launching ---------------------------------------------------------------------------
 
-    def prepare(self, argv: Sequence[str], cwd: Path, spec: JailSpec, label: str) -> Prepared:
-        """The launch of ``argv`` in ``spec``'s sandbox (or, when off, with per-process limits only)."""
+    def prepare(self, argv: Sequence[str], cwd: Path, spec: JailSpec, label: str,
+                port: int | None = None) -> Prepared:
+        """The launch of ``argv`` in ``spec``'s sandbox (or, when off, with per-process limits only).
+
+        ``port``: the loopback port the process will listen on, closed to tenants until cleanup.
+        """
         limits = spec.limits
         if not self.enabled:
             plain_env = _address_space_env(limits, None)
@@ -546,7 +564,16 @@ class Sandbox:
             wrapped = self._jail_argv(argv, cwd, spec, uid)
             env = {"HOME": SANDBOX_TMP, "TMPDIR": SANDBOX_TMP, **_address_space_env(limits, cgroup)}
         preexec = self._preexec(cgroup, limits, uid, signal.SIGKILL, spec.reaper_only)
-        return Prepared(wrapped, preexec, env, limits, cgroup, sandboxed=True)
+        prepared = Prepared(wrapped, preexec, env, limits, cgroup, sandboxed=True)
+        guard = self.port_guard
+        if port is not None and guard is not None:
+            try:
+                guard.block(port)
+            except BaseException:
+                prepared.cleanup()
+                raise
+            prepared.on_cleanup = lambda: guard.unblock(port)
+        return prepared
 
     def _reaper_argv(self, argv: Sequence[str], cwd: Path) -> list[str]:
         assert self.bwrap is not None

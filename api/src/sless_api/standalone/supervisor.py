@@ -539,7 +539,7 @@ class Supervisor:
         argv, preexec, jail = list(spec.argv), _PREEXEC, None
         try:
             if spec.sandbox is not None and spec.jail is not None:
-                jail = spec.sandbox.prepare(spec.argv, spec.cwd, spec.jail, f"{slot.key}-{port}")
+                jail = spec.sandbox.prepare(spec.argv, spec.cwd, spec.jail, f"{slot.key}-{port}", port=port)
                 argv, preexec = jail.argv, jail.preexec
                 env.update(jail.env)
             child = await asyncio.create_subprocess_exec(
