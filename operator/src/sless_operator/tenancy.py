@@ -14,6 +14,9 @@ policy enforces the same boundary on the apiserver side.
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from sless_core.naming import is_tenant_namespace
 from sless_operator import children, manifests
 from sless_operator.context import Context
@@ -53,8 +56,27 @@ async def ensure(ctx: Context, namespace: str) -> None:
         if patched is None:
             raise NamespaceMissing(f"namespace {namespace} does not exist")
         for obj in manifests.tenant_objects(ctx.config, namespace):
-            await children.ensure(ctx.kube, obj)
+            await _ensure_after_marking(ctx, obj)
         state.tenants_ready.add(namespace)
+
+
+MARK_SETTLE_SEC = (0.2, 0.5, 1.0, 2.0)
+
+
+async def _ensure_after_marking(ctx: Context, obj: dict[str, Any]) -> None:
+    """``children.ensure`` that waits out the admission policy's view of a namespace just marked.
+
+    The chart's policy reads the namespace's labels from the apiserver's cache, which may lag the
+    patch that put ``sless.dev/tenant`` on by a moment; only that denial is retried, briefly.
+    """
+    for delay in (*MARK_SETTLE_SEC, None):
+        try:
+            await children.ensure(ctx.kube, obj)
+            return
+        except ApiError as exc:
+            if delay is None or exc.status != 403 or "ValidatingAdmissionPolicy" not in exc.message:
+                raise
+        await asyncio.sleep(delay)
 
 
 async def ensure_build_namespace(ctx: Context) -> None:
