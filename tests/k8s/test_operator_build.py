@@ -1,0 +1,117 @@
+"""Build Jobs on a real apiserver: the fetch-context init container and what a failed fetch reports.
+
+kwok runs no containers, so a kwok Stage decides the outcome: here the init container "fails"
+the way ``sless_operator.contextfetch`` does (exit 1, its reason as the termination message) and
+kaniko never starts. The Job controller, the pod statuses and the operator's capture are real.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.k8s.conftest import CODE_A
+from tests.support.testbed import Testbed
+
+if TYPE_CHECKING:
+    from tests.k8s.conftest import Sless
+
+pytestmark = [pytest.mark.k8s, pytest.mark.slow]
+
+# a Pending pod whose init container ended with an error: Failed, its app container never started
+_FETCH_FAILED = """\
+{{ $now := Now }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  type: Initialized
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  type: Ready
+initContainerStatuses:
+{{ range .spec.initContainers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  restartCount: 0
+  state:
+    terminated:
+      exitCode: 1
+      reason: Error
+      message: %(message)s
+      startedAt: {{ $now | Quote }}
+      finishedAt: {{ $now | Quote }}
+{{ end }}
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  restartCount: 0
+  state:
+    waiting:
+      reason: PodInitializing
+{{ end }}
+phase: Failed
+"""
+
+
+@pytest.fixture
+def fetch_fails(k8s_testbed: Testbed) -> Iterator[Any]:
+    """``fetch_fails(namespace, labels, message)``: matching build pods fail in their init container."""
+    made: list[str] = []
+
+    def make(namespace: str, labels: dict[str, str], message: str) -> None:
+        name = f"sless-fetch-fails-{secrets.token_hex(4)}"
+        expressions = [
+            {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+            {"key": ".status.phase", "operator": "In", "values": ["Pending"]},
+            {"key": ".metadata.namespace", "operator": "In", "values": [namespace]},
+            *({"key": f'.metadata.labels["{k}"]', "operator": "In", "values": [v]} for k, v in labels.items()),
+        ]
+        k8s_testbed.apply({
+            "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": name},
+            "spec": {"resourceRef": {"apiGroup": "v1", "kind": "Pod"}, "selector": {"matchExpressions": expressions},
+                     "weight": 10000, "delay": {"durationMilliseconds": 200},
+                     "next": {"statusTemplate": _FETCH_FAILED % {"message": json.dumps(message)}}},
+        })  # fmt: skip
+        made.append(name)
+
+    try:
+        yield make
+    finally:
+        for name in made:
+            k8s_testbed.kubectl("delete", "stage.kwok.x-k8s.io", name, "--ignore-not-found", check=False)
+
+
+def test_build_pod_fetches_the_context_in_an_init_container(sless: Sless) -> None:
+    sless.function("fetched")
+    sless.wait_phase("Function", "fetched", "Ready")
+    [job] = sless.build_jobs("fetched")
+    pod = job["spec"]["template"]["spec"]
+    [fetch] = pod["initContainers"]
+    assert fetch["name"] == "fetch-context" and fetch["envFrom"][0]["secretRef"]["name"] == "sless-build-s3"
+    assert f"--key=contexts/{sless.ns}/fetched/{CODE_A[:8]}.tar.gz" in fetch["args"]
+    [kaniko] = pod["containers"]
+    assert "envFrom" not in kaniko and "--context=dir:///workspace/context" in kaniko["args"]
+    # the apiserver accepted it in the build namespace (Pod Security baseline) and kwok ran it
+    pods = sless.labelled("pods", "sless.dev/function=fetched,sless.dev/component=build", sless.op.build_namespace)
+    assert pods and pods[0]["status"]["phase"] == "Succeeded"
+    assert pods[0]["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+
+
+def test_a_failed_context_fetch_is_what_the_function_reports(sless: Sless, fetch_fails: Any) -> None:
+    reason = f"build context: build context contexts/{sless.ns}/nofetch/x.tar.gz has SHA-256 {'1' * 64}, expected"
+    fetch_fails(sless.op.build_namespace, {"sless.dev/function": "nofetch", "sless.dev/code-hash": CODE_A[:16]},
+                reason)  # fmt: skip
+    sless.function("nofetch")
+    body = sless.wait_phase("Function", "nofetch", "Failed", timeout=120)
+    status = body["status"]
+    assert reason in status["message"], status
+    built = next(c for c in status["conditions"] if c["type"] == "Built")
+    assert (built["status"], built["reason"]) == ("False", "BuildFailed")
+    assert sless.get("deployment", "nofetch") is None
