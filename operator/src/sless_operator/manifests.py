@@ -8,7 +8,8 @@ Where things run:
 - build Jobs (kaniko) in the platform's build namespace: kaniko needs root, which the tenant
   namespaces' ``restricted`` Pod Security level forbids, and the S3 and registry credentials
   stay out of tenant namespaces. Such a Job cannot carry an owner reference to a Function in
-  another namespace; labels name its Function and the operator's finalizer deletes it.
+  another namespace; labels name its Function and the operator's finalizer deletes it. Its
+  ``fetch-context`` init container alone gets the S3 credentials (``fetch_container``).
 - Deployments, Services, run Jobs and CronJobs in the tenant namespace, owned by their
   Function, FunctionJob or Trigger (garbage collection removes them with it).
 """
