@@ -100,7 +100,7 @@ def leftovers(state: Path) -> list[str]:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if str(state) in cmdline:
+        if str(state) in cmdline and int(proc.name) != os.getpid():
             found.append(f"process {proc.name}: {cmdline[:200]}")
     mounts = Path("/proc/self/mounts").read_text()
     found += [f"mount {line.split()[1]}" for line in mounts.splitlines() if str(state) in line]

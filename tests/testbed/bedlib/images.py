@@ -74,9 +74,14 @@ def _file_sha(path: Path) -> str:
 
 
 def _tree_sha(folder: Path) -> str:
-    """Hash of every file's relative path and content under FOLDER (a build context)."""
+    """Hash of every file's relative path and content under FOLDER (a build context).
+
+    Byte-code caches and node_modules are left out: tests create them, and no Dockerfile copies them.
+    """
+    skip = {"node_modules", "__pycache__"}
     parts: list[str] = []
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "node_modules" not in p.parts):
+    files = (p for p in folder.rglob("*") if p.is_file() and not skip & set(p.parts) and p.suffix != ".pyc")
+    for path in sorted(files):
         parts.append(f"{path.relative_to(folder)}={_file_sha(path)}")
     return _sha(*parts)
 

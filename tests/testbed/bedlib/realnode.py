@@ -194,6 +194,17 @@ def _rmdir_tree(root: Path) -> None:
         log(f"could not remove cgroup {root}: {exc}")
 
 
+def _remove_cni_results() -> None:
+    """libcni's cached results of pods that never got a CNI DEL: ours and their loopback's."""
+    results = Path("/var/lib/cni/results")
+    if not results.exists():
+        return
+    for result in results.glob(f"{NETWORK}-*"):
+        container = result.name.removeprefix(f"{NETWORK}-").rsplit("-", 1)[0]
+        (results / f"cni-loopback-{container}-lo").unlink(missing_ok=True)
+        result.unlink(missing_ok=True)
+
+
 def _iptables_sweep() -> list[str]:
     """Remove the node's iptables rules and chains: CNI-* (CNI plugins), KUBE-* (kubelet, kube-proxy).
 
@@ -541,19 +552,21 @@ def _sandboxes_gone(state: Path) -> bool:
     if not sock.exists():
         return True
     tasks = _run("ctr", "--address", str(sock), "-n", "k8s.io", "tasks", "ls", "-q", check=False, timeout=20)
-    return tasks.returncode == 0 and not tasks.stdout.strip()
+    return tasks.returncode != 0 or not tasks.stdout.strip()  # no answer: containerd is gone, the sweep follows
 
 
 def down(state: Path, kubectl: Kubectl | None, apiserver_alive: bool) -> list[str]:
     """Stop the node and remove everything it made on the host; returns what the sweep found."""
     start = time.monotonic()
-    if apiserver_alive and kubectl is not None:
+    recorded = {p.name: p for p in procs.recorded(state)}
+    # a drain needs the kubelet and containerd to stop the pods; after a crash the sweep does it
+    node_alive = all(name in recorded and procs.alive(recorded[name]) for name in ("kubelet", "containerd"))
+    if apiserver_alive and kubectl is not None and node_alive:
         try:
             drain(kubectl)
             wait_for("containerd tasks gone", lambda: _sandboxes_gone(state), 30)
         except (RuntimeError, TimeoutError, OSError, subprocess.TimeoutExpired) as exc:
             log(f"drain incomplete ({exc}); the sweep cleans up")
-    recorded = {p.name: p for p in procs.recorded(state)}
     ours = [recorded[name] for name in reversed(COMPONENTS) if name in recorded]
     procs.stop([p for p in ours if p.name != "containerd"], grace=10)
     found: list[str] = []
@@ -602,8 +615,7 @@ def down(state: Path, kubectl: Kubectl | None, apiserver_alive: bool) -> list[st
     for link in Path("/var/log/containers").glob("*.log") if Path("/var/log/containers").exists() else []:
         if str(state) in os.path.realpath(link) or not link.exists():
             link.unlink(missing_ok=True)
-    for result in Path("/var/lib/cni/results").glob(f"{NETWORK}-*") if Path("/var/lib/cni/results").exists() else []:
-        result.unlink(missing_ok=True)
+    _remove_cni_results()
     for folder in host.get("absent_dirs", []):  # listed deepest first
         with contextlib.suppress(OSError):
             Path(folder).rmdir()
