@@ -330,7 +330,14 @@ def test_the_operator_under_the_policy_builds_and_deploys_tenants_and_refuses_ot
         assert sless.build_jobs(name), "no build Job in the build namespace"
         assert sless.get("deployment", name) is not None and sless.get("service", name) is not None
         op.wait("CronJob", lambda: sless.get("cronjob", f"{name}-tick-cron"))
+        sless.apply("FunctionJob", f"{name}-once", {"function": name, "runId": 1, "event": {}})
+        sless.wait_phase("FunctionJob", f"{name}-once", "Succeeded", timeout=120)
         assert_refused(op, "default", name)
+        # deleting reaches the build namespace (build Jobs by label) and the tenant's CronJob: allowed too
+        sless.delete("Function", name)
+        sless.wait_gone("Function", name)
+        op.wait("build Jobs deleted", lambda: not sless.build_jobs(name))
+        sless.wait_gone("cronjob", f"{name}-tick-cron")
     finally:
         op.stop()
         remove_resources(bed, "default", name)
