@@ -90,6 +90,21 @@ def test_python_runtime_pod_is_ready_under_restricted_and_answers_through_its_cl
     assert json.loads(body) == {"hello": "real node", "method": "GET"}
 
 
+def test_nodejs_runtime_pod_runs_on_the_local_node_base_under_restricted(real_node: RealNode, namespace: str) -> None:
+    """The nodejs20 image is built on the test bed's stand-in for node:20-slim (the host's Node)."""
+    bed = real_node.bed
+    handler = 'exports.handle = async (event) => ({ hello: "real node", method: event._method });\n'
+    bed.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "code", "namespace": namespace},
+               "data": {"handler.js": handler}})  # fmt: skip
+    pod = runtime_pod("hello-node", real_node.image("sless/nodejs20"), {"app": "hello-node"}, "code")
+    bed.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(pod))
+    ready, seconds = wait_ready(real_node, namespace, "hello-node")
+    print(f"nodejs runtime pod Ready in {seconds:.1f}s")
+    status, body = http_get(f"http://{ready['status']['podIP']}:8080/")
+    assert status == 200, body
+    assert json.loads(body) == {"hello": "real node", "method": "GET"}
+
+
 def _try_get(url: str) -> tuple[int, str] | None:
     try:
         return http_get(url, timeout=3)
