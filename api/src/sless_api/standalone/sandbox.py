@@ -22,11 +22,13 @@ process therefore runs under bubblewrap (``bwrap``):
   where no memory cgroup can be made.
 
 The network is shared on purpose: functions call databases, and the proxy
-reaches the runtime on a loopback port.
+reaches the runtime on a loopback port; as root, the runtime ports themselves
+are closed to tenant uids (portguard.py).
 
 ``SLESS_SANDBOX`` chooses: ``auto`` (default: bwrap when it works here, else
-off), ``bwrap`` (required: refuse to start without it) or ``off`` (processes run
-as the platform's user with a filtered environment; single-tenant use only).
+none, for which the platform refuses to start: platform.py), ``bwrap``
+(required) or ``off`` (processes run as the platform's user with a filtered
+environment and per-process limits; single-tenant use only).
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sless_api.standalone.cgroups import Cgroups, CgroupSet
@@ -184,6 +187,7 @@ class Prepared:
     #: Undoes what prepare() set up outside the process (a port rule), once, at cleanup.
     on_cleanup: Callable[[], None] | None = None
     _cleaned: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
     _oom_kills: int = 0
 
     def oom_kills(self) -> int:
@@ -230,14 +234,16 @@ class Prepared:
             os.kill(pid, signal.SIGKILL)
 
     def cleanup(self) -> None:
-        """Kill what is left of the tree and remove its cgroups (idempotent)."""
-        if self._cleaned:
-            return
-        if self.cgroup is not None:
-            self._oom_kills = self.cgroup.oom_kills()
+        """Kill what is left of the tree and remove its cgroups (idempotent, thread-safe: the
+        supervisor's exit watcher and its kill path may both get here, each from a worker thread)."""
+        with self._lock:
+            if self._cleaned:
+                return
+            if self.cgroup is not None:
+                self._oom_kills = self.cgroup.oom_kills()
             self._cleaned = True
+        if self.cgroup is not None:
             self.cgroup.destroy()
-        self._cleaned = True
         if self.on_cleanup is not None:
             self.on_cleanup()
 

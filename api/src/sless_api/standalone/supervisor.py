@@ -539,7 +539,10 @@ class Supervisor:
         argv, preexec, jail = list(spec.argv), _PREEXEC, None
         try:
             if spec.sandbox is not None and spec.jail is not None:
-                jail = spec.sandbox.prepare(spec.argv, spec.cwd, spec.jail, f"{slot.key}-{port}", port=port)
+                # In a thread: cgroup set-up and the port rule (an iptables run) must not stall other calls.
+                jail = await asyncio.to_thread(
+                    spec.sandbox.prepare, spec.argv, spec.cwd, spec.jail, f"{slot.key}-{port}", port=port
+                )
                 argv, preexec = jail.argv, jail.preexec
                 env.update(jail.env)
             child = await asyncio.create_subprocess_exec(
