@@ -264,6 +264,37 @@ class Builder:
 
             return build
 
+        fetch_packages = (
+            "minio",
+            "urllib3",
+            "certifi",
+            "argon2",
+            "_argon2_cffi_bindings",
+            "cffi",
+            "pycparser",
+            "Crypto",
+            "typing_extensions.py",
+            "_cffi_backend.cpython-311-x86_64-linux-gnu.so",
+        )
+        site = ROOT / ".venv" / "lib" / "python3.11" / "site-packages"  # the project's (pip install -e .)
+        operator_src = ROOT / "operator" / "src" / "sless_operator"
+
+        def build_fetch(name: str) -> None:
+            """The build Job's fetch-context container: the operator's package and minio (the
+            platform image's stand-in), from the project's virtualenv (CPython 3.11, like Debian's)."""
+            ctx = self._context(name)
+            target = ctx / "site"
+            for package in fetch_packages:
+                source = site / package
+                if source.is_dir():
+                    shutil.copytree(source, target / package, ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    target.mkdir(exist_ok=True)
+                    shutil.copy2(source, target / package)
+            shutil.copytree(operator_src, target / "sless_operator", ignore=shutil.ignore_patterns("__pycache__"))
+            self.bud(name, ctx, f"FROM localhost/{debian}\nCOPY site/ /usr/local/lib/python3.11/dist-packages/\n"
+                                "RUN ln -sf python3 /usr/bin/python\nUSER 65532:65532\n")  # fmt: skip
+
         kaniko_env = ("ENV HOME=/root USER=root PATH=/usr/local/bin:/kaniko SSL_CERT_DIR=/kaniko/ssl/certs "
                       "DOCKER_CONFIG=/kaniko/.docker/\n")  # fmt: skip
         return [
@@ -284,6 +315,12 @@ class Builder:
                                "COPY ca.crt /etc/ssl/certs/ca-certificates.crt\nUSER 65532:65532\n")),
             Image(node_ref, node_key, build_node),
             Image(go_ref, go_key, build_go),
+            *([] if not all((site / p).exists() for p in fetch_packages) else [Image(
+                "sless-testbed/platform-fetch:testbed",
+                  _sha(RECIPE_VERSION, debian_key, _tree_sha(operator_src),
+                       *(f"{p}={_tree_sha(site / p) if (site / p).is_dir() else _file_sha(site / p)}"
+                         for p in fetch_packages)),
+                  build_fetch)]),
             Image("sless/python3.11:testbed",
                   _sha(RECIPE_VERSION, debian_key, _tree_sha(runtimes / "python3.11")),
                   runtime("python3.11", "--build-arg", f"BASE_IMAGE=localhost/{debian}")),
