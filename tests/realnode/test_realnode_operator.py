@@ -1,8 +1,14 @@
 """The sless operator builds a hello function for real and the function answers.
 
-What the API would do is done by hand (build context in S3, Function resource); the operator
-process is the real one: build Job (fetch-context from S3, kaniko, push to the test bed's
-registry), Deployment in a `restricted` tenant namespace, Service. Then the Service answers.
+First with what the API would do done by hand (build context in S3, Function resource), then
+through the real API process: upload, http trigger, `/fn/...`. The operator process is the real
+one: build Job (fetch-context from S3, kaniko, push to the test bed's registry), Deployment in a
+`restricted` tenant namespace, Service.
+
+The API reaches a function at ``http://<fn>.<ns>.svc.cluster.local:8080``, a name only cluster
+DNS knows: the API process runs in its own mount namespace whose /etc/resolv.conf names the test
+bed's CoreDNS (which forwards other names to the host's resolver), so nothing else on the host
+changes.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import json
 import secrets
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,12 +29,13 @@ from sless_api.buildcontext import code_tree_hash, make_build_context
 from sless_core import crd
 from sless_operator import manifests
 from tests.k8s.conftest import CRDS, SLESS_KINDS, Operator, strip_finalizers
+from tests.support.platform import REPO, SECRET, Tenant
 from tests.support.realnode import RealNode, http_get
-from tests.support.services import tools_dir
+from tests.support.services import free_port, tools_dir
 
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1800)]
 
-ACCESS, SECRET, BUCKET = "sless-test-access", "sless-test-secret", "sless"
+ACCESS, SECRET_KEY, BUCKET = "sless-test-access", "sless-test-secret", "sless"
 
 
 @pytest.fixture
@@ -45,6 +53,9 @@ def s3_on_bridge(real_node: RealNode, tmp_path: Path) -> Iterator[str]:
                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         real_node.bed.wait("moto_server answers", lambda: _answers(f"http://{endpoint}/"), timeout=60)
+        from minio import Minio
+
+        Minio(endpoint, access_key=ACCESS, secret_key=SECRET_KEY, secure=False).make_bucket(BUCKET)
         yield endpoint
     finally:
         proc.terminate()
@@ -58,15 +69,42 @@ def _answers(url: str) -> bool:
         return False
 
 
-def test_operator_builds_and_serves_a_hello_function(real_node: RealNode, s3_on_bridge: str, tmp_path: Path) -> None:
-    from minio import Minio
+def operator_env(real_node: RealNode, s3_endpoint: str) -> dict[str, str]:
+    """The operator pointed at the test bed: its registry, images and the S3 server on the bridge."""
+    return {
+        "SLESS_REGISTRY": f"{real_node.registry}/sless", "SLESS_REGISTRY_INSECURE": "true",
+        "SLESS_KANIKO_IMAGE": real_node.image("sless-testbed/kaniko-executor"),
+        "SLESS_BUILD_FETCH_IMAGE": real_node.image("sless-testbed/platform-fetch"),
+        "SLESS_S3_ENDPOINT": s3_endpoint, "SLESS_S3_BUCKET": BUCKET, "SLESS_BUILD_CACHE": "false",
+        "SLESS_BUILD_CPU": "500m", "SLESS_BUILD_MEMORY_MB": "1024", "SLESS_BUILD_RETRIES": "0",
+    }  # fmt: skip
 
+
+def build_namespace(real_node: RealNode) -> str:
+    """A build namespace with the S3 Secret the build's fetch-context container reads."""
+    name = f"sless-build-{secrets.token_hex(4)}"
+    real_node.bed.apply(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {
+            "pod-security.kubernetes.io/enforce": "baseline"}}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sless-build-s3", "namespace": name},
+         "stringData": {"AWS_ACCESS_KEY_ID": ACCESS, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}},
+    )  # fmt: skip
+    return name
+
+
+def apply_crds(real_node: RealNode) -> None:
     bed = real_node.bed
     bed.kubectl("apply", "-f", str(CRDS))
     bed.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{k}" for k in SLESS_KINDS],
                 timeout=90)  # fmt: skip
+
+
+def test_operator_builds_and_serves_a_hello_function(real_node: RealNode, s3_on_bridge: str, tmp_path: Path) -> None:
+    from minio import Minio
+
+    bed = real_node.bed
+    apply_crds(real_node)
     tenant = f"sless-{secrets.token_hex(8)}"
-    build_ns = f"sless-build-{secrets.token_hex(4)}"
     code = tmp_path / "hello"
     code.mkdir()
     (code / "handler.py").write_text('def handle(event):\n    return {"hello": event.get("name", "world")}\n')
@@ -74,25 +112,13 @@ def test_operator_builds_and_serves_a_hello_function(real_node: RealNode, s3_on_
     context = make_build_context(code, "python3.11", "handler.handle", real_node.image("sless/python3.11"),
                                  code_hash=code_hash)  # fmt: skip
     key = f"contexts/{tenant}/hello/{code_hash}.tar.gz"
-    s3 = Minio(s3_on_bridge, access_key=ACCESS, secret_key=SECRET, secure=False)
-    s3.make_bucket(BUCKET)
+    s3 = Minio(s3_on_bridge, access_key=ACCESS, secret_key=SECRET_KEY, secure=False)
     s3.put_object(BUCKET, key, io.BytesIO(context), len(context))
 
-    bed.apply(
-        {"apiVersion": "v1", "kind": "Namespace",
-         "metadata": {"name": tenant, "labels": manifests.tenant_namespace_labels()}},
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": build_ns, "labels": {
-            "pod-security.kubernetes.io/enforce": "baseline"}}},
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sless-build-s3", "namespace": build_ns},
-         "stringData": {"AWS_ACCESS_KEY_ID": ACCESS, "AWS_SECRET_ACCESS_KEY": SECRET}},
-    )  # fmt: skip
-    op = Operator(bed, tenant, build_ns, tmp_path, extra_env={
-        "SLESS_REGISTRY": f"{real_node.registry}/sless", "SLESS_REGISTRY_INSECURE": "true",
-        "SLESS_KANIKO_IMAGE": real_node.image("sless-testbed/kaniko-executor"),
-        "SLESS_BUILD_FETCH_IMAGE": real_node.image("sless-testbed/platform-fetch"),
-        "SLESS_S3_ENDPOINT": s3_on_bridge, "SLESS_S3_BUCKET": BUCKET, "SLESS_BUILD_CACHE": "false",
-        "SLESS_BUILD_CPU": "500m", "SLESS_BUILD_MEMORY_MB": "1024", "SLESS_BUILD_RETRIES": "0",
-    }).start()  # fmt: skip
+    bed.apply({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": tenant, "labels": manifests.tenant_namespace_labels()}})  # fmt: skip
+    build_ns = build_namespace(real_node)
+    op = Operator(bed, tenant, build_ns, tmp_path, extra_env=operator_env(real_node, s3_on_bridge)).start()
     start = time.monotonic()
     try:
         spec = {"runtime": "python3.11", "entrypoint": "handler.handle", "memory_mb": 128, "timeout_sec": 10}
@@ -130,3 +156,78 @@ def _get_json(url: str) -> object:
     except OSError:
         return None
     return json.loads(body) if status == 200 else None
+
+
+@pytest.fixture
+def api_url(real_node: RealNode, s3_on_bridge: str, tmp_path: Path) -> Iterator[str]:
+    """The API process (kubernetes backend), resolving names through the test bed's CoreDNS."""
+    apply_crds(real_node)
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text(f"nameserver {real_node.node_ip}\n")
+    port = free_port()
+    env = real_node.bed.env | {
+        "SLESS_BACKEND": "kubernetes", "SLESS_JWT_SECRET": SECRET, "SLESS_DATA_DIR": str(tmp_path / "data"),
+        "SLESS_S3_ENDPOINT": s3_on_bridge, "SLESS_S3_ACCESS_KEY": ACCESS, "SLESS_S3_SECRET_KEY": SECRET_KEY,
+        "SLESS_S3_BUCKET": BUCKET, "SLESS_RUNTIME_IMAGE_PREFIX": f"{real_node.registry}/sless",
+        "SLESS_RUNTIME_IMAGE_TAG": "testbed", "SLESS_KUBE_REQUEST_TIMEOUT_SEC": "10",
+    }  # fmt: skip
+    env.pop("SLESS_DATABASE_URL", None)
+    env.pop("SLESS_RABBITMQ_URL", None)
+    # a private mount namespace: only this process sees the other resolv.conf
+    private_dns = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                   'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(resolv)]  # fmt: skip
+    uvicorn = [sys.executable, "-m", "uvicorn", "--factory", "sless_api.app:create_app", "--host", "127.0.0.1",
+               "--port", str(port), "--log-level", "info"]  # fmt: skip
+    argv = [*private_dns, *uvicorn]
+    log_path = tmp_path / "api.log"
+    with log_path.open("ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        real_node.bed.wait("the API answers /health", lambda: _answers(f"{url}/health") or proc.poll() is not None,
+                           timeout=60)  # fmt: skip
+        assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        print("API log tail:\n" + "\n".join(log_path.read_text(errors="replace").splitlines()[-15:]))
+
+
+def test_api_fn_reaches_a_function_the_operator_built(
+    real_node: RealNode, s3_on_bridge: str, api_url: str, tmp_path: Path
+) -> None:
+    import requests
+
+    bed = real_node.bed
+    t = Tenant(api_url, f"realnode-{secrets.token_hex(4)}")
+    t.api("POST", "/ensure", expect=201)
+    build_ns = build_namespace(real_node)
+    op = Operator(bed, t.ns, build_ns, tmp_path, extra_env=operator_env(real_node, s3_on_bridge)).start()
+    start = time.monotonic()
+    try:
+        t.api("POST", "/functions", json={"name": "hello", "runtime": "python3.11"}, expect=201)
+        t.upload("hello", {"handler.py": 'def handle(event):\n    return {"hello": event.get("name", "world")}\n'})
+        t.api("POST", "/triggers", json={"name": "hello", "type": "http", "function": "hello"}, expect=201)
+
+        def ready() -> dict[str, object] | None:
+            body = t.api("GET", "/functions/hello", expect=200).json()
+            if body["phase"] == "Failed":
+                raise AssertionError(f"the function failed: {body}\n{op.log_tail()}")
+            return dict(body) if body["phase"] == "Ready" else None
+
+        body = bed.wait("the function Ready through the API", ready, timeout=600, interval=1)
+        print(f"upload -> Ready through the API and the operator: {time.monotonic() - start:.1f}s ({body['image']})")
+
+        def answered() -> object:
+            resp = requests.post(t.fn_url("hello", "/greet"), json={"name": "real node"}, timeout=30)
+            return resp.json() if resp.status_code == 200 else None
+
+        assert bed.wait("/fn answers", answered, timeout=60) == {"hello": "real node"}
+    finally:
+        op.stop()
+        strip_finalizers(bed, t.ns)
+        bed.kubectl("delete", "namespace", t.ns, build_ns, "--wait=false", check=False)
