@@ -371,6 +371,8 @@ def test_upload_stores_zip_and_context_and_sets_the_code_hash(kube_api: KubeApi,
     assert len(zips) == 1 and store.get_bytes(zips[0]) == data
     files = context_files(kube_api, context_key)
     assert files["function/handler.py"] == HELLO["handler.py"]
+    # the build checks the context against this digest before unpacking it
+    assert obj["spec"]["contextSha256"] == hashlib.sha256(store.get_bytes(context_key)).hexdigest()
     assert "FROM sless/python3.11:latest" in files["Dockerfile"]
     assert digest in files["Dockerfile"]  # the code hash label: never a stale cached layer
     assert "-r /app/manifest/requirements.txt" in files["Dockerfile"]
@@ -427,6 +429,7 @@ def test_runtime_change_regenerates_the_build_context(kube_api: KubeApi, tenant:
     assert spec["runtime"] == "nodejs20" and spec["codeHash"] == digest and spec["contextKey"] != before
     dockerfile = context_files(kube_api, spec["contextKey"])["Dockerfile"]
     assert "FROM sless/nodejs20:latest" in dockerfile
+    assert spec["contextSha256"] == hashlib.sha256(kube_api.store().get_bytes(spec["contextKey"])).hexdigest()
     tenant.api("PUT", "/functions/poly", json={"memory_mb": 512}, expect=200)
     assert cr(bed, crd.FUNCTION_PLURAL, ns, "poly")["spec"]["contextKey"] == spec["contextKey"]  # type: ignore[index]
 

@@ -10,9 +10,11 @@ Blocking I/O throughout: the platform calls this through ``asyncio.to_thread``.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,19 @@ def stamp(code_hash: str, now: float | None = None) -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{micros:06d}Z-{code_hash[:12]}"
 
 
+@dataclass(frozen=True)
+class StoredCode:
+    """Where an upload went, and the build context's digest the build checks before it unpacks it."""
+
+    zip_key: str
+    context_key: str
+    context_sha256: str
+
+    @property
+    def keys(self) -> tuple[str, str]:
+        return self.zip_key, self.context_key
+
+
 class CodeArchive:
     def __init__(self, store: CodeStore, settings: KubeSettings, tmp_dir: Path,
                  limits: ZipLimits | None = None) -> None:
@@ -54,8 +69,8 @@ class CodeArchive:
         return make_build_context(code_dir, spec.runtime, spec.entrypoint, self.settings.base_image(spec.runtime),
                                   code_hash=code_hash, go_run_image=self.settings.go_run_image)
 
-    def store_upload(self, namespace: str, spec: FunctionSpec, zip_path: Path, code_hash: str) -> tuple[str, str]:
-        """Check and store an uploaded zip and its build context; (zip key, context key).
+    def store_upload(self, namespace: str, spec: FunctionSpec, zip_path: Path, code_hash: str) -> StoredCode:
+        """Check and store an uploaded zip and its build context.
 
         Raises ``ZipRejected`` (a 400) for a bad archive; nothing is stored then.
         """
@@ -71,9 +86,9 @@ class CodeArchive:
         except STORE_ERRORS as exc:
             self.discard(keys)
             raise Unavailable(f"code storage is unavailable ({type(exc).__name__}); try again") from exc
-        return keys
+        return StoredCode(keys[0], keys[1], hashlib.sha256(context).hexdigest())
 
-    def rebuild_context(self, namespace: str, spec: FunctionSpec, code_hash: str) -> str:
+    def rebuild_context(self, namespace: str, spec: FunctionSpec, code_hash: str) -> tuple[str, str]:
         """A new context for stored code whose runtime or entrypoint changed (both are in the Dockerfile)."""
         with self._workdir() as work:
             code_dir = self._fetch(namespace, spec.name, code_hash, Path(work))
@@ -83,7 +98,7 @@ class CodeArchive:
             self.store.put_bytes(key, context)
         except STORE_ERRORS as exc:
             raise Unavailable(f"code storage is unavailable ({type(exc).__name__}); try again") from exc
-        return key
+        return key, hashlib.sha256(context).hexdigest()
 
     def source(self, namespace: str, name: str, code_hash: str) -> list[dict[str, Any]]:
         with self._workdir() as work:

@@ -173,8 +173,8 @@ class KubernetesPlatform:
             new_spec = old.spec.updated(patch, self.config.max_timeout_sec)
             cr_spec = resources.function_cr_spec(new_spec, obj.get("spec") or {})
             if old.code_hash and any(getattr(new_spec, f) != getattr(old.spec, f) for f in REBUILD_FIELDS):
-                cr_spec["contextKey"] = await asyncio.to_thread(self.archive.rebuild_context, namespace, new_spec,
-                                                                old.code_hash)
+                cr_spec["contextKey"], cr_spec["contextSha256"] = await asyncio.to_thread(
+                    self.archive.rebuild_context, namespace, new_spec, old.code_hash)
             obj["spec"] = cr_spec
             try:
                 return resources.function_record(await self._replace(FUNCTIONS, namespace, obj))
@@ -204,13 +204,14 @@ class KubernetesPlatform:
             if current.code_hash == code_hash:
                 current.message = f"{current.message} (identical code uploaded: no rebuild)"
                 return current
-            keys = await asyncio.to_thread(self.archive.store_upload, namespace, current.spec, zip_path, code_hash)
+            stored = await asyncio.to_thread(self.archive.store_upload, namespace, current.spec, zip_path, code_hash)
             patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
-                     "spec": {"codeHash": code_hash, "contextKey": keys[1]}}
+                     "spec": {"codeHash": code_hash, "contextKey": stored.context_key,
+                              "contextSha256": stored.context_sha256}}
             try:
                 updated = await self._patch(FUNCTIONS, namespace, name, patch)
             except (KubeConflict, NotFound):
-                await asyncio.to_thread(self.archive.discard, keys)
+                await asyncio.to_thread(self.archive.discard, stored.keys)
                 if attempt == WRITE_ATTEMPTS - 1:
                     raise
                 continue  # changed (or deleted) meanwhile: read again
