@@ -71,6 +71,7 @@ def test_fullname_override_prefixes_everything() -> None:
     ({"operator": {"replicas": 2}}, "maximum"),
     ({"limits": {"maxTimeoutSec": "900"}}, "got string, want integer"),
     ({"image": {"pullPolicy": "Sometimes"}}, "value must be one of"),
+    ({"build": {"kanikoExtraArgs": ["rm -rf /"]}}, "kanikoExtraArgs"),
 ])  # fmt: skip
 def test_schema_rejects_mistakes(values: dict[str, Any], message: str) -> None:
     with pytest.raises(HelmError) as err:
@@ -252,6 +253,13 @@ def test_configmap_carries_the_settings_both_components_read(default: list[dict[
     for name in (API, OPERATOR):
         container = one(default, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]
         assert container["envFrom"] == [{"configMapRef": {"name": "sless-config"}}]
+
+
+def test_extra_kaniko_flags_reach_the_operator(default: list[dict[str, Any]]) -> None:
+    assert "SLESS_KANIKO_EXTRA_ARGS" not in one(default, "ConfigMap", "sless-config")["data"]
+    flags = ["--registry-map=index.docker.io=10.0.0.5:5000", "--snapshot-mode=redo"]
+    data = one(render({"build": {"kanikoExtraArgs": flags}}), "ConfigMap", "sless-config")["data"]
+    assert data["SLESS_KANIKO_EXTRA_ARGS"] == " ".join(flags)
 
 
 def test_a_changed_setting_rolls_the_pods(default: list[dict[str, Any]]) -> None:

@@ -179,6 +179,16 @@ def test_build_job_options_insecure_registry_push_secret_no_cache() -> None:
     assert all(m["name"] != "docker-config" for m in fetch["volumeMounts"])  # push rights stay with kaniko
 
 
+def test_build_job_appends_the_configured_extra_kaniko_flags() -> None:
+    config = OperatorConfig.from_env({"SLESS_KANIKO_EXTRA_ARGS": " --registry-map=index.docker.io=10.0.0.5:5000 "
+                                                                 "--snapshot-mode=redo"})
+    args = container(manifests.build_job(config, fn_ref()))["args"]
+    assert args[-2:] == ["--registry-map=index.docker.io=10.0.0.5:5000", "--snapshot-mode=redo"]
+    assert sum(a.startswith("--destination=") for a in args) == 1
+    default = container(manifests.build_job(OperatorConfig(), fn_ref()))["args"]
+    assert not any(a.startswith(("--registry-map", "--snapshot-mode")) for a in default)
+
+
 def test_function_ref_refuses_a_context_key_outside_the_functions_own_prefix() -> None:
     body = {"apiVersion": crd.API_VERSION, "kind": "Function",
             "metadata": {"name": "hello", "namespace": NS, "uid": "u"},
@@ -395,6 +405,9 @@ def test_config_from_env_reads_and_validates() -> None:
         ("SLESS_FUNCTION_EGRESS_CIDRS", "10.0.0.0/99"),
         ("SLESS_BUILD_CPU", "lots"),
         ("SLESS_BUILD_FETCH_IMAGE", "Not An Image"),
+        ("SLESS_KANIKO_EXTRA_ARGS", "--verbosity=debug rm"),
+        ("SLESS_KANIKO_EXTRA_ARGS", "--destination=evil.example/x"),
+        ("SLESS_KANIKO_EXTRA_ARGS", "--context=s3://other-bucket/x"),
     ],
 )
 def test_config_errors_name_the_variable(name: str, value: str) -> None:

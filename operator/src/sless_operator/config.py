@@ -19,6 +19,7 @@ stops the operator at start-up with the variable's name, instead of surfacing la
 | ``SLESS_BUILD_RETRIES`` | ``2`` | build Job ``backoffLimit`` (transient failures are retried by the Job controller) |
 | ``SLESS_BUILD_CPU`` / ``SLESS_BUILD_MEMORY_MB`` | ``1`` / ``2048`` | build container limits |
 | ``SLESS_BUILD_CACHE`` | ``true`` | kaniko layer cache in ``<prefix>/cache`` |
+| ``SLESS_KANIKO_EXTRA_ARGS`` | (none) | extra kaniko flags, space-separated (``--registry-map=a=b``) |
 | ``SLESS_JOB_RETRIES`` | ``1`` | FunctionJob and cron Job ``backoffLimit`` (0..5) |
 | ``SLESS_JOB_TTL_SEC`` | ``86400`` | ``ttlSecondsAfterFinished`` of finished Jobs |
 | ``SLESS_IMAGE_PULL_SECRET`` | (none) | pull Secret referenced by function pods (must exist in the tenant namespace) |
@@ -60,6 +61,11 @@ _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?\Z")
 _IMAGE = re.compile(r"^[a-z0-9][a-z0-9._\-/:@]*\Z")
 
 
+_FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*(=[\x21-\x7e]+)?\Z")
+# What the build's own correctness and confinement depend on: where it reads, what it builds, where it pushes.
+RESERVED_KANIKO_FLAGS = frozenset({"--context", "--dockerfile", "--destination", "--cache-repo"})
+
+
 class ConfigError(ValueError):
     """A configuration variable holds a value the operator cannot use."""
 
@@ -81,6 +87,7 @@ class OperatorConfig:
     build_cpu: str = "1"
     build_memory_mb: int = 2048
     build_cache: bool = True
+    kaniko_extra_args: tuple[str, ...] = ()
     job_retries: int = 1
     job_ttl_sec: int = 86400
     image_pull_secret: str = ""
@@ -113,6 +120,7 @@ class OperatorConfig:
             build_cpu=reader.quantity("SLESS_BUILD_CPU", cls.build_cpu),
             build_memory_mb=reader.integer("SLESS_BUILD_MEMORY_MB", cls.build_memory_mb, 256, 65536),
             build_cache=reader.boolean("SLESS_BUILD_CACHE", cls.build_cache),
+            kaniko_extra_args=reader.flags("SLESS_KANIKO_EXTRA_ARGS", RESERVED_KANIKO_FLAGS),
             job_retries=reader.integer("SLESS_JOB_RETRIES", cls.job_retries, 0, 5),
             job_ttl_sec=reader.integer("SLESS_JOB_TTL_SEC", cls.job_ttl_sec, 60, 30 * 86400),
             image_pull_secret=reader.label("SLESS_IMAGE_PULL_SECRET", "", optional=True),
@@ -183,6 +191,19 @@ class _Reader:
         if not _QUANTITY.match(value):
             raise ConfigError(f"{name} must be a Kubernetes quantity such as 500m, 2 or 4Gi, got {value!r}")
         return value
+
+    def flags(self, name: str, reserved: frozenset[str]) -> tuple[str, ...]:
+        """``--flag`` or ``--flag=value`` words; flags the operator sets itself are refused."""
+        raw = self._raw(name)
+        if raw is None:
+            return ()
+        found = tuple(raw.split())
+        for flag in found:
+            if not _FLAG.match(flag):
+                raise ConfigError(f"{name}: {flag!r} is not a --flag or --flag=value")
+            if flag.split("=", 1)[0] in reserved:
+                raise ConfigError(f"{name}: {flag.split('=', 1)[0]} is set by the operator itself")
+        return found
 
     def cidrs(self, name: str) -> tuple[str, ...]:
         raw = self._raw(name)

@@ -291,6 +291,7 @@ def build_job(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
         args += ["--cache=true", f"--cache-repo={config.registry}/cache"]
     if config.registry_insecure:
         args += ["--insecure", "--skip-tls-verify"]
+    args += config.kaniko_extra_args
     mounts: list[dict[str, Any]] = [{"name": BUILD_CONTEXT_VOLUME, "mountPath": BUILD_WORKSPACE}]
     volumes: list[dict[str, Any]] = [{"name": BUILD_CONTEXT_VOLUME, "emptyDir": {"sizeLimit": BUILD_WORKSPACE_SIZE}}]
     container: dict[str, Any] = {
