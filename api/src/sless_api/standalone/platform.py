@@ -36,6 +36,7 @@ from sless_api.platform import (
     Unsupported,
 )
 from sless_api.standalone.builder import BuildArtifact, Builder, BuildFailed, BuildRequest, toolchain_paths
+from sless_api.standalone.failures import caller_reason
 from sless_api.standalone.retention import (
     QuotaExceeded,
     RetentionPolicy,
@@ -261,7 +262,9 @@ class StandalonePlatform:
             # Switch traffic before saying Ready, so a client that sees Ready gets the new code.
             await self._sync_process(namespace, name)
         except StartFailed as exc:
-            self._finish_build(namespace, name, code_hash, None, f"the new version failed to start: {exc}")
+            log.warning("new version of %s/%s failed to start: %s", namespace, name, exc)
+            self._finish_build(namespace, name, code_hash, None,
+                               f"the new version failed to start: {caller_reason(str(exc))}")
             return
         self._finish_build(namespace, name, code_hash, artifact, "")
         await asyncio.to_thread(self._prune, namespace, name, code_hash)
@@ -343,7 +346,8 @@ class StandalonePlatform:
         except NotDeployed as exc:
             raise NotFound(f"function {route.function!r} is not deployed") from exc
         except StartFailed as exc:
-            raise Unavailable(f"function {route.function!r} failed to start: {exc}") from exc
+            log.warning("function %s/%s failed to start: %s", route.namespace, route.function, exc)
+            raise Unavailable(f"function {route.function!r} failed to start: {caller_reason(str(exc))}") from exc
         except LimitExceeded as exc:
             raise Unavailable(f"function {route.function!r} was {str(exc).split(': ', 1)[-1]}") from exc
 
