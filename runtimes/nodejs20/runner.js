@@ -4,13 +4,14 @@
  * sless nodejs20 one-shot runner (FunctionJob and cron runs): the event comes
  * from SLESS_EVENT, the handler is called once, its result is printed as JSON.
  *
- * Exit codes: 0 success (JSON + newline on stdout), 1 handler error or load
+ * Exit codes: 0 success (JSON + newline in SLESS_RESULT_FILE, else on stdout), 1 handler error or load
  * failure (details on stderr), 2 SLESS_EVENT is not a JSON object,
  * 124 timeout (like coreutils `timeout`).
  * The process exits explicitly, so timers or sockets the handler left open
  * (a database pool, say) never keep a finished job alive.
  */
 
+const fs = require('node:fs');
 const rt = require('./sless-runtime.js');
 
 const EXIT_ERROR = 1;
@@ -77,6 +78,17 @@ async function main() {
   } catch (err) {
     rt.logError('cannot encode the result as JSON', err);
     process.exit(EXIT_ERROR);
+  }
+  const resultFile = process.env.SLESS_RESULT_FILE;
+  if (resultFile) {
+    // The platform's own channel: what the handler printed on stdout stays out of the result.
+    try {
+      fs.writeFileSync(resultFile, `${text}\n`);
+    } catch (err) {
+      writeAndExit(process.stderr, `sless-runner: cannot write the result to SLESS_RESULT_FILE: ${err.message}\n`, EXIT_ERROR);
+      return;
+    }
+    process.exit(0);
   }
   writeAndExit(process.stdout, `${text}\n`, 0);
 }

@@ -1,7 +1,7 @@
 """sless Python runtime, one-shot mode (jobs and cron): call the handler once and exit.
 
-Reads the event from SLESS_EVENT (JSON object, default {}), prints the result as
-one JSON line on stdout and exits 0. Exit codes: 1 handler failed (or cannot be
+Reads the event from SLESS_EVENT (JSON object, default {}), writes the result as
+one JSON line to SLESS_RESULT_FILE (stdout when unset) and exits 0. Exit codes: 1 handler failed (or cannot be
 loaded, or its result is not JSON), 2 bad SLESS_EVENT or configuration,
 124 timed out after SLESS_TIMEOUT_SEC (like coreutils `timeout`).
 The handler runs in a daemon thread so that a timeout can end the process even
@@ -108,7 +108,16 @@ def main() -> None:
         _exit(EXIT_FAILED)
         return
     sys.stdout.flush()
-    sys.stdout.buffer.write(data + b"\n")
+    result_file = os.environ.get("SLESS_RESULT_FILE")
+    if result_file:  # the platform's own channel: what the handler printed stays out of the result
+        try:
+            with open(result_file, "wb") as out:
+                out.write(data + b"\n")
+        except OSError as exc:
+            rt.log(f"cannot write the result to SLESS_RESULT_FILE: {exc}")
+            _exit(EXIT_FAILED)
+    else:
+        sys.stdout.buffer.write(data + b"\n")
     _exit(0)
 
 

@@ -686,6 +686,20 @@ def test_runner_failure(runtime: str, run_runner: RunnerFactory, case: str) -> N
         assert proc.stderr.strip()
 
 
+def test_runner_result_file_keeps_the_handlers_output_apart(runtime: str, run_runner: RunnerFactory,
+                                                            tmp_path: Path) -> None:
+    result = tmp_path / "result"
+    proc = run_runner(runtime, {"case": "chatty"}, env={"SLESS_RESULT_FILE": str(result)})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(result.read_text()) == {"ok": True}
+    assert "noise from the handler" in proc.stdout and "ok" not in proc.stdout
+    failed = tmp_path / "failed"
+    proc = run_runner(runtime, {"case": "error"}, env={"SLESS_RESULT_FILE": str(failed)})
+    assert proc.returncode == 1 and not failed.exists()  # a failure writes no result
+    proc = run_runner(runtime, {"case": "chatty"})  # without the variable: stdout, as before
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"ok": True}
+
+
 def test_runner_timeout(runtime: str, run_runner: RunnerFactory) -> None:
     started = time.monotonic()
     proc = run_runner(runtime, {"case": "slow", "seconds": 20}, env={"SLESS_TIMEOUT_SEC": "1"})

@@ -21,6 +21,7 @@ type Config struct {
 	Drain        time.Duration // SLESS_DRAIN_SEC, how long SIGTERM waits for in-flight requests
 	MaxAbandoned int           // SLESS_MAX_ABANDONED_HANDLERS, timed-out handlers still running before a recycle
 	Event        string        // SLESS_EVENT, runner only
+	ResultFile   string        // SLESS_RESULT_FILE, runner only: where the result goes instead of stdout
 }
 
 // LoadConfig reads the configuration through getenv (os.Getenv in production) and
@@ -33,6 +34,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	if v := getenv("SLESS_EVENT"); v != "" {
 		cfg.Event = v
 	}
+	cfg.ResultFile = getenv("SLESS_RESULT_FILE")
 	port, err := intVar(getenv, "PORT", 8080)
 	if err != nil {
 		return cfg, err

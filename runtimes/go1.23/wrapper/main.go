@@ -21,7 +21,7 @@ func Run(name string, h Handler) int {
 		return 2
 	}
 	if name == "runner" {
-		return runOnce(cfg, h, os.Stdout, os.Stderr)
+		return runOnce(cfg, h, resultWriter(cfg), os.Stderr)
 	}
 	return serve(cfg, h)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 )
 
 // Exit codes of the runner, shared with the Python and Node runners.
@@ -45,6 +46,33 @@ func runOnce(cfg Config, h Handler, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// resultWriter is where the result goes: SLESS_RESULT_FILE when set (the
+// platform's own channel: a pipe, /dev/termination-log), so that what the
+// handler prints on stdout never mixes with it; stdout otherwise.
+func resultWriter(cfg Config) io.Writer {
+	if cfg.ResultFile == "" {
+		return os.Stdout
+	}
+	return &lazyFile{path: cfg.ResultFile}
+}
+
+// lazyFile opens its path on the first write: a failed run writes nothing there.
+type lazyFile struct {
+	path string
+	file *os.File
+}
+
+func (l *lazyFile) Write(p []byte) (int, error) {
+	if l.file == nil {
+		f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_TRUNC|os.O_CREATE, 0o600)
+		if err != nil {
+			return 0, err
+		}
+		l.file = f
+	}
+	return l.file.Write(p)
 }
 
 func decodeEvent(raw string) (map[string]any, error) {

@@ -35,6 +35,9 @@ func Handle(ctx context.Context, event map[string]any) (any, error) {
 		}, nil
 	case "raw":
 		return raw(event), nil
+	case "chatty":
+		fmt.Println("noise from the handler")
+		return map[string]any{"ok": true}, nil
 	case "error":
 		return nil, errors.New("boom")
 	case "crash":

@@ -36,6 +36,9 @@ exports.handle = async (event) => {
         };
       }
       return event.body;
+    case 'chatty':
+      console.log('noise from the handler');
+      return { ok: true };
     case 'error':
       throw new Error('boom');
     case 'crash': {

@@ -42,6 +42,9 @@ def handle(event: dict[str, Any]) -> Any:
                 "headers": {"Content-Type": "application/octet-stream"},
             }
         return event["body"]
+    if case == "chatty":
+        print("noise from the handler")
+        return {"ok": True}
     if case == "error":
         raise ValueError("boom")
     if case == "crash":
