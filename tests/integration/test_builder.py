@@ -567,7 +567,14 @@ def test_build_context_refuses_unsafe_input(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="per-tenant uids need root")
 def test_sandboxed_install_is_per_tenant_sees_only_its_code_and_is_sealed(cache_dir: Path, tmp_path: Path) -> None:
-    sandboxed = Builder(cache_dir, sandbox=Sandbox.detect("bwrap", toolchain=toolchain_paths()))
+    sandbox = Sandbox.detect("bwrap", toolchain=toolchain_paths())
+    try:
+        _sandboxed_installs(Builder(cache_dir, sandbox=sandbox), tmp_path)
+    finally:
+        sandbox.close()
+
+
+def _sandboxed_installs(sandboxed: Builder, tmp_path: Path) -> None:
     code = write(tmp_path / "code", PY_SIX)
     art_a = sandboxed.build(BuildRequest("python3.11", code, "handler.handle", "h1", tenant="tenant-a"), Log())
     assert art_a.deps_dir is not None and (art_a.deps_dir / "six.py").is_file()

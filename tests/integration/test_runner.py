@@ -12,6 +12,7 @@ import os
 import shutil
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -221,14 +222,23 @@ def test_event_too_large_for_the_environment(builder: Builder, tmp_path: Path) -
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="per-tenant uids and cgroups need root")
 
 
-def _jailed(art: BuildArtifact, memory_mb: int, cpu_sec: int | None = None) -> dict[str, Any]:
-    sandbox = Sandbox.detect("bwrap", toolchain=toolchain_paths())
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    """One sandbox for the module, closed at the end (its cgroups go with it)."""
+    made = Sandbox.detect("bwrap", toolchain=toolchain_paths())
+    yield made
+    made.close()
+
+
+def _jailed(sandbox: Sandbox, art: BuildArtifact, memory_mb: int, cpu_sec: int | None = None) -> dict[str, Any]:
     limits = Limits.for_function(memory_mb, art.runtime, cpu_sec=cpu_sec)
     return {"sandbox": sandbox, "jail": art.jail("runner-tenant", limits)}
 
 
 @needs_root
-def test_sandboxed_run_is_its_tenants_uid_and_leaves_nothing(builder: Builder, tmp_path: Path) -> None:
+def test_sandboxed_run_is_its_tenants_uid_and_leaves_nothing(
+    builder: Builder, tmp_path: Path, sandbox: Sandbox
+) -> None:
     handler = """
         import os, subprocess
 
@@ -237,26 +247,26 @@ def test_sandboxed_run_is_its_tenants_uid_and_leaves_nothing(builder: Builder, t
             return {"uid": os.getuid(), "pid": os.getpid()}
     """
     art = build_code(builder, tmp_path / "who", "python3.11", {"handler.py": handler})
-    result = run_once(art, {}, 30, **_jailed(art, 128))
+    result = run_once(art, {}, 30, **_jailed(sandbox, art, 128))
     assert result.ok, result.output
     assert json.loads(result.output) == {"uid": tenant_uid("runner-tenant"), "pid": 2}
     assert not any(b"sleep\x00331" in _cmdline(pid) for pid in _pids())
 
 
 @needs_root
-def test_sandboxed_run_over_its_memory_says_so(builder: Builder, tmp_path: Path) -> None:
+def test_sandboxed_run_over_its_memory_says_so(builder: Builder, tmp_path: Path, sandbox: Sandbox) -> None:
     handler = """
         def handle(event):
             return len([b"x" * (1 << 20) for _ in range(400)])
     """
     art = build_code(builder, tmp_path / "hog", "python3.11", {"handler.py": handler})
-    result = run_once(art, {}, 30, **_jailed(art, 64))
+    result = run_once(art, {}, 30, **_jailed(sandbox, art, 64))
     assert not result.ok
     assert "memory limit of 64 MB" in result.output, result.output
 
 
 @needs_root
-def test_sandboxed_run_over_its_cpu_time_says_so(builder: Builder, tmp_path: Path) -> None:
+def test_sandboxed_run_over_its_cpu_time_says_so(builder: Builder, tmp_path: Path, sandbox: Sandbox) -> None:
     handler = """
         def handle(event):
             while True:
@@ -264,7 +274,7 @@ def test_sandboxed_run_over_its_cpu_time_says_so(builder: Builder, tmp_path: Pat
     """
     art = build_code(builder, tmp_path / "spin-cpu", "python3.11", {"handler.py": handler})
     started = time.monotonic()
-    result = run_once(art, {}, 60, **_jailed(art, 128, cpu_sec=1))
+    result = run_once(art, {}, 60, **_jailed(sandbox, art, 128, cpu_sec=1))
     assert time.monotonic() - started < 20
     assert not result.ok
     assert "1 s of CPU time" in result.output, result.output

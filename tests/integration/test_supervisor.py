@@ -15,7 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -601,22 +601,20 @@ def handle(event):
 """
 
 
-def sandboxed_spec(code_dir: Path, version: str, memory_mb: int = 128) -> ProcessSpec:
+def sandboxed_spec(sandbox: Sandbox, code_dir: Path, version: str, memory_mb: int = 128) -> ProcessSpec:
     """``spec`` run inside a bwrap sandbox of tenant "t1" (the base interpreter: the venv is not mounted)."""
     plain = spec(code_dir, version)
     argv = [str(python_interpreter()), "-S", str(SERVER)]
-    sandbox = _sandbox()
     jail = JailSpec(tenant="t1", limits=Limits.for_function(memory_mb, "python3.11"), ro_binds=(code_dir,))
     return ProcessSpec(argv=argv, env=plain.env, cwd=code_dir, version=version, sandbox=sandbox, jail=jail)
 
 
-_SANDBOX: list[Sandbox] = []
-
-
-def _sandbox() -> Sandbox:
-    if not _SANDBOX:
-        _SANDBOX.append(Sandbox.detect("bwrap", toolchain=toolchain_paths()))
-    return _SANDBOX[0]
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    """One sandbox for the module, closed at the end (its cgroups and port rules go with it)."""
+    made = Sandbox.detect("bwrap", toolchain=toolchain_paths())
+    yield made
+    made.close()
 
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="per-tenant uids and cgroups need root")
@@ -624,16 +622,16 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="per-tenant uids and c
 
 @needs_root
 def test_sandboxed_process_has_its_own_pid_namespace_and_uid_and_drains_on_sigterm(
-    tmp_path: Path, code: Path
+    tmp_path: Path, code: Path, sandbox: Sandbox
 ) -> None:
     async def scenario(sup: Supervisor) -> None:
-        await sup.deploy("fn", sandboxed_spec(code, "v1"))
+        await sup.deploy("fn", sandboxed_spec(sandbox, code, "v1"))
         async with aiohttp.ClientSession() as session:
             async with sup.lease("fn") as url:
                 first = await get(session, url)
             assert first["pid"] < 10  # numbered inside its own PID namespace
             old_pid = sup.status("fn")["pid"]
-            await sup.deploy("fn", sandboxed_spec(code, "v2"))
+            await sup.deploy("fn", sandboxed_spec(sandbox, code, "v2"))
             async with sup.lease("fn") as url:
                 assert (await get(session, url))["version"] == "v2"
         # SIGTERM reached the runtime inside the sandbox (bwrap does not forward it): a clean drain.
@@ -643,11 +641,11 @@ def test_sandboxed_process_has_its_own_pid_namespace_and_uid_and_drains_on_sigte
 
 
 @needs_root
-def test_sandboxed_memory_limit_fails_the_call_with_a_clear_error(tmp_path: Path) -> None:
+def test_sandboxed_memory_limit_fails_the_call_with_a_clear_error(tmp_path: Path, sandbox: Sandbox) -> None:
     hog = write_function(tmp_path, "hog", MEMORY_HOG)
 
     async def scenario(sup: Supervisor) -> None:
-        await sup.deploy("fn", sandboxed_spec(hog, "v1", memory_mb=64))
+        await sup.deploy("fn", sandboxed_spec(sandbox, hog, "v1", memory_mb=64))
         async with aiohttp.ClientSession() as session:
             async with sup.lease("fn") as url:
                 assert (await get(session, url, mb="8"))["held"] == 8

@@ -296,8 +296,10 @@ def _run_tool(
             kill_group(proc.pid)
             proc.wait()
             returncode = None
-        # Leftover children (a compiler server, a postinstall daemon) die with the build.
-        kill_group(proc.pid)
+        # Leftover children (a compiler server, a postinstall daemon) die with the build; in a sandbox
+        # they died with its PID namespace.
+        if jail is None or not jail.sandboxed:
+            kill_group(proc.pid)
         note = None
         if jail is not None:
             note = jail.exit_note(returncode)

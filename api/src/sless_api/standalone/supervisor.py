@@ -642,7 +642,11 @@ class Supervisor:
         """Notice the exit of a healthy process; an exit we did not ask for is a crash."""
         code = await proc.proc.wait()
         await _drain_pipes(proc)
-        _kill_group(proc.proc.pid)
+        if proc.jail is None or not proc.jail.sandboxed:
+            _kill_group(proc.proc.pid)
+        # Sandboxed: bwrap's init and the function run in their own session, so once the reaped bwrap's
+        # group is empty its number may be reused by anyone; the PID namespace and cgroup took care of
+        # the stragglers already.
         note = proc.exit_note()
         if proc.jail is not None:
             await asyncio.to_thread(proc.jail.cleanup)
