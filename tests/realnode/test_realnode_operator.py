@@ -76,7 +76,7 @@ def operator_env(real_node: RealNode, s3_endpoint: str) -> dict[str, str]:
         "SLESS_KANIKO_IMAGE": real_node.image("sless-testbed/kaniko-executor"),
         "SLESS_BUILD_FETCH_IMAGE": real_node.image("sless-testbed/platform-fetch"),
         "SLESS_S3_ENDPOINT": s3_endpoint, "SLESS_S3_BUCKET": BUCKET, "SLESS_BUILD_CACHE": "false",
-        "SLESS_BUILD_CPU": "500m", "SLESS_BUILD_MEMORY_MB": "1024", "SLESS_BUILD_RETRIES": "0",
+        "SLESS_BUILD_CPU": "1", "SLESS_BUILD_MEMORY_MB": "2048", "SLESS_BUILD_RETRIES": "0",
     }  # fmt: skip
 
 
@@ -170,6 +170,7 @@ def api_url(real_node: RealNode, s3_on_bridge: str, tmp_path: Path) -> Iterator[
         "SLESS_S3_ENDPOINT": s3_on_bridge, "SLESS_S3_ACCESS_KEY": ACCESS, "SLESS_S3_SECRET_KEY": SECRET_KEY,
         "SLESS_S3_BUCKET": BUCKET, "SLESS_RUNTIME_IMAGE_PREFIX": f"{real_node.registry}/sless",
         "SLESS_RUNTIME_IMAGE_TAG": "testbed", "SLESS_KUBE_REQUEST_TIMEOUT_SEC": "10",
+        "SLESS_GO_RUN_IMAGE": real_node.image("sless-testbed/static"),
     }  # fmt: skip
     env.pop("SLESS_DATABASE_URL", None)
     env.pop("SLESS_RABBITMQ_URL", None)
@@ -197,8 +198,18 @@ def api_url(real_node: RealNode, s3_on_bridge: str, tmp_path: Path) -> Iterator[
         print("API log tail:\n" + "\n".join(log_path.read_text(errors="replace").splitlines()[-15:]))
 
 
+HANDLERS = {
+    "python3.11": {"handler.py": 'def handle(event):\n    return {"hello": event.get("name", "world")}\n'},
+    "nodejs20": {"handler.js": 'exports.handle = async (event) => ({ hello: event.name ?? "world" });\n'},
+    "go1.23": {"handler.go": 'package function\n\nimport "context"\n\n'
+               "func Handle(ctx context.Context, event map[string]any) (any, error) {\n"
+               '\treturn map[string]any{"hello": event["name"]}, nil\n}\n'},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("runtime", list(HANDLERS))
 def test_api_fn_reaches_a_function_the_operator_built(
-    real_node: RealNode, s3_on_bridge: str, api_url: str, tmp_path: Path
+    real_node: RealNode, s3_on_bridge: str, api_url: str, tmp_path: Path, runtime: str
 ) -> None:
     import requests
 
@@ -209,8 +220,8 @@ def test_api_fn_reaches_a_function_the_operator_built(
     op = Operator(bed, t.ns, build_ns, tmp_path, extra_env=operator_env(real_node, s3_on_bridge)).start()
     start = time.monotonic()
     try:
-        t.api("POST", "/functions", json={"name": "hello", "runtime": "python3.11"}, expect=201)
-        t.upload("hello", {"handler.py": 'def handle(event):\n    return {"hello": event.get("name", "world")}\n'})
+        t.api("POST", "/functions", json={"name": "hello", "runtime": runtime}, expect=201)
+        t.upload("hello", HANDLERS[runtime])
         t.api("POST", "/triggers", json={"name": "hello", "type": "http", "function": "hello"}, expect=201)
 
         def ready() -> dict[str, object] | None:
@@ -220,7 +231,8 @@ def test_api_fn_reaches_a_function_the_operator_built(
             return dict(body) if body["phase"] == "Ready" else None
 
         body = bed.wait("the function Ready through the API", ready, timeout=600, interval=1)
-        print(f"upload -> Ready through the API and the operator: {time.monotonic() - start:.1f}s ({body['image']})")
+        print(f"{runtime}: upload -> Ready through the API and the operator: {time.monotonic() - start:.1f}s")
+        assert str(body["image"]).startswith(f"{real_node.registry}/sless/")
 
         def answered() -> object:
             resp = requests.post(t.fn_url("hello", "/greet"), json={"name": "real node"}, timeout=30)
