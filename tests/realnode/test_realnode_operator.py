@@ -198,7 +198,7 @@ def api_url(real_node: RealNode, s3_on_bridge: str, tmp_path: Path) -> Iterator[
         print("API log tail:\n" + "\n".join(log_path.read_text(errors="replace").splitlines()[-15:]))
 
 
-HANDLERS = {
+HANDLERS: dict[str, dict[str, str | bytes]] = {
     "python3.11": {"handler.py": 'def handle(event):\n    return {"hello": event.get("name", "world")}\n'},
     "nodejs20": {"handler.js": 'exports.handle = async (event) => ({ hello: event.name ?? "world" });\n'},
     "go1.23": {"handler.go": 'package function\n\nimport "context"\n\n'
