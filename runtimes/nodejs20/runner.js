@@ -83,7 +83,9 @@ async function main() {
   if (resultFile) {
     // The platform's own channel: what the handler printed on stdout stays out of the result.
     try {
-      fs.writeFileSync(resultFile, `${text}\n`);
+      // /dev/fd/N is the inherited descriptor itself: a sandboxed user could not reopen the pipe by path.
+      const inherited = /^\/dev\/fd\/(\d+)$/.exec(resultFile);
+      fs.writeFileSync(inherited ? Number(inherited[1]) : resultFile, `${text}\n`);
     } catch (err) {
       writeAndExit(process.stderr, `sless-runner: cannot write the result to SLESS_RESULT_FILE: ${err.message}\n`, EXIT_ERROR);
       return;

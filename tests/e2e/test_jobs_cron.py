@@ -97,3 +97,18 @@ def test_cron_trigger_fires_and_can_be_disabled(tenant: Tenant) -> None:
     assert any(i["trigger"] == "cron" and i["status"] == 200 for i in items), items
     tenant.api("PATCH", "/triggers/every-minute", json={"enabled": False}, expect=200)
     assert tenant.api("GET", "/triggers/every-minute", expect=200).json()["enabled"] is False
+
+
+@pytest.mark.parametrize(("runtime", "files"), [
+    ("python3.11", {"handler.py": "def handle(event):\n    print('progress: half way')\n"
+                                  "    return {'n': event['n']}\n"}),
+    ("nodejs20", {"handler.js": "exports.handle = async (event) => {\n  console.log('progress: half way');\n"
+                                "  return { n: event.n };\n};\n"}),
+])
+def test_a_jobs_message_is_its_result_not_what_the_handler_printed(tenant: Tenant, runtime: str,
+                                                                   files: dict[str, str]) -> None:
+    tenant.deploy("chatty", runtime, files, http=False)
+    tenant.api("POST", "/jobs", json={"name": "talk", "function": "chatty", "event": {"n": 7}}, expect=201)
+    done = tenant.wait_job("talk")
+    assert done["phase"] == "Succeeded", done
+    assert json.loads(done["message"]) == {"n": 7}

@@ -317,6 +317,8 @@ def test_run_job_runs_the_runner_with_the_event(runtime: str, command: list[str]
     assert json.loads(next(e["value"] for e in c["env"] if e["name"] == "SLESS_EVENT")) == {"x": [1, 2]}
     assert c["terminationMessagePath"] == "/dev/termination-log"
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    # the runner writes its result there, apart from what the handler prints
+    assert {"name": "SLESS_RESULT_FILE", "value": "/dev/termination-log"} in c["env"]
     assert "ports" not in c and "readinessProbe" not in c
     assert pod_spec(job)["restartPolicy"] == "Never"
     assert_restricted(pod_spec(job))
@@ -334,6 +336,7 @@ def test_cron_job_suspends_when_disabled_and_belongs_to_the_trigger() -> None:
     assert on["metadata"]["annotations"][manifests.SPEC_HASH] != off["metadata"]["annotations"][manifests.SPEC_HASH]
     event = next(e["value"] for e in container(on)["env"] if e["name"] == "SLESS_EVENT")
     assert json.loads(event) == {"type": "cron", "trigger": "tick", "schedule": "*/5 * * * *"}
+    assert {"name": "SLESS_RESULT_FILE", "value": "/dev/termination-log"} in container(on)["env"]
     assert_restricted(pod_spec(on))
 
 

@@ -202,6 +202,8 @@ def restricted_container_security(read_only_root: bool) -> dict[str, Any]:
 def _function_pod(config: OperatorConfig, fn: FunctionRef, image: str, *, runner: bool,
                   extra_env: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     runtime = RUNTIMES[fn.spec.runtime]
+    if runner:  # the result goes where the handler's own prints cannot reach (the termination message)
+        extra_env = {**(extra_env or {}), "SLESS_RESULT_FILE": TERMINATION_LOG}
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 )
 
 // Exit codes of the runner, shared with the Python and Node runners.
@@ -66,13 +68,24 @@ type lazyFile struct {
 
 func (l *lazyFile) Write(p []byte) (int, error) {
 	if l.file == nil {
-		f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_TRUNC|os.O_CREATE, 0o600)
+		f, err := openResult(l.path)
 		if err != nil {
 			return 0, err
 		}
 		l.file = f
 	}
 	return l.file.Write(p)
+}
+
+// openResult opens path for writing; /dev/fd/N is the inherited descriptor N
+// itself (a pipe the platform passed, which a sandboxed user could not reopen).
+func openResult(path string) (*os.File, error) {
+	if rest, ok := strings.CutPrefix(path, "/dev/fd/"); ok {
+		if fd, err := strconv.Atoi(rest); err == nil && fd >= 0 {
+			return os.NewFile(uintptr(fd), path), nil
+		}
+	}
+	return os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|os.O_CREATE, 0o600)
 }
 
 func decodeEvent(raw string) (map[string]any, error) {

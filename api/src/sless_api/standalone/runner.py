@@ -9,7 +9,8 @@ job never leaves processes (or pipes held open) behind.
 
 Output is captured through bounded buffers, so a function that prints
 gigabytes cannot exhaust the platform's memory; the result message follows
-the FunctionJob contract: stdout (the JSON result) on success, stderr (the
+the FunctionJob contract: the JSON result (from the runner's SLESS_RESULT_FILE
+pipe, never mixed with what the handler prints) on success, stderr (the
 traceback) on failure, cut to ~2000 characters.
 
 With a sandbox the runner runs jailed like the function's server (sandbox.py),
@@ -151,6 +152,9 @@ def run_once(
     full_env["SLESS_TIMEOUT_SEC"] = f"{timeout_sec:g}"
     started = time.monotonic()
     prepared: Prepared | None = None
+    # The result comes back on a pipe of its own: what the handler prints on stdout is its log, not its result.
+    result_read, result_write = os.pipe()
+    full_env["SLESS_RESULT_FILE"] = f"/dev/fd/{result_write}"
     try:
         if sandbox is not None and jail is not None:
             prepared = sandbox.prepare(argv, artifact.code_dir, jail, f"run-{jail.tenant}")
@@ -163,16 +167,21 @@ def run_once(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            pass_fds=(result_write,),
             preexec_fn=prepared.preexec if prepared is not None else _die_with_platform,  # noqa: PLW1509 - prctl, cgroup join, rlimits
         )
     except OSError as exc:  # e.g. E2BIG: the event does not fit into the environment
+        os.close(result_read)
         if prepared is not None:
             prepared.cleanup()
         return RunResult(False, keep_end(f"cannot start the runner: {exc}"), None, 0.0)
+    finally:
+        os.close(result_write)  # the child holds its own copy: EOF comes when the run ends
     assert proc.stdout is not None and proc.stderr is not None
     out, err = _Capture(proc.stdout), _Capture(proc.stderr)
-    out.start()
-    err.start()
+    result = _Capture(os.fdopen(result_read, "rb"))
+    for capture in (out, err, result):
+        capture.start()
     exited = _wait_exit(proc, timeout_sec + KILL_MARGIN_SEC)
     if prepared is not None and not exited:
         prepared.kill(proc.pid)  # the sandbox's PID 1 first, so nothing is orphaned
@@ -184,11 +193,11 @@ def run_once(
         limit_note = prepared.exit_note(exit_code)
         prepared.cleanup()  # the sandbox's cgroup: anything left in it dies
     duration = time.monotonic() - started
-    out.join(_DRAIN_SEC)
-    err.join(_DRAIN_SEC)
+    for capture in (out, err, result):
+        capture.join(_DRAIN_SEC)
 
     if exited and exit_code == 0:
-        text, more = out.first_text()
+        text, more = result.first_text()
         return RunResult(True, keep_start(text.rstrip("\n"), more), 0, duration)
     text, earlier = err.last_text()
     text = text.rstrip("\n")
