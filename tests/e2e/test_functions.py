@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import time
+from pathlib import Path
 
 import pytest
 import requests
 
-from tests.support.platform import Tenant, make_zip
+from tests.support.platform import Tenant, make_zip, running_sless
 
 pytestmark = pytest.mark.e2e
 
@@ -124,3 +125,14 @@ def test_a_recreated_function_starts_with_no_history(tenant: Tenant) -> None:
     time.sleep(1.1)  # creation times have second resolution on the kubernetes backend; same rule here
     tenant.api("POST", "/functions", json={"name": "reborn", "runtime": "python3.11"}, expect=201)
     assert tenant.api("GET", "/functions/reborn/invocations", expect=200).json()["items"] == []
+
+
+def test_the_source_view_is_the_upload_not_what_the_function_wrote(tmp_path: Path) -> None:
+    """Without a sandbox (one trusted tenant) a function can write into its folder; the source stays the upload."""
+    writer = "import os\n\ndef handle(event):\n    open('injected.txt', 'w').write('x')\n    return os.getcwd()\n"
+    with running_sless(tmp_path / "data", {"SLESS_SANDBOX": "off"}) as sp:
+        tenant = Tenant(sp.url, "source-view")
+        tenant.deploy("writer", "python3.11", {"handler.py": writer})
+        assert requests.get(tenant.fn_url("writer"), timeout=30).status_code == 200
+        files = tenant.api("GET", "/functions/writer/source", expect=200).json()["files"]
+        assert [f["name"] for f in files] == ["handler.py"]

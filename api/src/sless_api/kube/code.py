@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,19 +24,13 @@ from sless_api.buildcontext import make_build_context
 from sless_api.kube.settings import KubeSettings
 from sless_api.platform import NotFound, Unavailable
 from sless_api.storage import CodeStore, StorageError, context_key, function_prefixes, zip_key
+from sless_api.storage.versions import newest_archive, prune, stamp, unpack_archive
 from sless_api.zipsafe import ZipLimits, extract_zip, read_source_files
 from sless_core.models import FunctionSpec
 
 log = logging.getLogger("sless.kube.code")
 KEEP_VERSIONS = 5
 STORE_ERRORS = (StorageError, MinioException, urllib3.exceptions.HTTPError, OSError)
-
-
-def stamp(code_hash: str, now: float | None = None) -> str:
-    """``20261130T031500123456Z-<hash[:12]>``: sorts by time (to the microsecond), names the code."""
-    now = time.time() if now is None else now
-    micros = int((now % 1) * 1_000_000)
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{micros:06d}Z-{code_hash[:12]}"
 
 
 @dataclass(frozen=True)
@@ -106,25 +99,25 @@ class CodeArchive:
 
     def _fetch(self, namespace: str, name: str, code_hash: str, work: Path) -> Path:
         """Download and unpack the newest stored zip of CODE_HASH into WORK/code."""
+        key = self._archive_key(namespace, name, code_hash)
         try:
-            zips = self.store.list(function_prefixes(namespace, name)[0])
-            matching = [k for k in zips if k.endswith(f"-{code_hash[:12]}.zip")]
-            if not matching:
-                raise NotFound(f"the code of function {name!r} is no longer stored; upload it again")
-            archive = work / "code.zip"
-            self.store.get_to_file(matching[-1], archive)
+            return unpack_archive(self.store, key, work, self.limits)
         except STORE_ERRORS as exc:
             raise Unavailable(f"code storage is unavailable ({type(exc).__name__}); try again") from exc
-        code_dir = work / "code"
-        extract_zip(archive, code_dir, self.limits)
-        return code_dir
+
+    def _archive_key(self, namespace: str, name: str, code_hash: str) -> str:
+        try:
+            key = newest_archive(self.store, namespace, name, code_hash)
+        except STORE_ERRORS as exc:
+            raise Unavailable(f"code storage is unavailable ({type(exc).__name__}); try again") from exc
+        if key is None:
+            raise NotFound(f"the code of function {name!r} is no longer stored; upload it again")
+        return key
 
     def prune(self, namespace: str, name: str, keep: int = KEEP_VERSIONS) -> None:
         """Delete all but the newest KEEP zips and contexts of a function (best effort)."""
         try:
-            for prefix in function_prefixes(namespace, name):
-                for key in self.store.list(prefix)[:-keep]:
-                    self.store.delete_prefix(key)
+            prune(self.store, namespace, name, keep)
         except STORE_ERRORS:
             log.warning("pruning old code of %s/%s failed", namespace, name, exc_info=True)
 

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict
@@ -49,6 +50,7 @@ from sless_api.standalone.sandbox import Limits, Sandbox, SandboxUnavailable
 from sless_api.standalone.state import StateStore
 from sless_api.standalone.supervisor import LimitExceeded, NotDeployed, ProcessSpec, StartFailed, Supervisor
 from sless_api.storage import CodeStore, context_key, function_prefixes, zip_key
+from sless_api.storage.versions import newest_archive, stamp, unpack_archive
 from sless_api.zipsafe import ZipLimits, extract_zip, read_source_files
 from sless_core.errors import ValidationError
 from sless_core.models import FunctionSpec, JobPhase, JobSpec, Phase, TriggerSpec, TriggerType
@@ -214,18 +216,27 @@ class StandalonePlatform:
             except QuotaExceeded:
                 shutil.rmtree(code_dir, ignore_errors=True)
                 raise
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{code_hash[:12]}"
-        self.store.put_file(zip_key(rec.namespace, rec.spec.name, stamp), zip_path)
+        version = stamp(code_hash)
+        self.store.put_file(zip_key(rec.namespace, rec.spec.name, version), zip_path)
         context = make_build_context(code_dir, rec.spec.runtime, rec.spec.entrypoint,
                                      BASE_IMAGES[rec.spec.runtime])
-        self.store.put_bytes(context_key(rec.namespace, rec.spec.name, stamp), context)
+        self.store.put_bytes(context_key(rec.namespace, rec.spec.name, version), context)
 
     async def get_source(self, namespace: str, name: str) -> list[dict[str, Any]]:
         rec = self._function(namespace, name)
         if not rec.code_hash:
             return []
-        code_dir = self.code_root / namespace / name / rec.code_hash
-        return await asyncio.to_thread(read_source_files, code_dir)
+        return await asyncio.to_thread(self._source, namespace, name, rec.code_hash)
+
+    def _source(self, namespace: str, name: str, code_hash: str) -> list[dict[str, Any]]:
+        """The uploaded archive's files (what the function wrote into its folder at run time is not source)."""
+        key = newest_archive(self.store, namespace, name, code_hash)
+        if key is None:
+            raise NotFound(f"the code of function {name!r} is no longer stored; upload it again")
+        work = self.config.data_dir / "tmp"
+        work.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="source-", dir=work) as tmp:
+            return read_source_files(unpack_archive(self.store, key, Path(tmp), self.zip_limits))
 
     async def _build(self, namespace: str, name: str) -> None:
         rec = self._function(namespace, name)

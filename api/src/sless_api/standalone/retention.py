@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sless_api.platform import PlatformError
 from sless_api.storage import CodeStore
-from sless_api.storage.keys import function_prefixes
+from sless_api.storage.versions import prune
 
 GIB = 1024**3
 
@@ -76,10 +76,5 @@ def prune_versions(function_dir: Path, current: str, policy: RetentionPolicy) ->
 
 
 def prune_stored(store: CodeStore, namespace: str, name: str, policy: RetentionPolicy) -> int:
-    """Delete archives and build contexts beyond the newest ``versions_kept`` (keys sort by upload time)."""
-    deleted = 0
-    for prefix in function_prefixes(namespace, name):
-        keys = store.list(prefix)
-        for key in keys[:-policy.versions_kept]:
-            deleted += store.delete_prefix(key)
-    return deleted
+    """Delete archives and build contexts beyond the newest ``versions_kept``."""
+    return prune(store, namespace, name, policy.versions_kept)
