@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import signal
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +15,7 @@ import requests
 
 from sless_api.auth import issue_token
 from sless_core.naming import tenant_namespace
-from tests.support.platform import REPO
+from tests.support.platform import REPO, serving
 from tests.support.services import free_port
 
 pytestmark = [pytest.mark.e2e]
@@ -44,29 +42,9 @@ def clean_env() -> dict[str, str]:
 def sless_up(data_dir: Path, log_path: Path) -> Iterator[str]:
     """`sless up` with no secret in its environment (it makes its own in the data dir), umask 022."""
     port = free_port()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(sless_up_argv(data_dir, port), cwd=REPO, env=clean_env(), stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True, umask=0o022)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log_path.read_text()
-            try:
-                if requests.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.1)
+    with serving(sless_up_argv(data_dir, port), clean_env(), log_path, f"http://127.0.0.1:{port}",
+                 umask=0o022) as url:
         yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(40)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def write_state(url: str, data_dir: Path) -> None:

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import os
 import selectors
-import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -20,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.platform import REPO, SECRET, SlessProcess, Tenant, start_sless
+from tests.support.platform import SECRET, SlessProcess, Tenant, serving, start_sless
 from tests.support.services import free_port
 
 pytestmark = [pytest.mark.e2e]
@@ -46,29 +44,9 @@ def sless_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = {**os.environ, **LIMITS, "SLESS_JWT_SECRET": SECRET, "SLESS_DATA_DIR": str(data),
            "SLESS_BIND": f"127.0.0.1:{port}", "SLESS_WORKERS": "1"}
     env.pop("SLESS_DATABASE_URL", None)
-    with open(data / "sless-api.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "sless_api.serve"], cwd=REPO, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (data / "sless-api.log").read_text()
-            try:
-                if requests.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, (data / "sless-api.log").read_text()
-            time.sleep(0.2)
+    with serving([sys.executable, "-m", "sless_api.serve"], env, data / "sless-api.log",
+                 f"http://127.0.0.1:{port}") as url:
         yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(40)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def open_slow(url: str, count: int) -> list[socket.socket]:

@@ -78,6 +78,34 @@ def start_sless(data_dir: Path, extra_env: dict[str, str] | None = None, port: i
 
 
 @contextmanager
+def serving(argv: list[str], env: dict[str, str], log_path: Path, url: str, umask: int = -1) -> Iterator[str]:
+    """A server process (any of the platform's commands) until the block ends: started, ready once its
+    /health answers, then stopped with SIGTERM (SIGKILL after 40 s)."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, umask=umask)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            assert proc.poll() is None, log_path.read_text(errors="replace")
+            try:
+                if requests.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline, log_path.read_text(errors="replace")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@contextmanager
 def running_sless(data_dir: Path, extra_env: dict[str, str] | None = None) -> Iterator[SlessProcess]:
     sp = start_sless(data_dir, extra_env)
     try:
