@@ -7,22 +7,17 @@ cached keep answering at once, and the unknown kid is refused at the fetch deadl
 from __future__ import annotations
 
 import concurrent.futures
-import json
-import select
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import jwt
 import pytest
 import requests
 from cryptography.hazmat.primitives.asymmetric import rsa
-from jwt.algorithms import RSAAlgorithm
 
 from sless_core.naming import tenant_namespace
+from tests.support.jwks import JwksServer, rsa_jwk
 from tests.support.platform import SlessProcess, start_sless
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -33,63 +28,21 @@ MIN_REFETCH_SEC = 10.0
 FETCH_DEADLINE_SEC = 10.0
 
 
-class TricklingJwks:
-    """A JWKS endpoint that answers at once, or (``trickle``) one byte every 3 s."""
-
-    def __init__(self, jwk: dict[str, Any]) -> None:
-        self.payload = json.dumps({"keys": [jwk]}).encode()
-        self.trickle = False
-        self.requests = 0
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                outer.requests += 1
-                head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                        f"Content-Length: {len(outer.payload)}\r\n\r\n").encode()
-                if not outer.trickle:
-                    self.wfile.write(head + outer.payload)
-                    return
-                for byte in head + outer.payload:
-                    readable, _, _ = select.select([self.connection], [], [], 3.0)
-                    if readable and not self.connection.recv(1):
-                        return  # the client gave up
-                    try:
-                        self.connection.sendall(bytes([byte]))
-                    except OSError:
-                        return
-                self.close_connection = True
-
-            def log_message(self, fmt: str, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/jwks.json"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture(scope="module")
 def key() -> rsa.RSAPrivateKey:
     return rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
 
 @pytest.fixture
-def jwks(key: rsa.RSAPrivateKey) -> Iterator[TricklingJwks]:
-    jwk = RSAAlgorithm.to_jwk(key.public_key(), as_dict=True)
-    jwk.update({"kid": "known", "use": "sig", "alg": "RS256"})
-    server = TricklingJwks(jwk)
+def jwks(key: rsa.RSAPrivateKey) -> Iterator[JwksServer]:
+    server = JwksServer()
+    server.publish(rsa_jwk(key, "known"))
     yield server
     server.stop()
 
 
 @pytest.fixture
-def sless(tmp_path: Path, jwks: TricklingJwks) -> Iterator[SlessProcess]:
+def sless(tmp_path: Path, jwks: JwksServer) -> Iterator[SlessProcess]:
     sp = start_sless(tmp_path / "data", {"SLESS_JWKS_URL": jwks.url})
     yield sp
     sp.stop()
@@ -108,7 +61,7 @@ def timed_get(url: str, token: str | None = None) -> tuple[int, float]:
 
 
 def test_a_trickling_jwks_server_blocks_neither_health_nor_cached_keys(
-    sless: SlessProcess, jwks: TricklingJwks, key: rsa.RSAPrivateKey
+    sless: SlessProcess, jwks: JwksServer, key: rsa.RSAPrivateKey
 ) -> None:
     known = rs256(key, "known")
     whoami = sless.url + "/v1/whoami"
@@ -116,9 +69,9 @@ def test_a_trickling_jwks_server_blocks_neither_health_nor_cached_keys(
     assert status == 200
     resp = requests.get(whoami, headers={"Authorization": f"Bearer {known}"}, timeout=10)
     assert resp.json()["namespace"] == tenant_namespace(SUB)
-    assert jwks.requests == 1
+    assert jwks.count() == 1
     time.sleep(MIN_REFETCH_SEC + 0.5)  # an unknown kid may now trigger a refetch
-    jwks.trickle = True
+    jwks.trickle_sec = 3.0
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         started = time.monotonic()
         unknown = [pool.submit(timed_get, whoami, rs256(key, f"rotated-{i}")) for i in range(3)]
@@ -133,4 +86,4 @@ def test_a_trickling_jwks_server_blocks_neither_health_nor_cached_keys(
     assert max(t for _, t in cached) < 0.5, cached
     assert all(code == 401 for code, _ in results), results
     assert elapsed < FETCH_DEADLINE_SEC + 3, elapsed  # the trickled document would take minutes
-    assert jwks.requests == 2  # the three unknown kids shared one fetch
+    assert jwks.count() == 2  # the three unknown kids shared one fetch
