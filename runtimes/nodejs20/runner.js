@@ -61,6 +61,8 @@ async function main() {
     rt.logLoadFailure(err, config);
     process.exit(EXIT_ERROR);
   }
+  // The build's check: the entrypoint loads; the handler is not called.
+  if (process.env.SLESS_CHECK_ONLY) process.exit(0);
   let result;
   try {
     result = await rt.invoke(handler, event, Math.min(config.timeoutSec, 2_147_483));

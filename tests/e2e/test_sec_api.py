@@ -165,19 +165,19 @@ def test_invoke_paths_outside_tenant_namespaces_are_404(sless: SlessProcess, pat
     ("python3.11", {"handler.py": "import no_such_module_here\n\ndef handle(event):\n    return 1\n"}),
     ("nodejs20", {"handler.js": "require('no-such-module-here');\nexports.handle = async () => 1;\n"}),
 ])
-def test_a_function_that_does_not_load_answers_one_line_without_paths(sless: SlessProcess, tenant: Tenant,
+def test_a_function_that_does_not_load_fails_its_deploy_in_one_line_without_paths(sless: SlessProcess, tenant: Tenant,
                                                                        runtime: str, files: dict[str, str]) -> None:
     tenant.api("POST", "/ensure", expect=(200, 201))
     tenant.api("POST", "/functions", json={"name": "noload", "runtime": runtime}, expect=201)
     tenant.upload("noload", files)
     tenant.api("POST", "/triggers", json={"name": "noload", "type": "http", "function": "noload"}, expect=201)
     record = tenant.wait_phase("noload", ("Ready", "Failed"))
-    texts = [record["message"]]
-    if record["phase"] == "Ready":  # started lazily: the first call finds out
-        resp = requests.get(tenant.fn_url("noload"), timeout=60)
-        assert resp.status_code == 503, resp.text
-        texts.append(resp.json()["error"])
-        assert "failed to load" in resp.json()["error"] and "no-such-module-here" in resp.text.replace("_", "-")
+    # The build loads the entrypoint: a function that cannot load is Failed at deploy time, not Ready.
+    assert record["phase"] == "Failed", record
+    assert "failed to load" in record["message"] and "no-such-module-here" in record["message"].replace("_", "-")
+    resp = requests.get(tenant.fn_url("noload"), timeout=60)
+    assert resp.status_code == 404 and "not ready" in resp.json()["error"]
+    texts = [record["message"], resp.text]
     for text in texts:
         assert "Traceback" not in text and "File \"" not in text and " at " not in text, text
         assert str(sless.data_dir) not in text and "/runtimes/" not in text, text

@@ -37,7 +37,7 @@ from sless_api.platform import (
     Unsupported,
 )
 from sless_api.standalone.builder import BuildArtifact, Builder, BuildFailed, BuildRequest, toolchain_paths
-from sless_api.standalone.failures import caller_reason
+from sless_api.standalone.failures import NO_REASON, caller_reason
 from sless_api.standalone.retention import (
     QuotaExceeded,
     RetentionPolicy,
@@ -55,6 +55,8 @@ from sless_api.zipsafe import ZipLimits, extract_zip, read_source_files
 from sless_core.errors import ValidationError
 from sless_core.models import FunctionSpec, JobPhase, JobSpec, Phase, TriggerSpec, TriggerType
 
+# Runtimes whose entrypoint loads when the process starts: the build checks it (Go's build links it).
+LOAD_CHECKED = ("python3.11", "nodejs20")
 log = logging.getLogger("sless.standalone")
 BASE_IMAGES = {"python3.11": "sless/python3.11", "nodejs20": "sless/nodejs20", "go1.23": "sless/go1.23"}
 REBUILD_FIELDS = ("runtime", "entrypoint")
@@ -268,6 +270,10 @@ class StandalonePlatform:
             log.exception("build of %s/%s crashed", namespace, name)
             self._finish_build(namespace, name, code_hash, None, f"build crashed: {type(exc).__name__}: {exc}")
             return
+        failure = await self._check_loads(namespace, rec, artifact)
+        if failure:
+            self._finish_build(namespace, name, code_hash, None, failure)
+            return
         self.state.set_artifact(namespace, name, artifact_to_dict(artifact))
         try:
             # Switch traffic before saying Ready, so a client that sees Ready gets the new code.
@@ -287,6 +293,27 @@ class StandalonePlatform:
         if removed or stored:
             log.info("%s/%s: removed %d old code versions and %d stored objects", namespace, name, len(removed),
                      stored)
+
+    async def _check_loads(self, namespace: str, rec: FunctionRecord, artifact: BuildArtifact) -> str:
+        """Empty when the entrypoint loads, else why not, in one line.
+
+        Python and Node load the handler when their process starts (lazily, on the first call): without
+        this check a broken import would show Ready until someone calls. A Go function that does not
+        link has failed its build already.
+        """
+        if rec.spec.runtime not in LOAD_CHECKED:
+            return ""
+        limits = Limits.for_function(rec.spec.memory_mb, rec.spec.runtime, cpu_sec=int(rec.spec.timeout_sec) + 1)
+        result = await asyncio.to_thread(run_once, artifact, {}, float(rec.spec.timeout_sec),
+                                         env={**rec.spec.env_vars, "SLESS_CHECK_ONLY": "1"}, sandbox=self.sandbox,
+                                         jail=artifact.jail(namespace, limits))
+        if result.ok:
+            return ""
+        log.warning("%s/%s does not load: %s", namespace, rec.spec.name, result.output)
+        reason = caller_reason(result.output)
+        if reason == NO_REASON and result.timed_out:
+            reason = f"loading it took longer than its timeout of {rec.spec.timeout_sec}s"
+        return f"the function does not load: {reason}"
 
     def _finish_build(self, namespace: str, name: str, code_hash: str, artifact: BuildArtifact | None,
                       failure: str) -> None:
