@@ -113,6 +113,16 @@ def _errors_only(results: dict[str, str]) -> None:
     assert not leaked, f"an attack got through: {leaked}"
 
 
+def enter_arena(sp: SlessProcess) -> Arena:
+    """A victim tenant with a secret in its env and an attacker tenant with the hostile function, both serving."""
+    attacker, victim = Tenant(sp.url, "attacker"), Tenant(sp.url, "victim")
+    victim.deploy("victim", "python3.11", VICTIM, env_vars={"VICTIM_SECRET": MARKER})
+    attacker.deploy("hostile", "python3.11", HOSTILE, memory_mb=64, timeout_sec=30)
+    arena = Arena(sp, attacker, victim)
+    arena.assert_fine()
+    return arena
+
+
 @pytest.fixture(scope="module")
 def arena(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Arena]:
     if os.geteuid() != 0:
@@ -122,11 +132,7 @@ def arena(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Arena]:
     (data / "canary-secret").chmod(0o600)
     sp = start_sless(data, {"SLESS_SANDBOX": "bwrap", "SLESS_SANDBOX_NPROC": str(NPROC)})
     try:
-        attacker, victim = Tenant(sp.url, "attacker"), Tenant(sp.url, "victim")
-        victim.deploy("victim", "python3.11", VICTIM, env_vars={"VICTIM_SECRET": MARKER})
-        attacker.deploy("hostile", "python3.11", HOSTILE, memory_mb=64, timeout_sec=30)
-        arena = Arena(sp, attacker, victim)
-        arena.assert_fine()
+        arena = enter_arena(sp)
         yield arena
     finally:
         code = sp.stop()
@@ -363,11 +369,7 @@ def nobody_arena() -> Iterator[Arena]:
         os.chown(path, NOBODY, NOBODY)
     sp = _start_as_nobody(data)
     try:
-        attacker, victim = Tenant(sp.url, "attacker"), Tenant(sp.url, "victim")
-        victim.deploy("victim", "python3.11", VICTIM, env_vars={"VICTIM_SECRET": MARKER})
-        attacker.deploy("hostile", "python3.11", HOSTILE, memory_mb=64, timeout_sec=30)
-        arena = Arena(sp, attacker, victim)
-        arena.assert_fine()
+        arena = enter_arena(sp)
         assert "user namespaces" in sp.log_tail(200)
         yield arena
     finally:
