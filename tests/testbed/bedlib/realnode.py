@@ -42,6 +42,7 @@ NOT_BUILT = 3
 BINARIES = ("coredns", "registry", "executor", "pause")
 NODE = "sless-node-0"
 BRIDGE = "slessbr0"
+BRIDGE_MAC = "02:53:4c:45:53:01"  # locally administered
 NETWORK = "sless-testbed"  # the CNI network name: its iptables comments carry it
 SUBNET = "10.199.0.0/24"
 NODE_IP = "10.199.0.1"
@@ -132,7 +133,9 @@ def setup_host(state: Path) -> None:
         "absent_dirs": [d for d in HOST_DIRS if not Path(d).exists()],
     }
     (state / "realnode-host.json").write_text(json.dumps(before, indent=2) + "\n")
-    _run("ip", "link", "add", BRIDGE, "type", "bridge")
+    # A fixed MAC: a bridge without one takes the lowest MAC of its ports, so it changes whenever a
+    # pod's veth comes or goes, and pods that cached the old one in ARP lose the node for ~30-60 s.
+    _run("ip", "link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge")
     _run("ip", "addr", "add", f"{NODE_IP}/24", "dev", BRIDGE)
     _run("ip", "link", "set", BRIDGE, "up")
     for cg in _cgroup_dirs():
