@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs and starts everything the tests need on a fresh Debian machine,
-# runs the linters, then every test (all markers: pg, rabbitmq, s3, k8s, e2e, slow).
+# runs the linters, then every test (all markers: pg, rabbitmq, s3, k8s, e2e, slow, and realnode as root;
+# SLESS_SKIP_REALNODE=1 leaves the real node out).
 # and then the Molecule scenarios (default, e2e, stress with a 15 s storm; SLESS_SKIP_MOLECULE=1 skips them).
 # Extra arguments go to pytest, e.g. `scripts/test.sh -m "not k8s" -x`.
 set -euo pipefail
@@ -9,11 +10,23 @@ log() { echo "[test $(date +%T)] $*" >&2; }
 T0=$SECONDS
 log "test services (PostgreSQL, RabbitMQ, wrk, S3 server)"
 bash scripts/install-test-services.sh
+REALNODE=0
+if [ "$(id -u)" = 0 ] && [ "${SLESS_TESTBED_EXISTING:-0}" != 1 ] && [ "${SLESS_SKIP_REALNODE:-0}" != 1 ]; then
+  REALNODE=1
+  log "real-node packages (containerd, runc, CNI plugins, debootstrap, buildah)"
+  bash scripts/install-realnode.sh
+fi
 log "python environment"
 bash scripts/bootstrap.sh
 if [ "${SLESS_TESTBED_EXISTING:-0}" != 1 ]; then
   log "Kubernetes test bed binaries (cold build happens once per version; timings follow)"
   t=$SECONDS; tests/testbed/build.sh >/dev/null; log "test bed binaries ready in $((SECONDS - t))s"
+fi
+if [ "$REALNODE" = 1 ]; then
+  log "real node: CoreDNS, registry, kaniko, pause and the images (cold build once per version; timings follow)"
+  t=$SECONDS; .venv/bin/python tests/testbed/testbed build --real-node >/dev/null
+  log "real node ready in $((SECONDS - t))s"
+  export SLESS_REALNODE=1  # the realnode tests run a kubelet node on this machine (root)
 fi
 log "Vault server for the install tests (built once per version; timings follow)"
 t=$SECONDS; bash tests/install/build-vault.sh >/dev/null; log "vault ready in $((SECONDS - t))s"
