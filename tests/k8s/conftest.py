@@ -228,7 +228,7 @@ def pod_outcome(k8s_testbed: Testbed) -> Iterator[Callable[..., str]]:
         yield make
     finally:
         for name in created:
-            k8s_testbed.kubectl("delete", "stage.kwok.x-k8s.io", name, "--ignore-not-found", check=False)
+            k8s_testbed.delete_stage(name)
 
 
 @contextmanager

@@ -73,19 +73,14 @@ def fetch_fails(k8s_testbed: Testbed) -> Iterator[Any]:
             {"key": ".metadata.namespace", "operator": "In", "values": [namespace]},
             *({"key": f'.metadata.labels["{k}"]', "operator": "In", "values": [v]} for k, v in labels.items()),
         ]
-        k8s_testbed.apply({
-            "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": name},
-            "spec": {"resourceRef": {"apiGroup": "v1", "kind": "Pod"}, "selector": {"matchExpressions": expressions},
-                     "weight": 10000, "delay": {"durationMilliseconds": 200},
-                     "next": {"statusTemplate": _FETCH_FAILED % {"message": json.dumps(message)}}},
-        })  # fmt: skip
+        k8s_testbed.apply_stage(name, expressions, _FETCH_FAILED % {"message": json.dumps(message)})
         made.append(name)
 
     try:
         yield make
     finally:
         for name in made:
-            k8s_testbed.kubectl("delete", "stage.kwok.x-k8s.io", name, "--ignore-not-found", check=False)
+            k8s_testbed.delete_stage(name)
 
 
 def test_build_pod_fetches_the_context_in_an_init_container(sless: Sless) -> None:

@@ -127,33 +127,32 @@ class Testbed:
         controller sees a really failed pod and applies backoffLimit as in a real cluster.
         """
         name = f"sless-testbed-fail-{namespace}"[:253]
-        stage = {
-            "apiVersion": "kwok.x-k8s.io/v1alpha1",
-            "kind": "Stage",
-            "metadata": {"name": name},
-            "spec": {
-                "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
-                "selector": {
-                    "matchExpressions": [
-                        {"key": ".metadata.namespace", "operator": "In", "values": [namespace]},
-                        {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
-                        {"key": ".status.phase", "operator": "In", "values": ["Running"]},
-                        {"key": ".metadata.ownerReferences.[].kind", "operator": "In", "values": ["Job"]},
-                    ]
-                },
-                "weight": 10000,
-                "delay": {"durationMilliseconds": 200},
-                "next": {
-                    "statusTemplate": _FAILED_STATUS
-                    % {"exit_code": exit_code, "reason": json.dumps(reason), "message": json.dumps(message)}
-                },
-            },
-        }
-        self.apply(stage)
+        self.apply_stage(name, [
+            {"key": ".metadata.namespace", "operator": "In", "values": [namespace]},
+            {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+            {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+            {"key": ".metadata.ownerReferences.[].kind", "operator": "In", "values": ["Job"]},
+        ], _FAILED_STATUS % {"exit_code": exit_code, "reason": json.dumps(reason), "message": json.dumps(message)})
         try:
             yield name
         finally:
-            self.kubectl("delete", "stage.kwok.x-k8s.io", name, "--ignore-not-found", check=False)
+            self.delete_stage(name)
+
+    def apply_stage(self, name: str, expressions: list[dict[str, Any]], status_template: str,
+                    delay_ms: int = 200) -> None:  # fmt: skip
+        """A kwok Stage that gives the pods matching EXPRESSIONS the status STATUS_TEMPLATE.
+
+        Its weight wins over kwok's own pod stages (weight 0), so the matching pods take this outcome.
+        """
+        self.apply({
+            "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": name},
+            "spec": {"resourceRef": {"apiGroup": "v1", "kind": "Pod"}, "selector": {"matchExpressions": expressions},
+                     "weight": 10000, "delay": {"durationMilliseconds": delay_ms},
+                     "next": {"statusTemplate": status_template}},
+        })  # fmt: skip
+
+    def delete_stage(self, name: str) -> None:
+        self.kubectl("delete", "stage.kwok.x-k8s.io", name, "--ignore-not-found", check=False)
 
     def set_pod_logs(self, namespace: str, pod: str, lines: list[str], container: str | None = None) -> Path:
         """Make `kubectl logs` of POD return LINES: kwok serves a file named by a Logs object."""
