@@ -24,7 +24,7 @@ from sless_core.naming import is_function_name, is_tenant_namespace
 
 # Characters a canonical platform path may hold: names are DNS-1123 labels, assets have a dot.
 _CANONICAL = re.compile(r"(/[A-Za-z0-9._-]+)*/?")
-FN_PREFIX = b"/fn/"
+FN_PREFIX = "/fn/"
 # The runtime's own endpoints (health probe) live under this prefix and are not the caller's to reach.
 RUNTIME_PREFIX = "/_"
 
@@ -54,7 +54,7 @@ def is_canonical(path: str) -> bool:
 
 
 def is_invoke_path(path: str) -> bool:
-    return path.startswith(FN_PREFIX.decode())
+    return path.startswith(FN_PREFIX)
 
 
 def split_invoke(path: str) -> InvokeTarget | None:
