@@ -48,6 +48,7 @@ from sless_api.standalone.sandbox import (
     set_parent_death_signal,
     tenant_uid,
 )
+from sless_core import rebuild
 
 Progress = Callable[[str], None]
 
@@ -328,15 +329,6 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def _meaningful_requirements(manifest: bytes) -> bool:
-    """Whether a requirements.txt names anything (blank/comment-only files install nothing)."""
-    for raw in manifest.decode("utf-8", errors="replace").splitlines():
-        line = raw.strip()
-        if line and not line.startswith("#"):
-            return True
-    return False
-
-
 class Builder:
     """Builds function versions into a cache directory; safe to share between threads and processes."""
 
@@ -415,13 +407,11 @@ class Builder:
 
     def _python_deps(self, code_dir: Path, say: Progress, tenant: str = "") -> Path | None:
         manifest_path = code_dir / "requirements.txt"
-        if not manifest_path.is_file():
-            say("dependencies: none (no requirements.txt)")
+        manifests = rebuild.read_manifests(PYTHON, code_dir)
+        if not manifests:  # the rule both backends share (sless_core.rebuild)
+            say("dependencies: none (no requirements.txt, or one that names nothing)")
             return None
-        manifest = manifest_path.read_bytes()
-        if not _meaningful_requirements(manifest):
-            say("dependencies: none (requirements.txt is empty)")
-            return None
+        manifest = rebuild.dependency_key(PYTHON, manifests).encode()
         python = python_interpreter()
         # The interpreter is part of the key: compiled wheels are built for one Python.
         key = sha256_hex(CACHE_FORMAT.encode(), PYTHON.encode(), str(python).encode(), manifest,
@@ -452,17 +442,18 @@ class Builder:
 
     def _node_deps(self, code_dir: Path, say: Progress, tenant: str = "") -> Path | None:
         manifest_path = code_dir / "package.json"
-        if not manifest_path.is_file():
+        manifests = rebuild.read_manifests(NODE, code_dir)
+        if not manifests:  # the rule both backends share (sless_core.rebuild)
             say("dependencies: none (no package.json)")
             return None
         lock_path = code_dir / "package-lock.json"
-        lock = lock_path.read_bytes() if lock_path.is_file() else b""
         npm = shutil.which("npm")
         if npm is None:
             raise BuildFailed("npm is not installed on this host (needed for package.json)")
         # Node's version is part of the key: native addons are built for one Node ABI.
         node = self._tool_version(node_binary(), "--version")
-        key = sha256_hex(CACHE_FORMAT.encode(), NODE.encode(), node.encode(), manifest_path.read_bytes(), lock,
+        key = sha256_hex(CACHE_FORMAT.encode(), NODE.encode(), node.encode(),
+                         rebuild.dependency_key(NODE, manifests).encode(),
                          *([self._tenant_key(tenant)] if self.sandbox is not None else []))
 
         def install(staging: Path) -> None:
