@@ -190,3 +190,58 @@ def test_kaniko_job_builds_and_pushes_an_image_that_a_pod_then_runs(real_node: R
     status, body = http_get(f"http://{ready['status']['podIP']}:8080/hello")
     assert status == 200, body
     assert json.loads(body) == {"hello": "real node", "method": "GET"}
+
+
+def test_a_pod_reaches_the_apiserver_with_its_service_account(real_node: RealNode, namespace: str) -> None:
+    """In-cluster clients work: the `kubernetes` Service leads to the apiserver, whose certificate
+    names it, and the pod's ServiceAccount token is what it is allowed as (one ConfigMap, no more)."""
+    bed = real_node.bed
+    bed.apply(
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader", "namespace": namespace}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "visible", "namespace": namespace},
+         "data": {"word": "from-the-apiserver"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "read-visible", "namespace": namespace},
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["visible"], "verbs": ["get"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "read-visible", "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-visible"},
+         "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]},
+    )  # fmt: skip
+    client = (
+        "import json, os, ssl, urllib.request, urllib.error\n"
+        "sa = '/var/run/secrets/kubernetes.io/serviceaccount'\n"
+        "ctx = ssl.create_default_context(cafile=sa + '/ca.crt')\n"
+        "token = open(sa + '/token').read()\n"
+        "ns = open(sa + '/namespace').read()\n"
+        "def get(host, path):\n"
+        "    req = urllib.request.Request(f'https://{host}{path}', headers={'Authorization': 'Bearer ' + token})\n"
+        "    try:\n"
+        "        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:\n"
+        "            return resp.status, json.load(resp)\n"
+        "    except urllib.error.HTTPError as exc:\n"
+        "        return exc.code, json.load(exc)\n"
+        "env_host = os.environ['KUBERNETES_SERVICE_HOST'] + ':' + os.environ['KUBERNETES_SERVICE_PORT']\n"
+        "code, cm = get('kubernetes.default.svc', f'/api/v1/namespaces/{ns}/configmaps/visible')\n"
+        "print(json.dumps({'configmap': [code, cm.get('data')],\n"
+        "                  'by_env': get(env_host, f'/api/v1/namespaces/{ns}/configmaps/visible')[0],\n"
+        "                  'secrets': get('kubernetes.default.svc', f'/api/v1/namespaces/{ns}/secrets')[0]}))\n"
+    )
+    pod_sec, ctr_sec = restricted_security()
+    bed.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client"},
+        "spec": {"restartPolicy": "Never", "serviceAccountName": "reader", "securityContext": pod_sec,
+                 "containers": [{"name": "client", "image": real_node.image("sless/python3.11"),
+                                 "securityContext": ctr_sec | {"runAsUser": 1000},
+                                 "command": ["python3", "-c", client]}]},
+    }))  # fmt: skip
+
+    def finished() -> str | None:
+        phase = (bed.get("pod", "client", "-n", namespace) or {}).get("status", {}).get("phase")
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = bed.wait("the client pod finished", finished, timeout=120)
+    logs = bed.kubectl("logs", "-n", namespace, "client").stdout
+    assert phase == "Succeeded", logs
+    answer = json.loads(logs.strip().splitlines()[-1])
+    assert answer == {"configmap": [200, {"word": "from-the-apiserver"}], "by_env": 200, "secrets": 403}

@@ -1,8 +1,10 @@
 """Bring the test bed up and down: etcd, kube-apiserver, controller-manager, scheduler, kwok.
 
 Every process listens on 127.0.0.1 only, on ports picked at start (other beds or services may
-hold 6443/2379). All state (certs, etcd data, logs, pid files) lives in one folder, so `down`
-can stop exactly what `up` started and delete the rest.
+hold 6443/2379); with a real node the apiserver listens on the node's private bridge address
+instead, where pods reach it through the `kubernetes` Service. All state (certs, etcd data,
+logs, pid files) lives in one folder, so `down` can stop exactly what `up` started and delete
+the rest.
 """
 
 from __future__ import annotations
@@ -166,7 +168,7 @@ def _pick_ports(opts: UpOptions) -> dict[str, int]:
     }
 
 
-def _argv(bin_dir: Path, state: Path, pki: Pki, port: dict[str, int]) -> dict[str, list[str]]:
+def _argv(bin_dir: Path, state: Path, pki: Pki, port: dict[str, int], apiserver_ip: str) -> dict[str, list[str]]:
     kubeconfig = str(state / "kubeconfig")
     etcd_url = f"http://127.0.0.1:{port['etcd']}"
     peer_url = f"http://127.0.0.1:{port['etcd_peer']}"
@@ -180,7 +182,8 @@ def _argv(bin_dir: Path, state: Path, pki: Pki, port: dict[str, int]) -> dict[st
         ],
         "kube-apiserver": [
             str(bin_dir / "kube-apiserver"), f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port['apiserver']}",
+            f"--bind-address={apiserver_ip}", f"--advertise-address={apiserver_ip}",
+            f"--secure-port={port['apiserver']}",
             f"--tls-cert-file={pki.path('apiserver.crt')}",
             f"--tls-private-key-file={pki.path('apiserver.key')}",
             f"--client-ca-file={pki.ca_crt}", "--authorization-mode=RBAC", "--allow-privileged=true",
@@ -252,12 +255,20 @@ def _start(
     opts: UpOptions, state: Path, bin_dir: Path, port: dict[str, int], started: list[procs.Started]
 ) -> dict[str, str]:
     t = opts.timings
+    # With a real node the apiserver serves (and advertises, so the `kubernetes` Service's endpoint
+    # is) the bridge address: pods reach it there, in-cluster clients work with their ServiceAccount.
+    apiserver_ip = "127.0.0.1"
+    realnode_bin = None
+    if opts.real_node:
+        with timed("node: build check, host setup", t):
+            realnode_bin = realnode.prepare(state)
+        apiserver_ip = realnode.NODE_IP
     with timed("certs + kubeconfig", t):
-        pki = make_pki(state / "pki", SERVICE_IP)
-        server = f"https://127.0.0.1:{port['apiserver']}"
+        pki = make_pki(state / "pki", SERVICE_IP, (apiserver_ip,) if opts.real_node else ())
+        server = f"https://{apiserver_ip}:{port['apiserver']}"
         write_kubeconfig(state / "kubeconfig", pki, server)
         kwokconf.write_config(state)
-    argv = _argv(bin_dir, state, pki, port)
+    argv = _argv(bin_dir, state, pki, port, apiserver_ip)
     kubectl = Kubectl(str(bin_dir / "kubectl"), state / "kubeconfig")
     died = lambda: _died(state, started)  # noqa: E731
 
@@ -282,9 +293,9 @@ def _start(
             healthy = functools.partial(_healthy, f"https://127.0.0.1:{port[name]}/healthz", insecure)
             wait_for(f"{name} /healthz", healthy, opts.timeout, abort=died)
     node: dict[str, Any] = {"node": NODE}
-    if opts.real_node:
+    if realnode_bin is not None:
         free = ports.free_ports(4, set(port.values()))
-        info = realnode.up(state, bin_dir, kubectl, pki, free, opts.timeout, started, t)
+        info = realnode.up(state, bin_dir, realnode_bin, kubectl, pki, free, opts.timeout, started, t)
         node = {"node": info.node, "real_node": info.__dict__}
     else:
         _start_kwok(opts, state, bin_dir, kubectl, argv["kwok"], started)

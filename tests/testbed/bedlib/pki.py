@@ -61,8 +61,12 @@ def _leaf(name: str, subject: str, extensions: str, cwd: Path) -> None:
     )  # fmt: skip
 
 
-def make_pki(directory: Path, service_ip: str) -> Pki:
-    """Create the CA, serving, client and service-account keys in DIRECTORY."""
+def make_pki(directory: Path, service_ip: str, apiserver_ips: tuple[str, ...] = ()) -> Pki:
+    """Create the CA, serving, client and service-account keys in DIRECTORY.
+
+    APISERVER_IPS: more addresses the apiserver serves on (the real node's bridge address,
+    where pods reach it through the `kubernetes` Service).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     _ec_key("ca.key", directory)
     _openssl(
@@ -72,7 +76,8 @@ def make_pki(directory: Path, service_ip: str) -> Pki:
     )  # fmt: skip
     usage = "keyUsage=critical,digitalSignature,keyEncipherment"
     names = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
-    sans = ",".join([*(f"DNS:{n}" for n in names), "IP:127.0.0.1", f"IP:{service_ip}"])
+    sans = ",".join([*(f"DNS:{n}" for n in names), "IP:127.0.0.1", f"IP:{service_ip}",
+                     *(f"IP:{ip}" for ip in apiserver_ips)])  # fmt: skip
     _leaf(
         "apiserver",
         "/CN=kube-apiserver",

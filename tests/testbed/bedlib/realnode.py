@@ -458,17 +458,12 @@ def prebuild_images(state: Path, bin_dir: Path, realnode_bin: Path, port: int) -
         (state / "pids" / "registry-prebuild.json").unlink(missing_ok=True)
 
 
-def up(state: Path, bin_dir: Path, kubectl: Kubectl, pki: Pki, free: list[int], timeout: float,
-       started: list[procs.Started], timings: dict[str, float]) -> NodeInfo:  # fmt: skip
-    """Start the node's processes into STATE (the control plane already answers)."""
-    t0 = time.monotonic()
+def prepare(state: Path) -> Path:
+    """Before the control plane starts: the node's binaries, the host checks, the bridge.
 
-    def mark(step: str, since: float) -> float:
-        now = time.monotonic()
-        timings[step] = round(now - since, 2)
-        log(f"{step}: {timings[step]:.2f}s")
-        return now
-
+    The bridge comes first because the apiserver serves on its address. Returns the folder of
+    the node's binaries.
+    """
     realnode_bin = build()
     preflight()
     leftovers = cni_chains()
@@ -477,7 +472,21 @@ def up(state: Path, bin_dir: Path, kubectl: Kubectl, pki: Pki, free: list[int], 
                            "leftover; `down` removes ours only when it made all of them")  # fmt: skip
     (state / "realnode.json").write_text(json.dumps({"node": NODE, "bridge": BRIDGE}) + "\n")
     setup_host(state)
-    t = mark("node: host setup", t0)
+    return realnode_bin
+
+
+def up(state: Path, bin_dir: Path, realnode_bin: Path, kubectl: Kubectl, pki: Pki, free: list[int],
+       timeout: float, started: list[procs.Started], timings: dict[str, float]) -> NodeInfo:  # fmt: skip
+    """Start the node's processes into STATE (`prepare` ran; the control plane already answers)."""
+    t0 = time.monotonic()
+
+    def mark(step: str, since: float) -> float:
+        now = time.monotonic()
+        timings[step] = round(now - since, 2)
+        log(f"{step}: {timings[step]:.2f}s")
+        return now
+
+    t = t0
 
     started.append(start_registry(state, realnode_bin, REGISTRY))
     built = images.ensure(bin_dir, realnode_bin, REGISTRY)
