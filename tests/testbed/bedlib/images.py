@@ -10,6 +10,8 @@ made by debootstrap (from the same mirror apt uses) or from scratch:
 - ``sless-testbed/static``: scratch plus /etc/passwd and CA certs (stand-in for distroless);
 - ``sless-testbed/pause``: the sandbox image, a tiny static binary;
 - ``sless-testbed/kaniko-executor``: scratch plus kaniko's executor, CA bundle, nsswitch.conf;
+- ``sless-testbed/python``: that base plus python3-venv and ``python`` (stand-in for python:3.11-slim);
+- ``sless/platform``: the platform image, the repository's ``Dockerfile`` on that stand-in;
 - ``sless/<runtime>``: the three runtime base images built from ``runtimes/*/Dockerfile``
   with their base-image build argument pointed at the stand-ins above.
 
@@ -264,36 +266,24 @@ class Builder:
 
             return build
 
-        fetch_packages = (
-            "minio",
-            "urllib3",
-            "certifi",
-            "argon2",
-            "_argon2_cffi_bindings",
-            "cffi",
-            "pycparser",
-            "Crypto",
-            "typing_extensions.py",
-            "_cffi_backend.cpython-311-x86_64-linux-gnu.so",
-        )
-        site = ROOT / ".venv" / "lib" / "python3.11" / "site-packages"  # the project's (pip install -e .)
-        operator_src = ROOT / "operator" / "src" / "sless_operator"
+        python_ref = "sless-testbed/python:3.11"
+        python_key = _sha(RECIPE_VERSION, debian_key, "python3-venv")
 
-        def build_fetch(name: str) -> None:
-            """The build Job's fetch-context container: the operator's package and minio (the
-            platform image's stand-in), from the project's virtualenv (CPython 3.11, like Debian's)."""
+        def build_python(name: str) -> None:
+            """The stand-in for python:3.11-slim: `python` and a venv with pip, as the official image has."""
             ctx = self._context(name)
-            target = ctx / "site"
-            for package in fetch_packages:
-                source = site / package
-                if source.is_dir():
-                    shutil.copytree(source, target / package, ignore=shutil.ignore_patterns("__pycache__"))
-                else:
-                    target.mkdir(exist_ok=True)
-                    shutil.copy2(source, target / package)
-            shutil.copytree(operator_src, target / "sless_operator", ignore=shutil.ignore_patterns("__pycache__"))
-            self.bud(name, ctx, f"FROM localhost/{debian}\nCOPY site/ /usr/local/lib/python3.11/dist-packages/\n"
-                                "RUN ln -sf python3 /usr/bin/python\nUSER 65532:65532\n")  # fmt: skip
+            self.bud(name, ctx, f"FROM localhost/{debian}\n"
+                                "RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+                                "--no-install-recommends python3-venv >/dev/null && rm -rf /var/lib/apt/lists/* "
+                                "/var/cache/apt/archives/*.deb && ln -sf python3 /usr/bin/python\n")  # fmt: skip
+
+        platform_inputs = ("Dockerfile", "pyproject.toml", "README.md", "core", "api", "operator", "runtimes")
+
+        def build_platform(name: str) -> None:
+            """The repository's Dockerfile on the local python base; pip reaches PyPI trusting what the
+            host trusts (its CA bundle mounted for the RUN steps only, never copied into the image)."""
+            self.bud(name, ROOT, None, "--build-arg", f"BASE_IMAGE=localhost/{python_ref}",
+                     "--volume", f"{ca}:/etc/ssl/certs/ca-certificates.crt:ro")  # fmt: skip
 
         kaniko_env = ("ENV HOME=/root USER=root PATH=/usr/local/bin:/kaniko SSL_CERT_DIR=/kaniko/ssl/certs "
                       "DOCKER_CONFIG=/kaniko/.docker/\n")  # fmt: skip
@@ -315,12 +305,12 @@ class Builder:
                                "COPY ca.crt /etc/ssl/certs/ca-certificates.crt\nUSER 65532:65532\n")),
             Image(node_ref, node_key, build_node),
             Image(go_ref, go_key, build_go),
-            *([] if not all((site / p).exists() for p in fetch_packages) else [Image(
-                "sless-testbed/platform-fetch:testbed",
-                  _sha(RECIPE_VERSION, debian_key, _tree_sha(operator_src),
-                       *(f"{p}={_tree_sha(site / p) if (site / p).is_dir() else _file_sha(site / p)}"
-                         for p in fetch_packages)),
-                  build_fetch)]),
+            Image(python_ref, python_key, build_python),
+            Image("sless/platform:testbed",
+                  _sha(RECIPE_VERSION, python_key,
+                       *(f"{p}={_tree_sha(ROOT / p) if (ROOT / p).is_dir() else _file_sha(ROOT / p)}"
+                         for p in platform_inputs)),
+                  build_platform),
             Image("sless/python3.11:testbed",
                   _sha(RECIPE_VERSION, debian_key, _tree_sha(runtimes / "python3.11")),
                   runtime("python3.11", "--build-arg", f"BASE_IMAGE=localhost/{debian}")),
