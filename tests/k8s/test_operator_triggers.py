@@ -98,3 +98,24 @@ def test_event_trigger_is_left_to_the_dispatcher(sless: Sless) -> None:
     sless.apply("Trigger", "on-order", {"type": "event", "function": "any", "queue": "orders"})
     status = sless.op.wait("event status", lambda: sless.status("Trigger", "on-order").get("message"))
     assert status == "event triggers are served by the event dispatcher"
+
+
+def test_a_cron_firing_is_recorded_on_the_trigger(sless: Sless) -> None:
+    """The CronJob's Job (kwok completes its pod) becomes lastFiredAt and a LastRun condition."""
+    sless.function("ticker")
+    sless.wait_phase("Function", "ticker", "Ready")
+    sless.apply("Trigger", "minutely", {"type": "cron", "function": "ticker", "schedule": "* * * * *"})
+
+    def recorded() -> dict[str, Any] | None:
+        status = sless.status("Trigger", "minutely")
+        last = next((c for c in status.get("conditions", []) if c["type"] == "LastRun"), {})
+        return status if status.get("lastFiredAt") and last.get("status") == "True" else None
+
+    status = sless.op.wait("a firing recorded", recorded, timeout=150, interval=1)
+    jobs = sless.labelled("jobs", "sless.dev/trigger=minutely")
+    fired = {j["status"].get("startTime"): j["metadata"]["name"] for j in jobs}
+    assert status["lastFiredAt"] in fired, (status, fired)
+    last = next(c for c in status["conditions"] if c["type"] == "LastRun")
+    assert last["reason"] == "Succeeded"
+    assert last["message"].startswith(f"{fired[status['lastFiredAt']]}: ")
+    assert ready(status)["reason"] == "Scheduled"  # the trigger's own condition is kept

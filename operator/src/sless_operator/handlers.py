@@ -28,7 +28,7 @@ from sless_operator.config import OperatorConfig
 from sless_operator.context import Context
 from sless_operator.job import WaitingForFunction
 from sless_operator.kube import ApiError
-from sless_operator.manifests import COMPONENT_BUILD, COMPONENT_FUNCTION, COMPONENT_RUN
+from sless_operator.manifests import COMPONENT_BUILD, COMPONENT_CRON, COMPONENT_FUNCTION, COMPONENT_RUN
 from sless_operator.observe import deployment_summary, job_summary, slim_function, trigger_summary
 from sless_operator.specs import InvalidSpec
 from sless_operator.tenancy import NamespaceMissing, NotATenant
@@ -214,6 +214,8 @@ async def job_event(type: str | None, body: kopf.Body, memo: Context, **_: Any) 
             memo.queue.add(("function", ns, fn), lambda: function.reconcile(memo, ns, fn))
     elif component == COMPONENT_RUN and type != "DELETED":
         memo.queue.add(key, lambda: job.on_run_job(memo, summary))
+    elif component == COMPONENT_CRON and type != "DELETED":
+        memo.queue.add(key, lambda: trigger.on_cron_job(memo, summary))
 
 
 @kopf.on.event(*DEPLOYMENTS, labels=MANAGED)

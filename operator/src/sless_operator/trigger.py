@@ -8,7 +8,9 @@
 - ``cron``: a CronJob ``<trigger>-cron`` runs the Function's image in runner mode on the
   schedule (UTC), suspended while the trigger is disabled (see ``manifests.cron_job``). It
   needs the Function's image, so it appears once the Function has been built and follows
-  every rebuild (``sync_for_function``).
+  every rebuild (``sync_for_function``). Each firing is recorded on the Trigger
+  (``on_cron_job``): ``status.lastFiredAt`` when its Job starts, and a ``LastRun`` condition
+  with the run's result or error when it ends.
 - ``event``: served by the event dispatcher (RabbitMQ); the operator only reports that.
 """
 
@@ -18,11 +20,11 @@ from typing import Any
 
 from sless_core import crd
 from sless_core.models import TriggerSpec, TriggerType
-from sless_operator import children, manifests, tenancy
+from sless_operator import capture, children, manifests, tenancy
 from sless_operator.context import Context
 from sless_operator.kube import MERGE, api_path
 from sless_operator.manifests import FunctionRef, Owner
-from sless_operator.observe import TriggerSummary, desired_replicas
+from sless_operator.observe import JobSummary, TriggerSummary, desired_replicas
 from sless_operator.specs import InvalidSpec, function_ref, trigger_spec
 from sless_operator.status import StatusBuilder, write
 
@@ -171,3 +173,34 @@ async def cleanup(ctx: Context, body: dict[str, Any]) -> None:
     if spec.get("type") == TriggerType.HTTP and spec.get("function"):
         await scale_for_http(ctx, meta["namespace"], str(spec["function"]))
     ctx.state.applied.pop((meta["namespace"], "CronJob", manifests.cron_job_name(meta["name"])), None)
+
+
+async def on_cron_job(ctx: Context, summary: JobSummary) -> None:
+    """A cron trigger's Job started or ended: record the firing on its Trigger.
+
+    ``lastFiredAt`` is the Job's start (the API shows it as ``last_fired_at``); the ``LastRun``
+    condition says whether that run succeeded, with the runner's result or the error's tail.
+    An older Job's news never overwrites a later firing.
+    """
+    namespace, name = summary.namespace, summary.labels.get(crd.LABEL_TRIGGER, "")
+    if not name or not summary.start_time or tenancy.refusal(namespace):
+        return
+    async with ctx.state.locks.hold(("trigger", namespace, name)):
+        body = await ctx.kube.get(trigger_path(namespace, name))
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        if (body.get("spec") or {}).get("type") != TriggerType.CRON:
+            return
+        old = body.get("status") or {}
+        if str(old.get("lastFiredAt") or "") > summary.start_time:
+            return
+        st = StatusBuilder(old, int(body["metadata"].get("generation", 0))).set(lastFiredAt=summary.start_time)
+        if summary.finished:
+            succeeded = summary.state == "complete"
+            selector = f"{crd.LABEL_TRIGGER}={name},{crd.LABEL_COMPONENT}={manifests.COMPONENT_CRON}"
+            output = await capture.pod_output(ctx.kube, namespace, selector, manifests.CONTAINER, succeeded)
+            reason = "Succeeded" if succeeded else (summary.reason or "Failed")
+            st.condition("LastRun", succeeded, reason, f"{summary.name}: {output or summary.message}".strip(": "))
+        else:
+            st.condition("LastRun", None, "Running", f"{summary.name} started at {summary.start_time}")
+        await write(ctx.kube, trigger_path(namespace, name), st)
