@@ -13,6 +13,7 @@ changes.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import secrets
@@ -38,8 +39,8 @@ pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1800)]
 ACCESS, SECRET_KEY, BUCKET = "sless-test-access", "sless-test-secret", "sless"
 
 
-@pytest.fixture
-def s3_on_bridge(real_node: RealNode, tmp_path: Path) -> Iterator[str]:
+@contextlib.contextmanager
+def s3_server(real_node: RealNode, log_dir: Path) -> Iterator[str]:
     """moto_server on the bridge IP, so the build Job's fetch-context container reaches it."""
     exe = tools_dir() / "moto-venv" / "bin" / "moto_server"
     if not exe.exists():
@@ -48,7 +49,7 @@ def s3_on_bridge(real_node: RealNode, tmp_path: Path) -> Iterator[str]:
         sock.bind((real_node.node_ip, 0))
         port = sock.getsockname()[1]
     endpoint = f"{real_node.node_ip}:{port}"
-    with open(tmp_path / "moto.log", "wb") as log:
+    with open(log_dir / "moto.log", "wb") as log:
         proc = subprocess.Popen([str(exe), "-H", real_node.node_ip, "-p", str(port)], stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
@@ -60,6 +61,12 @@ def s3_on_bridge(real_node: RealNode, tmp_path: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.fixture
+def s3_on_bridge(real_node: RealNode, tmp_path: Path) -> Iterator[str]:
+    with s3_server(real_node, tmp_path) as endpoint:
+        yield endpoint
 
 
 def _answers(url: str) -> bool:
@@ -172,8 +179,8 @@ def _get_json(url: str) -> object:
     return json.loads(body) if status == 200 else None
 
 
-@pytest.fixture
-def api_url(real_node: RealNode, s3_on_bridge: str, tmp_path: Path) -> Iterator[str]:
+@contextlib.contextmanager
+def api_server(real_node: RealNode, s3_on_bridge: str, tmp_path: Path) -> Iterator[str]:
     """The API process (kubernetes backend), resolving names through the test bed's CoreDNS."""
     apply_crds(real_node)
     resolv = tmp_path / "resolv.conf"
@@ -210,6 +217,12 @@ def api_url(real_node: RealNode, s3_on_bridge: str, tmp_path: Path) -> Iterator[
         except subprocess.TimeoutExpired:
             proc.kill()
         print("API log tail:\n" + "\n".join(log_path.read_text(errors="replace").splitlines()[-15:]))
+
+
+@pytest.fixture
+def api_url(real_node: RealNode, s3_on_bridge: str, tmp_path: Path) -> Iterator[str]:
+    with api_server(real_node, s3_on_bridge, tmp_path) as url:
+        yield url
 
 
 HANDLERS: dict[str, dict[str, str | bytes]] = {

@@ -1,0 +1,175 @@
+"""A function's life on real pods, driven through the API: jobs, cron, http on/off, a failed build.
+
+The operator and the API run as host processes (as in test_realnode_operator) against the real
+node: the build Job, the runner Jobs, the CronJob's Jobs and the Deployment's pods really run,
+so results come from the runner's termination message, the cron firing from the CronJob
+controller, scale-to-zero from the kubelet removing pods, and the build error from kaniko's log.
+One python function is built once for the module; the failed build is a function of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import requests
+
+from sless_operator import manifests
+from tests.k8s.conftest import Operator, strip_finalizers
+from tests.realnode.test_realnode_operator import (
+    api_server,
+    apply_crds,
+    build_logs,
+    build_namespace,
+    operator_env,
+    s3_server,
+)
+from tests.support.platform import Tenant
+from tests.support.realnode import RealNode
+
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1800)]
+
+HANDLER = ('def handle(event):\n'
+           '    return {"hello": event.get("name", "world"), "type": event.get("type")}\n')  # fmt: skip
+
+
+@dataclass
+class Deployed:
+    """The module's tenant with the python function ``hello`` built, Ready, behind http trigger ``web``."""
+
+    real_node: RealNode
+    tenant: Tenant
+    op: Operator
+    build_ns: str
+
+
+@pytest.fixture(scope="module")
+def deployed(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+    work = tmp_path_factory.mktemp("functions")
+    bed = real_node.bed
+    apply_crds(real_node)
+    with s3_server(real_node, work) as s3, api_server(real_node, s3, work) as url:
+        tenant = Tenant(url, f"realnode-{secrets.token_hex(4)}")
+        tenant.api("POST", "/ensure", expect=(200, 201))
+        build_ns = build_namespace(real_node)
+        op = Operator(bed, tenant.ns, build_ns, work, extra_env=operator_env(real_node, s3)).start()
+        try:
+            start = time.monotonic()
+            try:
+                tenant.api("POST", "/functions", json={"name": "hello", "runtime": "python3.11"}, expect=201)
+                tenant.upload("hello", {"handler.py": HANDLER})
+                tenant.api("POST", "/triggers", json={"name": "web", "type": "http", "function": "hello"}, expect=201)
+                tenant.wait_phase("hello", ("Ready",), 600)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{build_logs(real_node, build_ns)}\n{op.log_tail()}") from None
+            print(f"hello Ready through the API in {time.monotonic() - start:.1f}s")
+            yield Deployed(real_node, tenant, op, build_ns)
+        finally:
+            op.stop()
+            strip_finalizers(bed, tenant.ns)
+            bed.kubectl("delete", "namespace", tenant.ns, build_ns, "--wait=false", check=False)
+
+
+def _invoke(d: Deployed, last: list[str]) -> requests.Response | None:
+    try:
+        resp = requests.post(d.tenant.fn_url("hello"), json={"name": "web"}, timeout=30)
+    except requests.RequestException as exc:
+        last[:] = [repr(exc)]
+        return None
+    last[:] = [f"{resp.status_code} {resp.text[:300]}"]
+    return resp
+
+
+def _function_pods(d: Deployed) -> list[dict[str, Any]]:
+    selector = f"sless.dev/function=hello,sless.dev/component={manifests.COMPONENT_FUNCTION}"
+    return list((d.real_node.bed.get("pods", "-n", d.tenant.ns, "-l", selector) or {}).get("items", []))
+
+
+def test_a_function_job_runs_in_a_pod_and_its_result_comes_back_through_the_api(deployed: Deployed) -> None:
+    d = deployed
+    start = time.monotonic()
+    d.tenant.api("POST", "/jobs", json={"name": "once", "function": "hello", "event": {"name": "a job"},
+                                        "run_id": 1}, expect=201)  # fmt: skip
+    record = d.tenant.wait_job("once", wait=300)
+    print(f"FunctionJob run: created -> Succeeded in {time.monotonic() - start:.1f}s")
+    assert record["phase"] == "Succeeded", f"{record}\n{d.op.log_tail()}"
+    assert json.loads(record["message"]) == {"hello": "a job", "type": None}
+    pods = d.real_node.bed.get("pods", "-n", d.tenant.ns, "-l", "sless.dev/job=once")["items"]
+    assert [p["status"]["phase"] for p in pods] == ["Succeeded"]
+    assert pods[0]["spec"]["nodeName"] == d.real_node.bed.info["real_node"]["node"]
+
+
+def test_a_cron_trigger_fires_and_the_firing_is_recorded(deployed: Deployed) -> None:
+    d = deployed
+    bed = d.real_node.bed
+    d.tenant.api("POST", "/triggers", json={"name": "minutely", "type": "cron", "function": "hello",
+                                            "schedule": "* * * * *"}, expect=201)  # fmt: skip
+    try:
+
+        def fired() -> dict[str, Any] | None:
+            trigger = d.tenant.api("GET", "/triggers/minutely", expect=200).json()
+            return dict(trigger) if trigger.get("last_fired_at") else None
+
+        trigger = bed.wait("the cron trigger fired (within its minute)", fired, timeout=150, interval=1)
+
+        def last_run() -> dict[str, Any] | None:
+            status = (bed.get("triggers.sless.dev", "minutely", "-n", d.tenant.ns) or {}).get("status", {})
+            cond = next((c for c in status.get("conditions", []) if c["type"] == "LastRun"), {})
+            return cond if cond.get("status") in ("True", "False") else None
+
+        cond = bed.wait("the firing's outcome recorded", last_run, timeout=180, interval=1)
+        assert cond["status"] == "True", f"{cond}\n{d.op.log_tail()}"
+        job, result = cond["message"].split(": ", 1)
+        assert json.loads(result) == {"hello": "world", "type": "cron"}
+        run = bed.get("job", job, "-n", d.tenant.ns)
+        assert run is not None and run["metadata"]["ownerReferences"][0]["kind"] == "CronJob"
+        assert trigger["last_fired_at"]
+    finally:
+        d.tenant.api("DELETE", "/triggers/minutely", expect=(200, 202, 204))
+
+
+def test_a_disabled_http_trigger_scales_the_function_to_zero_and_enabled_it_serves_again(
+    deployed: Deployed,
+) -> None:
+    d = deployed
+    bed = d.real_node.bed
+    last: list[str] = []
+    assert bed.wait("/fn answers", lambda: (r := _invoke(d, last)) is not None and r.status_code == 200 and r,
+                    timeout=120).json() == {"hello": "web", "type": None}, last  # fmt: skip
+
+    d.tenant.api("PATCH", "/triggers/web", json={"enabled": False}, expect=200)
+    start = time.monotonic()
+    bed.wait("no function pod left", lambda: not _function_pods(d), timeout=120)
+    print(f"disabled -> no pod in {time.monotonic() - start:.1f}s")
+    assert bed.get("deployment", "hello", "-n", d.tenant.ns)["spec"]["replicas"] == 0
+    resp = _invoke(d, last)
+    assert resp is not None and resp.status_code == 404, last
+
+    d.tenant.api("PATCH", "/triggers/web", json={"enabled": True}, expect=200)
+    start = time.monotonic()
+    served = bed.wait("/fn answers again", lambda: (r := _invoke(d, last)) is not None and r.status_code == 200
+                      and r, timeout=180, interval=0.5)  # fmt: skip
+    print(f"enabled -> first 200 in {time.monotonic() - start:.1f}s")
+    assert served.json() == {"hello": "web", "type": None}
+    assert [p["status"]["phase"] for p in _function_pods(d)] == ["Running"]
+
+
+def test_a_failed_build_shows_the_kaniko_log_tail_in_the_function(deployed: Deployed) -> None:
+    """A requirements.txt pip cannot parse fails kaniko's RUN step; GET /functions says why."""
+    d = deployed
+    d.tenant.api("POST", "/functions", json={"name": "broken", "runtime": "python3.11"}, expect=201)
+    d.tenant.upload("broken", {"handler.py": HANDLER, "requirements.txt": "requests ==!= 2 [not a version\n"})
+    start = time.monotonic()
+    record = d.tenant.wait_phase("broken", ("Failed",), 600)
+    print(f"failed build reported in {time.monotonic() - start:.1f}s")
+    message = record["message"]
+    assert "requirements.txt" in message or "Invalid requirement" in message, message
+    assert "pip install" in message or "error" in message.lower(), message
+    jobs = d.real_node.bed.get("jobs", "-n", d.build_ns, "-l", "sless.dev/function=broken")["items"]
+    assert jobs and all(any(c["type"] == "Failed" for c in j["status"].get("conditions", [])) for j in jobs)
+    assert d.tenant.api("GET", "/functions/hello", expect=200).json()["phase"] == "Ready"  # others unharmed
