@@ -31,6 +31,7 @@ import requests
 import yaml
 
 from sless_core import crd
+from tests.support.metrics import SCRAPE_TOKEN, sample, scrape
 from tests.support.rabbitmq import RabbitBroker, drain, publish, queue_counts, take_all
 from tests.support.services import free_port, fresh_pg_database
 from tests.support.testbed import Testbed
@@ -173,7 +174,7 @@ def events_factory(sless_crds: Testbed, events_kubeconfig: Path, rabbitmq_url: s
                 "SLESS_EVENTS_PORT": str(free_port()), "SLESS_KUBE_WATCH_TIMEOUT_SEC": "60",
                 "SLESS_EVENT_MAX_RETRIES": "2", "SLESS_EVENT_RETRY_BACKOFF_SEC": "0.2",
                 "SLESS_EVENT_RETRY_BACKOFF_MAX_SEC": "1", "SLESS_EVENT_DRAIN_SEC": "10", "PYTHONUNBUFFERED": "1",
-                **env}
+                "SLESS_METRICS_TOKEN": SCRAPE_TOKEN, **env}
         log_dir = tmp_path / f"events-{len(made)}"
         log_dir.mkdir()
         ev = Events(full, log_dir)
@@ -283,6 +284,20 @@ def test_an_event_trigger_is_consumed_and_unreachable_calls_are_dead_lettered(
     note = bed.get(f"triggers.{crd.GROUP}", "on-orders", "-n", ns)["status"]["dispatcher"]
     assert "consuming" in note["message"] and note["replica"]
     assert ev.stats()["dead"] == 1 and ev.stats()["retried"] == 2
+    # the same, for Prometheus; the DLQ's depth is measured every few seconds (the test drained it: put one back)
+    assert requests.get(ev.url + "/metrics", timeout=5).status_code == 401
+    publish(rabbitmq_broker, dlq, [{"parked": True}], props("parked-1"))
+    labels = {"namespace": ns, "trigger": "on-orders"}
+
+    def dlq_measured() -> str | None:
+        text = scrape(ev.url)
+        return text if sample(text, "sless_event_queue_messages", **labels, queue="dlq") == 1 else None
+
+    text = ev.wait("the DLQ depth is measured", dlq_measured, timeout=30)
+    assert sample(text, "sless_event_messages_total", **labels, outcome="dead") == 1
+    assert sample(text, "sless_event_messages_total", **labels, outcome="retried") == 2
+    assert sample(text, "sless_event_dead_letters_total", **labels, kind="failed") == 1
+    assert sample(text, "sless_invocations_total", namespace=ns, function="fn", trigger="event", status="502") == 3
     assert ev.term() == 0
 
 

@@ -24,10 +24,12 @@ from sless_api.config import ApiConfig
 from sless_api.console.resource import Console, ConsoleAsset
 from sless_api.http import PublicResource
 from sless_api.openapi import OpenApiDocument
+from sless_api.resources.metrics import Metrics
 from sless_api.resources.probes import Health, Ready
 from tests.support.platform import SECRET, Tenant
 
-PUBLIC_BY_NAME = {Health, Ready, Console, ConsoleAsset, OpenApiDocument}
+# Metrics takes no tenant token: it has a scrape token of its own (tests/e2e/test_observability.py)
+PUBLIC_BY_NAME = {Health, Ready, Console, ConsoleAsset, OpenApiDocument, Metrics}
 VICTIM_FUNCTION = "victim"
 VICTIM_JOB = "victim-job"
 

@@ -16,6 +16,7 @@ from typing import Any, cast
 import falcon
 import falcon.asgi
 
+from sless_api.accesslog import AccessLog
 from sless_api.auth import AuthConfig, TokenVerifier
 from sless_api.config import ApiConfig
 from sless_api.console.resource import Console, ConsoleAsset
@@ -32,6 +33,7 @@ from sless_api.pathguard import is_canonical, is_invoke_path, raw_path, refuse_p
 from sless_api.platform import Platform, PlatformError
 from sless_api.proxy import Invoker, ProxyApp
 from sless_api.resources import functions, jobs, namespaces, probes, triggers
+from sless_api.resources.metrics import Metrics
 from sless_api.storage import store_from_env
 from sless_core.errors import ValidationError
 
@@ -80,6 +82,7 @@ def build_rest(services: Services) -> falcon.asgi.App[Any, Any]:
     app.add_route("/ready", probes.Ready(services))
     app.add_route("/v1/whoami", namespaces.WhoAmI())
     app.add_route("/v1/openapi.json", OpenApiDocument())
+    app.add_route("/metrics", Metrics(cfg.metrics_token))
     app.add_route("/console", Console(platform, services.verifier, cfg.public_url))
     app.add_route("/console/{asset}", ConsoleAsset(platform, services.verifier, cfg.public_url))
     app.add_route(f"{base}/ensure", namespaces.Ensure(platform))
@@ -146,12 +149,16 @@ class SlessApp:
         self.rest = build_rest(services)
         self.proxy = ProxyApp(services.invoker, services.verifier, services.config.max_body_bytes,
                               services.config.function_csp)
+        self.logged = AccessLog(self._dispatch)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "lifespan":
+        if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
+        await self.logged(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
         path = raw_path(scope)
         if kind == "http" and is_invoke_path(path):
             await self.proxy(scope, receive, send)

@@ -39,19 +39,22 @@ def local_secret(data_dir: Path) -> str:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    import logging
-
     import uvicorn
 
     from sless_api.app import create_app
     from sless_api.config import ApiConfig, ServerLimits
     from sless_api.invocations import sqlite_path
+    from sless_api.logsetup import configure_logging
     from sless_api.slowclients import guarded_protocol
     from sless_api.standalone.datadir import DataDirError, secure_data_dir
 
     data_dir = Path(args.data_dir).resolve()
     os.environ["SLESS_DATA_DIR"] = str(data_dir)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        configure_logging()
+    except ValueError as exc:
+        print(f"sless up: {exc}", file=sys.stderr)
+        return 2
     databases = [data_dir / "state.db"]
     database_url = os.environ.get("SLESS_DATABASE_URL") or f"sqlite:///{data_dir / 'invocations.db'}"
     if database_url.startswith("sqlite:///"):
@@ -84,7 +87,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     except (SandboxUnavailable, CorruptStateError) as exc:  # say why, not a traceback
         print(f"sless up: refusing to start: {exc}", file=sys.stderr)
         return 2
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", log_config=None, access_log=False,
                 timeout_graceful_shutdown=30, lifespan="on", http=guarded_protocol(limits),
                 timeout_keep_alive=limits.keep_alive_sec,
                 # Every caller of `sless up` comes from loopback, which uvicorn trusts for X-Forwarded-For:

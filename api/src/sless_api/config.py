@@ -46,6 +46,7 @@ class ApiConfig:
     rabbitmq_url: str | None
     public_url: str
     function_csp: str = DEFAULT_FUNCTION_CSP
+    metrics_token: str = ""  # empty: /metrics answers 404
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, data_dir: Path | None = None) -> ApiConfig:
@@ -63,6 +64,7 @@ class ApiConfig:
             rabbitmq_url=env.get("SLESS_RABBITMQ_URL") or None,
             public_url=env.get("SLESS_PUBLIC_URL", ""),
             function_csp=env.get("SLESS_FUNCTION_CSP", DEFAULT_FUNCTION_CSP).strip(),
+            metrics_token=env.get("SLESS_METRICS_TOKEN", "").strip(),
         )
 
 

@@ -106,7 +106,8 @@ SCHEMAS: dict[str, Any] = {
         "method": {"type": "string"}, "path": {"type": "string"}, "status": {"type": "integer"},
         "duration_ms": {"type": "number"}, "request_bytes": {"type": "integer"},
         "response_bytes": {"type": "integer"}, "trigger": {"type": "string"},
-        "error": _nullable({"type": "string"}), "started_at": {"type": "number"}}},
+        "error": _nullable({"type": "string"}), "started_at": {"type": "number"},
+        "request_id": _nullable({"type": "string"})}},
 }
 
 
@@ -154,6 +155,8 @@ def paths() -> dict[str, Any]:
         "/health": {"get": _operation("the process answers", "200", probe, (), public=True)},
         "/ready": {"get": _operation("the backend has started", "200", probe, (), public=True)},
         "/v1/openapi.json": {"get": _operation("this document", "200", {"type": "object"}, (), public=True)},
+        "/metrics": {"get": _operation("Prometheus metrics (text exposition); 404 until SLESS_METRICS_TOKEN is set",
+                                       "200", None, (401, 404)) | {"security": [{"scrapeToken": []}]}},
         "/v1/whoami": {"get": _operation("the caller", "200", {"type": "object", "required": ["sub", "namespace"],
                                                                "properties": {"sub": {"type": "string"},
                                                                               "namespace": {"type": "string"},
@@ -219,7 +222,9 @@ def document() -> dict[str, Any]:
         "security": [{"bearer": []}],
         "paths": paths(),
         "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
+                            "scrapeToken": {"type": "http", "scheme": "bearer",
+                                            "description": "the operator's SLESS_METRICS_TOKEN, not a tenant JWT"}},
             "schemas": SCHEMAS,
             "responses": {f"E{code}": _json(_ref("Error"), reason) for code, reason in ERROR_REASONS.items()},
         },

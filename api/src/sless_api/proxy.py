@@ -17,10 +17,12 @@ from typing import Any
 
 import aiohttp
 
+from sless_api import metrics
 from sless_api.auth import AuthError, TokenVerifier, bearer_token
 from sless_api.invocations import Invocation, InvocationLog
 from sless_api.pathguard import raw_path, reaches_runtime_internals, split_invoke
 from sless_api.platform import Platform, PlatformError, Route
+from sless_api.requestid import HEADER, new_request_id, scope_request_id
 
 log = logging.getLogger("sless.proxy")
 
@@ -79,13 +81,15 @@ class Invoker:
             self._session = None
 
     def record(self, route_ns: str, name: str, method: str, path: str, status: int, started: float,
-               req_bytes: int, resp_bytes: int, trigger: str, error: str | None) -> None:
+               req_bytes: int, resp_bytes: int, trigger: str, error: str | None, request_id: str | None) -> None:
+        duration = time.monotonic() - started
+        metrics.observe_invocation(route_ns, name, trigger, status, duration)
         if self.invocations is None:
             return
         self.invocations.record(Invocation(
             namespace=route_ns, function=name, method=method, path=path, status=status,
-            duration_ms=(time.monotonic() - started) * 1000, request_bytes=req_bytes,
-            response_bytes=resp_bytes, trigger=trigger, error=error, started_at=time.time()))
+            duration_ms=duration * 1000, request_bytes=req_bytes, response_bytes=resp_bytes, trigger=trigger,
+            error=error, started_at=time.time(), request_id=request_id))
 
     @contextlib.asynccontextmanager
     async def request(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
@@ -98,14 +102,18 @@ class Invoker:
             ) as resp:
                 yield resp
         except TimeoutError:
+            metrics.UPSTREAM_ERRORS.labels("timeout").inc()
             raise UpstreamError(504, f"function did not answer within {route.timeout_sec:g}s") from None
         except aiohttp.ClientError as exc:
+            metrics.UPSTREAM_ERRORS.labels("unreachable").inc()
             raise UpstreamError(502, f"function unreachable: {type(exc).__name__}") from None
 
     async def call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
                    body: bytes, trigger: str) -> InvokeResult:
-        """One buffered invocation (cron, events); recorded like a proxied call."""
+        """One buffered invocation (cron, events); recorded like a proxied call, with a request id of its own."""
         started = time.monotonic()
+        request_id = new_request_id()
+        headers = [*((k, v) for k, v in headers if k.lower() != HEADER), ("X-Request-Id", request_id)]
         try:
             async with self.request(route, method, path_qs, headers, body) as resp:
                 data = await resp.read()
@@ -114,7 +122,7 @@ class Invoker:
         except (UpstreamError, PlatformError) as exc:
             result = error_body(exc.status, exc.message)
         self.record(route.namespace, route.function, method, path_qs.split("?", 1)[0], result.status, started,
-                    len(body), len(result.body), trigger, result.error)
+                    len(body), len(result.body), trigger, result.error, request_id)
         return result
 
 
@@ -134,10 +142,11 @@ FORWARDED = ("x-forwarded-for", "x-forwarded-proto", "x-forwarded-host")
 
 
 def upstream_headers(headers: list[tuple[str, str]], client: str | None, scheme: str, host: str | None,
-                     sub: str | None) -> list[tuple[str, str]]:
+                     sub: str | None, request_id: str) -> list[tuple[str, str]]:
     """What the function sees: end-to-end headers without credentials, ``X-Forwarded-*`` with the platform's
-    values appended to whatever the client claimed, and ``X-Sless-Sub`` only when the platform verified it."""
-    kept = [(k, v) for k, v in end_to_end(headers) if k.lower() not in CREDENTIAL_HEADERS]
+    values appended to whatever the client claimed, ``X-Sless-Sub`` only when the platform verified it, and
+    the call's ``X-Request-Id`` (the one the platform accepted or made, never a second one)."""
+    kept = [(k, v) for k, v in end_to_end(headers) if k.lower() not in CREDENTIAL_HEADERS and k.lower() != HEADER]
     claimed = {name: [v for k, v in kept if k.lower() == name] for name in FORWARDED}
     kept = [(k, v) for k, v in kept if k.lower() not in FORWARDED]
     ours = {"x-forwarded-for": client, "x-forwarded-proto": scheme, "x-forwarded-host": host}
@@ -148,6 +157,7 @@ def upstream_headers(headers: list[tuple[str, str]], client: str | None, scheme:
             kept.append((name.title(), ", ".join(values)))
     if sub is not None:
         kept.append(("X-Sless-Sub", sub))
+    kept.append(("X-Request-Id", request_id))
     return kept
 
 
@@ -172,6 +182,7 @@ class ProxyApp:
         query = scope.get("query_string", b"").decode("latin-1")
         path_qs = sub + ("?" + query if query else "")
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        request_id = scope_request_id(scope)
         req_bytes, status, error, resp_bytes = 0, 500, None, 0
         try:
             route = await self.invoker.platform.route(ns, name)
@@ -179,7 +190,8 @@ class ProxyApp:
             body = await self._read_body(receive, headers)
             req_bytes = len(body)
             forwarded = upstream_headers(headers, (scope.get("client") or [None])[0], scope.get("scheme", "http"),
-                                         next((v for k, v in headers if k.lower() == "host"), None), caller)
+                                         next((v for k, v in headers if k.lower() == "host"), None), caller,
+                                         request_id)
             status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, send)
         except _Reply as reply:
             status, error = reply.result.status, reply.result.error
@@ -188,7 +200,8 @@ class ProxyApp:
             status, error = exc.status, exc.message
             await self._send(send, error_body(exc.status, exc.message))
         if status != 404 or error is None:
-            self.invoker.record(ns, name, method, sub, status, started, req_bytes, resp_bytes, "http", error)
+            self.invoker.record(ns, name, method, sub, status, started, req_bytes, resp_bytes, "http", error,
+                                request_id)
 
     async def _authorize(self, route: Route, headers: list[tuple[str, str]]) -> str:
         """The verified caller's ``sub`` for a token trigger (401 without a token, 403 for another tenant)."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
@@ -46,11 +48,31 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
 
     def load(self) -> Any:
         from sless_api.app import create_app
+        from sless_api.logsetup import configure_logging
 
+        configure_logging()
         return create_app()
 
 
+def _worker_exited(server: Any, worker: Any) -> None:
+    """A dead worker's live gauges leave the multiprocess metrics folder (its counters stay summed)."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+
+
+def metrics_folder() -> str:
+    """Where the workers' metrics meet: the operator's PROMETHEUS_MULTIPROC_DIR, else a fresh private folder
+    (a folder left by an earlier run would add its counts to this one's)."""
+    chosen = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="sless-metrics-")
+    for stale in Path(chosen).glob("*.db"):
+        stale.unlink()
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = chosen
+    return chosen
+
+
 def main() -> int:
+    metrics_folder()  # before any worker imports prometheus_client
     max_timeout = int(os.environ.get("SLESS_MAX_TIMEOUT_SEC", "900"))
     limits = ServerLimits.from_env(keep_alive_default=KEEPALIVE_SEC)  # fail here, not in every worker
     options = {
@@ -60,7 +82,8 @@ def main() -> int:
         "timeout": max_timeout + 60,
         "graceful_timeout": 30,
         "keepalive": limits.keep_alive_sec,
-        "accesslog": None,
+        "accesslog": None,  # sless_api.accesslog writes one JSON line per request instead
+        "child_exit": _worker_exited,
     }
     _Gunicorn(options).run()
     return 0

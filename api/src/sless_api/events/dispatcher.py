@@ -41,6 +41,7 @@ import aio_pika.abc
 import aio_pika.exceptions
 import aiormq.exceptions
 
+from sless_api import metrics
 from sless_api.events.config import EventsConfig
 from sless_api.events.dedup import Claim, DedupStore, State, owner_gone, process_owner
 from sless_api.events.message import Delivery, Malformed, encode_event, map_delivery, message_key
@@ -381,12 +382,29 @@ class Dispatcher:
                 except Exception:
                     log.exception("purging delivery records failed")
             for consumer in list(self._consumers.values()):
+                await self._measure_queues(consumer)
                 if consumer.stats != consumer.reported:
                     consumer.reported = consumer.stats.copy()
                     s = consumer.stats
                     await self._report(consumer.target, (
                         f"consuming {consumer.target.broker_queue}: {s['done']} done, {s['retried']} retried, "
                         f"{s['dead']} dead-lettered, {s['duplicate']} duplicates skipped (since start)"), active=True)
+
+    async def _measure_queues(self, consumer: _Consumer) -> None:
+        """Messages waiting in a trigger's queue and its dead-letter queue (a passive declare reads the count)."""
+        channel, target = consumer.channel, consumer.target
+        if channel is None or channel.is_closed:
+            return
+        for kind, name in (("queue", target.broker_queue), ("dlq", target.dlq)):
+            with contextlib.suppress(*AMQP_ERRORS, aio_pika.exceptions.ChannelClosed):
+                queue = await channel.declare_queue(name, passive=True, timeout=10)
+                count = queue.declaration_result.message_count
+                metrics.EVENT_QUEUE_MESSAGES.labels(target.namespace, target.trigger, kind).set(count or 0)
+
+    def _count(self, consumer: _Consumer, outcome: str) -> None:
+        consumer.stats[outcome] += 1
+        self.stats[outcome] += 1
+        metrics.EVENT_MESSAGES.labels(consumer.target.namespace, consumer.target.trigger, outcome).inc()
 
     # one message -----------------------------------------------------------------------------------
 
@@ -399,6 +417,7 @@ class Dispatcher:
             return
         delivery = _delivery(message)
         self.stats["delivered"] += 1
+        metrics.EVENT_MESSAGES.labels(target.namespace, target.trigger, "delivered").inc()
         work: Callable[[], Awaitable[Final]]
         try:
             mapped = map_delivery(delivery, target.trigger, target.broker_queue, self.max_body)
@@ -421,8 +440,7 @@ class Dispatcher:
                 task.add_done_callback(lambda t: self._inflight.pop(slot) if self._inflight.get(slot) is t else None)
             final = await asyncio.shield(task)
             if joined:  # a second delivery of a message being handled: settled by the first one's outcome
-                consumer.stats["duplicate"] += 1
-                self.stats["duplicate"] += 1
+                self._count(consumer, "duplicate")
         await _settle(message, final)
 
     async def _process(self, consumer: _Consumer, delivery: Delivery, key: str | None, body: bytes) -> Final:
@@ -450,8 +468,7 @@ class Dispatcher:
             if verdict == Verdict.OK:
                 if key is not None:
                     await self.store.record(target.broker_queue, key, State.DONE, attempts)
-                consumer.stats["done"] += 1
-                self.stats["done"] += 1
+                self._count(consumer, "done")
                 return Final.DONE
             last_status = result.status
             last_reason = f"HTTP {result.status}: {result.error or 'no detail'}"[:REASON_MAX]
@@ -461,8 +478,7 @@ class Dispatcher:
                 return await self._dead_letter(consumer, delivery, key, "failed", last_reason, attempts, last_status)
             if key is not None:
                 await self.store.record(target.broker_queue, key, State.FAILED, attempts, last_reason)
-            consumer.stats["retried"] += 1
-            self.stats["retried"] += 1
+            self._count(consumer, "retried")
             log.info("%s/%s: attempt %d failed (%s); retrying", *target.key, attempts, last_reason[:200])
             if await self._wait_or_stop(consumer, _jitter(self.config.backoff(attempts))):
                 return Final.REQUEUE
@@ -502,8 +518,7 @@ class Dispatcher:
             if claim.granted or claim.state == State.DLQ:
                 return claim
             if claim.state in (State.DONE, State.DEAD):
-                consumer.stats["duplicate"] += 1
-                self.stats["duplicate"] += 1
+                self._count(consumer, "duplicate")
                 return Final.DONE if claim.state == State.DONE else Final.DEAD
             # RUNNING under another claim: a crashed process (or a stuck one, once its lease is over).
             if claim.owner == self.owner or owner_gone(claim.owner) or time.time() > claim.lease_until:
@@ -537,9 +552,9 @@ class Dispatcher:
             return Final.REQUEUE
         if key is not None:
             await self.store.record(target.broker_queue, key, State.DEAD, attempts, f"{kind}: {reason}")
-        consumer.stats["dead"] += 1
-        self.stats["dead"] += 1
+        self._count(consumer, "dead")
         self.stats[f"dead_{kind}"] += 1
+        metrics.EVENT_DEAD_LETTERS.labels(target.namespace, target.trigger, kind).inc()
         log.warning("%s/%s: message %s dead-lettered to %s (%s: %s)", *target.key, delivery.message_id or "-",
                     target.dlq, kind, reason[:200])
         return Final.DEAD

@@ -15,7 +15,8 @@ from running twice (:mod:`.pgdedup`).
 | ``SLESS_EVENTS_PORT`` | ``8091`` | their port |
 | ``SLESS_EVENT_*`` | | the dispatcher's knobs (events README) |
 | ``SLESS_MAX_TIMEOUT_SEC``, ``SLESS_PROXY_TIMEOUT_MARGIN_SEC``, ``SLESS_MAX_BODY_BYTES`` | | as the API |
-| ``SLESS_LOG_LEVEL`` | ``INFO`` | |
+| ``SLESS_LOG_LEVEL``, ``SLESS_LOG_FORMAT`` | ``INFO``, ``json`` | as the API |
+| ``SLESS_METRICS_TOKEN`` | unset: off | ``/metrics`` on the probe port answers this bearer token only |
 
 ``/health``: the process and its event loop answer. ``/ready``: connected to RabbitMQ and the trigger
 list loaded (503 otherwise, and from SIGTERM on). SIGTERM (or SIGINT): stop consuming at once,
@@ -36,6 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
+from sless_api import metrics
 from sless_api.config import ApiConfig
 from sless_api.events.config import EventsConfig
 from sless_api.events.kube import KubeEvents, NoCodeStore
@@ -43,6 +45,7 @@ from sless_api.events.pgdedup import PostgresDedupStore
 from sless_api.invocations import InvocationLog, log_from_url
 from sless_api.kube import KubeSettings
 from sless_api.kube.platform import KubernetesPlatform
+from sless_api.logsetup import configure_logging
 from sless_api.proxy import Invoker
 
 log = logging.getLogger("sless.events.service")
@@ -76,9 +79,10 @@ class ServiceSettings:
 class Probes:
     """``/health`` and ``/ready`` on a small HTTP port (kubelet probes, and the tests' window in)."""
 
-    def __init__(self, events: KubeEvents, invocations: InvocationLog) -> None:
+    def __init__(self, events: KubeEvents, invocations: InvocationLog, scrape_token: str = "") -> None:
         self.events = events
         self.invocations = invocations
+        self.scrape_token = scrape_token
         self.stopping = False
         self._runner: web.AppRunner | None = None
 
@@ -86,6 +90,7 @@ class Probes:
         app = web.Application()
         app.router.add_get("/health", self.health)
         app.router.add_get("/ready", self.ready)
+        app.router.add_get("/metrics", self.metrics)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         await web.TCPSite(self._runner, host, port).start()
@@ -96,6 +101,15 @@ class Probes:
 
     async def health(self, _request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """As the API's ``/metrics``: off without SLESS_METRICS_TOKEN, else only for that bearer token."""
+        if not self.scrape_token:
+            return web.json_response({"error": "metrics are off: set SLESS_METRICS_TOKEN to serve them"}, status=404)
+        if not metrics.scrape_allowed(request.headers.get("Authorization"), self.scrape_token):
+            return web.json_response({"error": "a scrape needs the metrics token"}, status=401)
+        body, content_type = metrics.exposition()
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def ready(self, _request: web.Request) -> web.Response:
         dispatcher = self.events.dispatcher
@@ -128,7 +142,7 @@ async def serve(settings: ServiceSettings, config: ApiConfig, events_config: Eve
         return EXIT_CONFIG
     invoker = Invoker(platform, invocations, config.proxy_timeout_margin_sec)
     events = KubeEvents(platform, invoker, config, events_config, store)
-    probes = Probes(events, invocations)
+    probes = Probes(events, invocations, config.metrics_token)
     try:
         await probes.start(settings.host, settings.port)
         await events.start()
@@ -148,11 +162,8 @@ async def serve(settings: ServiceSettings, config: ApiConfig, events_config: Eve
 
 
 def main() -> int:
-    logging.basicConfig(level=os.environ.get("SLESS_LOG_LEVEL", "INFO").upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    logging.getLogger("aiormq").setLevel(logging.WARNING)
-    logging.getLogger("aio_pika").setLevel(logging.WARNING)
     try:
+        configure_logging()
         settings = ServiceSettings.from_env()
         config = ApiConfig.from_env()
         events_config = EventsConfig.from_env(

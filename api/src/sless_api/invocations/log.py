@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from sless_api.invocations.model import Invocation
 from sless_api.invocations.sink import Sink
+from sless_api.metrics import RECORDS_DROPPED
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class InvocationLog:
             # Not an Invocation: dropped here, or it would fail a whole batch later.
             if self._closing or len(self._buffer) >= self.max_queue or not isinstance(inv, Invocation):
                 self._dropped += 1
+                RECORDS_DROPPED.inc()
                 return
             self._buffer.append(inv)
             # Wake the writer only when it waits for exactly this: a first record or a full batch.
@@ -190,6 +192,7 @@ class InvocationLog:
             return
         with self._progress:
             self._dropped += len(batch)
+            RECORDS_DROPPED.inc(len(batch))
             self._failed_batches += 1
             self._progress.notify_all()
         now = time.monotonic()
@@ -216,5 +219,6 @@ class InvocationLog:
                 log.exception("invocation log writer error")
                 with self._progress:
                     self._dropped += len(batch)
+                    RECORDS_DROPPED.inc(len(batch))
                     self._progress.notify_all()
                 time.sleep(self.flush_interval)

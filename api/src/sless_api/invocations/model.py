@@ -29,6 +29,7 @@ class Invocation:
     trigger: str
     error: str | None
     started_at: float  # seconds since the epoch
+    request_id: str | None = None  # the call's X-Request-Id (accepted from the caller or made by the platform)
     id: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -37,7 +38,7 @@ class Invocation:
 
 
 #: A record as stored: the values of sink.COLUMNS in order, each within its column's range.
-Row = tuple[str, str, str, str, int, float, int, int, str, str | None, float]
+Row = tuple[str, str, str, str, int, float, int, int, str, str | None, float, str | None]
 
 
 def _text(value: object, limit: int) -> str:
@@ -87,13 +88,14 @@ def sanitized_row(inv: Invocation) -> Row:
         _text(inv.trigger, 32),
         None if inv.error is None else _text(inv.error, MAX_ERROR_CHARS),
         _float(inv.started_at, 0.0, 1e11),
+        None if inv.request_id is None else _text(inv.request_id, 128),
     )
 
 
 def from_row(row: Sequence[Any]) -> Invocation:
     """An Invocation from a database row ``(id, *COLUMNS)``."""
     (ident, namespace, function, method, path, status, duration_ms, request_bytes, response_bytes,
-     trigger, error, started_at) = row  # fmt: skip
+     trigger, error, started_at, request_id) = row  # fmt: skip
     return Invocation(
         namespace=namespace,
         function=function,
@@ -106,5 +108,6 @@ def from_row(row: Sequence[Any]) -> Invocation:
         trigger=trigger,
         error=error,
         started_at=float(started_at),
+        request_id=request_id,
         id=int(ident),
     )

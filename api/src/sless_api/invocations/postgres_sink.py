@@ -13,7 +13,7 @@ import io
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg2
 import psycopg2.extensions
@@ -23,9 +23,10 @@ from sless_api.invocations.model import Invocation, from_row, sanitized_row
 from sless_api.invocations.sink import COLUMNS
 
 _COPY = f"COPY invocations ({', '.join(COLUMNS)}) FROM STDIN"
-_PLAIN = ", ".join(c for c in COLUMNS if c != "started_at")
-_EPOCH = "EXTRACT(EPOCH FROM started_at)::double precision"
-_SELECT = f"SELECT id, {_PLAIN}, {_EPOCH} FROM invocations"  # noqa: S608 - constant columns
+# started_at is a timestamptz in the table and epoch seconds in Python
+_READ = ", ".join("EXTRACT(EPOCH FROM started_at)::double precision" if c == "started_at" else c for c in COLUMNS)
+_SELECT = f"SELECT id, {_READ} FROM invocations"  # noqa: S608 - constant columns
+_STARTED_AT = COLUMNS.index("started_at")
 #: libpq options: fail fast when the server is unreachable; notice a dead peer on idle sockets.
 CONNECT_OPTIONS: dict[str, Any] = {
     "connect_timeout": 5,
@@ -50,8 +51,8 @@ def _copy_text(value: object) -> str:
 
 
 def _copy_row(inv: Invocation) -> str:
-    *values, started_at = sanitized_row(inv)
-    values.append(datetime.fromtimestamp(started_at, UTC).isoformat())
+    values: list[object] = list(sanitized_row(inv))
+    values[_STARTED_AT] = datetime.fromtimestamp(cast(float, values[_STARTED_AT]), UTC).isoformat()
     return "\t".join(map(_copy_text, values)) + "\n"
 
 

@@ -19,6 +19,7 @@ COLUMNS = (
     "trigger",
     "error",
     "started_at",
+    "request_id",
 )
 
 

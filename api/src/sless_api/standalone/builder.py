@@ -40,6 +40,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from sless_api import metrics
 from sless_api.standalone.sandbox import (
     JailSpec,
     Limits,
@@ -361,6 +362,16 @@ class Builder:
 
     def build(self, req: BuildRequest, progress: Progress | None = None) -> BuildArtifact:
         """Install dependencies / compile as the runtime needs; raises BuildFailed with the log tail."""
+        began, result = time.monotonic(), "failed"
+        try:
+            artifact = self._build(req, progress)
+            result = "ready"
+            return artifact
+        finally:
+            metrics.BUILDS.labels(req.runtime, result).inc()
+            metrics.BUILD_SECONDS.labels(req.runtime).observe(time.monotonic() - began)
+
+    def _build(self, req: BuildRequest, progress: Progress | None) -> BuildArtifact:
         say: Progress = progress if progress is not None else (lambda _line: None)
         code_dir = Path(req.code_dir).resolve()
         if not code_dir.is_dir():

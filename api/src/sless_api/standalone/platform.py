@@ -338,7 +338,7 @@ class StandalonePlatform:
         limits = Limits.for_function(rec.spec.memory_mb, rec.spec.runtime)
         return ProcessSpec(argv=list(argv), env=env, cwd=artifact.code_dir, version=version.hexdigest()[:16],
                            drain_sec=float(rec.spec.timeout_sec) + self.config.proxy_timeout_margin_sec,
-                           sandbox=self.sandbox, jail=artifact.jail(rec.namespace, limits))
+                           sandbox=self.sandbox, jail=artifact.jail(rec.namespace, limits), runtime=rec.spec.runtime)
 
     async def _sync_process(self, namespace: str, name: str) -> None:
         """Make the supervisor and the route table agree with the state of one function.

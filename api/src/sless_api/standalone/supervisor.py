@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from sless_api import metrics
 from sless_api.standalone.sandbox import JailSpec, Prepared, Sandbox
 
 HEALTH_PATH = "/_/health"
@@ -110,6 +111,8 @@ class ProcessSpec:
     #: Where and how confined the process runs; both or neither (None: a plain child process).
     sandbox: Sandbox | None = None
     jail: JailSpec | None = None
+    #: The runtime's name, a metrics label only.
+    runtime: str = ""
 
 
 def free_port(exclude: set[int] | frozenset[int] = frozenset()) -> int:
@@ -493,7 +496,10 @@ class Supervisor:
                     f"{slot.key}: not restarting for another {wait:.1f}s after "
                     f"{slot.failures} failure(s); last error: {slot.last_error}"
                 )
+            began = time.monotonic()
             proc = await self._start(slot, slot.spec)
+            metrics.COLD_STARTS.labels(slot.spec.runtime).inc()
+            metrics.COLD_START_SECONDS.labels(slot.spec.runtime).observe(time.monotonic() - began)
             slot.current = proc
             slot.last_activity = time.monotonic()
             return proc

@@ -1,0 +1,69 @@
+"""The access log and the request id, as an ASGI wrapper around the whole app (REST, console and ``/fn``).
+
+Every answer carries ``X-Request-Id``; one ``sless.access`` line per request records method, path (without
+the query string, which may hold tokens), status, bytes sent and duration. The id is visible to every log
+line written while the request is served (``logsetup.current_request_id``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from sless_api import metrics
+from sless_api.logsetup import current_request_id
+from sless_api.pathguard import is_invoke_path, raw_path
+from sless_api.requestid import HEADER, SCOPE_KEY, accept_or_new
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+access = logging.getLogger("sless.access")
+_HEADER = HEADER.encode()
+
+
+class AccessLog:
+    """Wraps APP: assigns the request id, adds it to the response, logs the request when it ends."""
+
+    def __init__(self, app: App, enabled: bool = True) -> None:
+        self.app = app
+        self.enabled = enabled
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = accept_or_new(v.decode("latin-1") for k, v in scope["headers"] if k.lower() == _HEADER)
+        scope[SCOPE_KEY] = request_id
+        token = current_request_id.set(request_id)
+        started = time.monotonic()
+        status, sent = 0, 0
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status, sent
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != _HEADER]
+                headers.append((_HEADER, request_id.encode()))
+                message = {**message, "headers": headers}
+            elif message["type"] == "http.response.body":
+                sent += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            metrics.HTTP_REQUESTS.labels("fn" if is_invoke_path(raw_path(scope)) else "api", str(status)).inc()
+            if self.enabled:
+                client = scope.get("client")
+                access.info("%s %s %d", scope["method"], scope.get("path", ""), status, extra={
+                    "method": scope["method"], "path": scope.get("path", ""), "status": status,
+                    "bytes": sent, "duration_ms": round((time.monotonic() - started) * 1000, 3),
+                    "client": client[0] if client else None,
+                })  # fmt: skip
+            current_request_id.reset(token)

@@ -1,0 +1,89 @@
+"""One log line per event, as JSON, with the request id of the call it belongs to.
+
+Log collectors (Loki, Elasticsearch, CloudWatch) parse JSON lines without a per-service grammar, and a
+request id in every line joins the API's access log, the proxy's errors and the function's own output.
+``SLESS_LOG_FORMAT=text`` keeps the human format for a terminal; ``SLESS_LOG_LEVEL`` sets the level.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+#: The request id of the call being served, set by the access-log middleware for everything it awaits.
+current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("sless_request_id", default=None)
+
+FORMATS = ("json", "text")
+# LogRecord's own attributes: everything else on a record came from `extra=` and is logged as a field.
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
+
+
+class RequestIdFilter(logging.Filter):
+    """Stamps the current request id on every record, so any logger inside a call carries it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "request_id"):
+            record.request_id = current_request_id.get()
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """``{"ts", "level", "logger", "msg", "request_id"?, ...extra fields, "exc"?}`` on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+            "pid": record.process,  # tells gunicorn's workers apart
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and value is not None:
+                line[key] = value
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    """The terminal format, with the request id when there is one."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        request_id = getattr(record, "request_id", None)
+        return f"{text} [{request_id}]" if request_id else text
+
+
+def log_format(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    chosen = env.get("SLESS_LOG_FORMAT", "json").strip().lower()
+    if chosen not in FORMATS:
+        raise ValueError(f"SLESS_LOG_FORMAT must be one of {', '.join(FORMATS)}, not {chosen!r}")
+    return chosen
+
+
+def configure_logging(env: Mapping[str, str] | None = None) -> None:
+    """Route the root logger to stderr in the configured format; called once by each entry point."""
+    env = os.environ if env is None else env
+    level = env.get("SLESS_LOG_LEVEL", "INFO").strip().upper()
+    if not isinstance(logging.getLevelName(level), int):
+        raise ValueError(f"SLESS_LOG_LEVEL {level!r} is not a log level (DEBUG, INFO, WARNING, ERROR)")
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if log_format(env) == "json" else TextFormatter())
+    handler.addFilter(RequestIdFilter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    for noisy in ("aiormq", "aio_pika", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,74 @@
+"""Prometheus metrics of the API process (and ``sless up``): calls, cold starts, builds, dropped records.
+
+Metrics live in prometheus_client's default registry. Under gunicorn every worker is a process of its
+own, so ``sless-api`` points ``PROMETHEUS_MULTIPROC_DIR`` at a fresh folder before the workers start and
+a scrape sums them (``MultiProcessCollector``); a single process (``sless up``) reads its registry
+directly. Label values are names the API validated (tenant namespaces, function names, runtimes),
+so the series stay bounded by what tenants deployed.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+#: A call lasts from milliseconds to the 900 s maximum timeout.
+CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+BUILD_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+HTTP_REQUESTS = Counter("sless_http_requests_total", "Requests answered, by area (api, fn) and HTTP status",
+                        ["area", "status"])
+INVOCATIONS = Counter("sless_invocations_total", "Finished invocations by function, trigger and HTTP status",
+                      ["namespace", "function", "trigger", "status"])
+INVOCATION_SECONDS = Histogram("sless_invocation_duration_seconds", "Invocation duration seen by the platform",
+                               ["namespace", "function"], buckets=CALL_BUCKETS)
+UPSTREAM_ERRORS = Counter("sless_proxy_upstream_errors_total",
+                          "Calls whose function did not answer: timeout or unreachable", ["kind"])
+COLD_STARTS = Counter("sless_cold_starts_total", "Function processes started for a call", ["runtime"])
+COLD_START_SECONDS = Histogram("sless_cold_start_duration_seconds", "From process start to its first health answer",
+                               ["runtime"], buckets=CALL_BUCKETS)
+BUILDS = Counter("sless_builds_total", "Finished builds by runtime and result (ready, failed)", ["runtime", "result"])
+BUILD_SECONDS = Histogram("sless_build_duration_seconds", "Build duration", ["runtime"], buckets=BUILD_BUCKETS)
+EVENT_MESSAGES = Counter("sless_event_messages_total",
+                         "Event-trigger messages by outcome: delivered, done, retried, duplicate (skipped), dead",
+                         ["namespace", "trigger", "outcome"])
+EVENT_DEAD_LETTERS = Counter("sless_event_dead_letters_total",
+                             "Messages moved to a trigger's dead-letter queue, by why (failed, rejected, malformed)",
+                             ["namespace", "trigger", "kind"])
+EVENT_QUEUE_MESSAGES = Gauge("sless_event_queue_messages", "Messages waiting in a trigger's queue or its DLQ",
+                             ["namespace", "trigger", "queue"], multiprocess_mode="livemax")
+RECORDS_DROPPED = Counter("sless_invocation_records_dropped_total",
+                          "Invocation records lost: queue full, the database failing, or written after close")
+
+
+def observe_invocation(namespace: str, function: str, trigger: str, status: int, seconds: float) -> None:
+    INVOCATIONS.labels(namespace, function, trigger, str(status)).inc()
+    INVOCATION_SECONDS.labels(namespace, function).observe(seconds)
+
+
+def scrape_allowed(authorization: str | None, scrape_token: str) -> bool:
+    """Whether a request's Authorization header holds the scrape token (constant-time; never with no token set)."""
+    if not scrape_token:
+        return False
+    sent = (authorization or "").encode("utf-8", "replace")
+    return hmac.compare_digest(sent, f"Bearer {scrape_token}".encode())
+
+
+def exposition() -> tuple[bytes, str]:
+    """The text a scrape gets, summed over gunicorn's workers when they share a multiprocess folder."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
