@@ -32,6 +32,7 @@ def test_lint_strict_passes_with_everything_on() -> None:
     on = {
         "ingress": {"enabled": True, "host": "f.example.com", "tls": {"enabled": True, "secretName": "tls"}},
         "networkPolicy": {"egress": {"enabled": True, "to": [{"cidr": "10.0.0.1/32"}]}},
+        "metrics": {"enabled": True, "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
     }
     sets = [arg for key, value in on.items() for arg in ("--set-json", f"{key}={json.dumps(value)}")]
     proc = helm("lint", "--strict", str(CHART), "--kube-version", "1.34.4", *sets)
@@ -635,3 +636,36 @@ def test_build_egress_schema_wants_exactly_one_peer(peer: dict[str, Any]) -> Non
     policy = {**values["build"]["networkPolicy"], "packageRegistries": [peer]}
     with pytest.raises(HelmError):
         render({"build": {**values["build"], "networkPolicy": policy}})
+
+
+def test_metrics_are_off_by_default(default: list[dict[str, Any]]) -> None:
+    assert not by_kind(default, "ServiceMonitor") and not by_kind(default, "PodMonitor")
+    for name in (API, EVENTS):
+        assert "SLESS_METRICS_TOKEN" not in _env(one(default, "Deployment", name))
+    data = one(default, "ConfigMap", "sless-config")["data"]
+    assert (data["SLESS_LOG_FORMAT"], data["SLESS_LOG_LEVEL"]) == ("json", "INFO")
+
+
+def test_metrics_on_give_the_token_monitors_and_a_way_through_the_network_policy() -> None:
+    objects = render({"metrics": {"enabled": True, "serviceMonitor": {"enabled": True, "labels": {"release": "p"}}},
+                      "secrets": {"metrics": {"name": "scrape", "key": "t"}}, "logging": {"format": "text"}})
+    for name in (API, EVENTS):
+        env = _env(one(objects, "Deployment", name))
+        assert env["SLESS_METRICS_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "scrape", "key": "t"}
+    auth = {"type": "Bearer", "credentials": {"name": "scrape", "key": "t"}}
+    [monitor] = by_kind(objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "p"
+    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s",
+                                             "authorization": auth}]
+    [pods] = by_kind(objects, "PodMonitor")
+    assert pods["spec"]["podMetricsEndpoints"][0] | {"authorization": auth} == pods["spec"]["podMetricsEndpoints"][0]
+    assert pods["spec"]["podMetricsEndpoints"][0]["port"] == "probes"
+    policy = one(objects, "NetworkPolicy", API)
+    sources = policy["spec"]["ingress"][0]["from"]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}} in sources
+    assert one(objects, "ConfigMap", "sless-config")["data"]["SLESS_LOG_FORMAT"] == "text"
+
+
+def test_monitors_need_metrics_on() -> None:
+    objects = render({"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}})
+    assert not by_kind(objects, "ServiceMonitor") and not by_kind(objects, "PodMonitor")
