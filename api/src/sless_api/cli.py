@@ -12,6 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sless_api import cliverbs
+from sless_api.cliclient import Client, CliError, emit
+
 DEFAULT_URL = "http://127.0.0.1:8090"
 TERMINAL_PHASES = ("Ready", "Failed")
 
@@ -107,41 +110,6 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
-class Client:
-    """A thin REST client; every failure becomes one readable line on stderr and exit code 1."""
-
-    def __init__(self, url: str, token: str) -> None:
-        import requests
-
-        self.url = url.rstrip("/")
-        self.http = requests.Session()
-        self.http.headers["Authorization"] = f"Bearer {token}"
-        self._namespace: str | None = None
-
-    def namespace(self) -> str:
-        if self._namespace is None:
-            self._namespace = str(self.request("GET", "/v1/whoami")["namespace"])
-        return self._namespace
-
-    def request(self, method: str, path: str, ok: tuple[int, ...] = (200, 201, 202, 204), **kw: Any) -> Any:
-        resp = self.http.request(method, self.url + path, timeout=kw.pop("timeout", 60), **kw)
-        if resp.status_code not in ok:
-            try:
-                message = resp.json().get("error", resp.text)
-            except ValueError:
-                message = resp.text
-            raise CliError(f"{method} {path}: HTTP {resp.status_code}: {message}")
-        return resp.json() if resp.content and resp.headers.get("content-type", "").startswith(
-            "application/json") else None
-
-    def ns_path(self, rest: str) -> str:
-        return f"/v1/namespaces/{self.namespace()}{rest}"
-
-
-class CliError(Exception):
-    pass
-
-
 def client_from(args: argparse.Namespace) -> Client:
     from sless_api.auth import issue_token
 
@@ -215,18 +183,9 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     return 0 if resp.status_code < 400 else 1
 
 
-def cmd_logs(args: argparse.Namespace) -> int:
-    client = client_from(args)
-    data = client.request("GET", client.ns_path(f"/functions/{args.name}/invocations?limit={args.limit}"))
-    for item in data["items"]:
-        print(json.dumps(item))
-    return 0
-
-
-def cmd_ls(args: argparse.Namespace) -> int:
-    client = client_from(args)
-    for fn in client.request("GET", client.ns_path("/functions"))["items"]:
-        print(ls_row(fn))
+def cmd_ls(args: argparse.Namespace, client: Client) -> int:
+    items = client.items("/functions")
+    emit({"items": items}, args.output == "json", "\n".join(ls_row(fn) for fn in items))
     return 0
 
 
@@ -260,6 +219,12 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--sub", default=os.environ.get("SLESS_SUB", "developer"),
                        help="subject of the locally signed token (ignored when SLESS_TOKEN is set)")
         p.add_argument("--data-dir", default=str(default_data_dir()))
+        p.add_argument("--output", "-o", choices=("table", "json"), default="table",
+                       help="json: the API's own JSON, for scripts")
+
+    def with_client(p: argparse.ArgumentParser, verb: cliverbs.Verb) -> None:
+        client_args(p)
+        p.set_defaults(run=lambda args: verb(args, client_from(args)))
 
     deploy = verbs.add_parser("deploy", help="zip a folder, create or update the function, upload, wait")
     deploy.add_argument("folder")
@@ -274,15 +239,27 @@ def parser() -> argparse.ArgumentParser:
     invoke.add_argument("--timeout", type=float, default=930)
     client_args(invoke)
     invoke.set_defaults(run=cmd_invoke)
-    logs = verbs.add_parser("logs", help="recent invocations of a function")
+    logs = verbs.add_parser("logs", help="recent invocations of a function (--follow: keep printing new ones)")
     logs.add_argument("name")
     logs.add_argument("--limit", type=int, default=20)
-    client_args(logs)
-    logs.set_defaults(run=cmd_logs)
+    logs.add_argument("--follow", "-f", action="store_true")
+    logs.add_argument("--interval", type=float, default=1.0, help="--follow: seconds between polls")
+    with_client(logs, cliverbs.cmd_logs)
     ls = verbs.add_parser("ls", help="list functions")
-    client_args(ls)
-    ls.set_defaults(run=cmd_ls)
+    with_client(ls, cmd_ls)
+    cliverbs.register(verbs, with_client)
+    completion = verbs.add_parser("completion",
+                                  help="print a shell completion script: eval \"$(sless completion bash)\"")
+    completion.add_argument("shell", choices=("bash",))
+    completion.set_defaults(run=lambda args: print_completion(root))
     return root
+
+
+def print_completion(root: argparse.ArgumentParser) -> int:
+    from sless_api.completion import bash_script
+
+    sys.stdout.write(bash_script(root))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -278,6 +278,9 @@ class KubernetesPlatform:
             raise Conflict(f"job {spec.name!r} already exists", existing=existing.to_api()) from exc
         return resources.job_record(obj)
 
+    async def list_jobs(self, namespace: str) -> list[JobRecord]:
+        return [resources.job_record(obj) for obj in await self._list(JOBS, namespace)]
+
     async def get_job(self, namespace: str, name: str) -> JobRecord:
         return resources.job_record(await self._get(JOBS, namespace, name))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import falcon
 import falcon.asgi
 
-from sless_api.http import ApiError, json_body
+from sless_api.http import ApiError, json_body, page
 from sless_api.platform import Platform
 from sless_core.models import MAX_RUN_ID, JobSpec, validate_run_id
 from sless_core.naming import validate_name
@@ -14,6 +14,10 @@ from sless_core.naming import validate_name
 class Jobs:
     def __init__(self, platform: Platform) -> None:
         self.platform = platform
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str) -> None:
+        records = await self.platform.list_jobs(ns)
+        resp.media = page(records, req, key=lambda r: r.spec.name, render=lambda r: r.to_api())
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str) -> None:
         record = await self.platform.create_job(ns, JobSpec.from_user(await json_body(req)))

@@ -483,6 +483,9 @@ class StandalonePlatform:
             self._spawn(f"job:{_key(namespace, spec.name)}", self._run_job(namespace, spec.name))
         return rec
 
+    async def list_jobs(self, namespace: str) -> list[JobRecord]:
+        return self.state.list_jobs(namespace)
+
     async def get_job(self, namespace: str, name: str) -> JobRecord:
         return self._job(namespace, name)
 

@@ -1,0 +1,147 @@
+"""The `sless` CLI as a user runs it (a process against `sless up`): functions, triggers, jobs, source, logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.support.platform import REPO, SlessProcess, Tenant
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLE = REPO / "examples" / "hello-python"
+
+
+def sless(tenant: Tenant, *argv: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SLESS_TOKEN": tenant.token, "SLESS_URL": tenant.url}
+    done = subprocess.run([sys.executable, "-m", "sless_api.cli", *argv], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == expect, (argv, done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def as_json(done: subprocess.CompletedProcess[str]) -> Any:
+    return json.loads(done.stdout)
+
+
+@pytest.fixture
+def deployed(tenant: Tenant) -> Tenant:
+    sless(tenant, "deploy", str(EXAMPLE), "--name", "hello")
+    return tenant
+
+
+def test_ls_rm_and_json_output(deployed: Tenant) -> None:
+    table = sless(deployed, "ls").stdout
+    assert table.split()[:3] == ["hello", "python3.11", "Ready"]
+    [item] = as_json(sless(deployed, "ls", "-o", "json"))["items"]
+    assert item["name"] == "hello" and item["phase"] == "Ready"
+    sless(deployed, "rm", "hello")
+    assert as_json(sless(deployed, "ls", "--output", "json"))["items"] == []
+    assert sless(deployed, "ls").stdout == ""
+    failed = sless(deployed, "rm", "hello", expect=1)
+    assert "HTTP 404" in failed.stderr
+
+
+def test_triggers_are_added_listed_toggled_and_removed(deployed: Tenant) -> None:
+    added = as_json(sless(deployed, "trigger", "add", "nightly", "--function", "hello", "--type", "cron",
+                          "--schedule", "0 3 * * *", "--disabled", "-o", "json"))
+    assert (added["type"], added["schedule"], added["enabled"]) == ("cron", "0 3 * * *", False)
+    rows = sless(deployed, "trigger", "ls").stdout.splitlines()
+    assert any(r.split()[:4] == ["nightly", "cron", "hello", "disabled"] for r in rows), rows
+    assert sless(deployed, "trigger", "enable", "nightly").stdout.split()[3] == "enabled"
+    assert sless(deployed, "trigger", "disable", "nightly").stdout.split()[3] == "disabled"
+    only = as_json(sless(deployed, "trigger", "ls", "--function", "hello", "-o", "json"))["items"]
+    assert sorted(t["name"] for t in only) == ["hello", "nightly"]  # deploy made the http one
+    sless(deployed, "trigger", "rm", "nightly")
+    assert [t["name"] for t in as_json(sless(deployed, "trigger", "ls", "-o", "json"))["items"]] == ["hello"]
+
+
+def test_bad_trigger_input_is_one_line_from_the_api(deployed: Tenant) -> None:
+    failed = sless(deployed, "trigger", "add", "bad", "--function", "hello", "--type", "cron", "--schedule",
+                   "61 * * * *", expect=1)
+    assert failed.stderr.startswith("sless: POST ") and "HTTP 400" in failed.stderr
+    assert len(failed.stderr.strip().splitlines()) == 1
+
+
+def test_jobs_run_rerun_list_and_get(deployed: Tenant) -> None:
+    first = as_json(sless(deployed, "job", "run", "once", "--function", "hello", "--event", '{"name": "cli"}',
+                          "--wait", "120", "-o", "json"))
+    assert (first["run_id"], first["phase"]) == (1, "Succeeded") and "cli" in first["message"]
+    again = as_json(sless(deployed, "job", "run", "once", "--wait", "120", "-o", "json"))
+    assert (again["run_id"], again["phase"]) == (2, "Succeeded")
+    [listed] = as_json(sless(deployed, "job", "ls", "-o", "json"))["items"]
+    assert (listed["name"], listed["run_id"]) == ("once", 2)
+    row = sless(deployed, "job", "get", "once").stdout.splitlines()[0]
+    assert row.split()[:5] == ["once", "hello", "run", "2", "Succeeded"]
+    sless(deployed, "job", "rm", "once")
+    assert as_json(sless(deployed, "job", "ls", "-o", "json"))["items"] == []
+
+
+def test_job_mistakes_are_explained(deployed: Tenant) -> None:
+    assert "--function is needed" in sless(deployed, "job", "run", "new-job", expect=1).stderr
+    assert "--event is not JSON" in sless(deployed, "job", "run", "j", "--function", "hello", "--event", "{",
+                                          expect=1).stderr
+    sless(deployed, "job", "run", "j", "--function", "hello")
+    assert "runs hello, not other" in sless(deployed, "job", "run", "j", "--function", "other", expect=1).stderr
+
+
+def test_source_prints_or_writes_the_uploaded_files(deployed: Tenant, tmp_path: Path) -> None:
+    printed = sless(deployed, "source", "hello").stdout
+    assert "==> handler.py <==" in printed and (EXAMPLE / "handler.py").read_text().strip() in printed
+    sless(deployed, "source", "hello", "--out", str(tmp_path / "copy"))
+    assert (tmp_path / "copy" / "handler.py").read_bytes() == (EXAMPLE / "handler.py").read_bytes()
+
+
+def test_logs_show_calls_with_request_ids_and_follow_new_ones(deployed: Tenant, sless: SlessProcess) -> None:
+    requests.get(deployed.fn_url("hello"), headers={"X-Request-Id": "cli-before"}, timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        lines = [json.loads(line) for line in sless_cli(deployed, "logs", "hello", "-o", "json").splitlines()]
+        if any(line["request_id"] == "cli-before" for line in lines):
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"no record of the call: {lines}")
+    env = {**os.environ, "SLESS_TOKEN": deployed.token, "SLESS_URL": deployed.url}
+    follower = subprocess.Popen([sys.executable, "-m", "sless_api.cli", "logs", "hello", "--follow", "--interval",
+                                 "0.2", "--limit", "1"], env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert follower.stdout is not None
+        first = follower.stdout.readline()  # the one recent record
+        assert "cli-before" in first, first
+        requests.get(deployed.fn_url("hello"), headers={"X-Request-Id": "cli-followed"}, timeout=30)
+        ready, _, _ = select.select([follower.stdout], [], [], 30)
+        assert ready, "--follow printed nothing for a new call within 30 s"
+        assert "cli-followed" in follower.stdout.readline()
+    finally:
+        follower.kill()
+        follower.wait(10)
+
+
+def sless_cli(tenant: Tenant, *argv: str) -> str:
+    return sless(tenant, *argv).stdout
+
+
+def test_completion_offers_verbs_sub_verbs_and_flags(tenant: Tenant) -> None:
+    script = sless(tenant, "completion", "bash").stdout
+
+    def complete(*words: str) -> list[str]:
+        probe = (f'{script}\nCOMP_WORDS=({" ".join(words)}); COMP_CWORD={len(words) - 1}; _sless; '
+                 'printf "%s\\n" "${COMPREPLY[@]}"')
+        return subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True,
+                              timeout=30).stdout.split()
+
+    assert complete("sless", "tr") == ["trigger"]
+    assert complete("sless", "trigger", "") == ["ls", "add", "enable", "disable", "rm", "--help"]
+    assert "--schedule" in complete("sless", "trigger", "add", "nightly", "--s")
+    assert complete("sless", "job", "run", "x", "--ev") == ["--event"]
