@@ -536,6 +536,10 @@ def test_job_lifecycle_and_run_id_semantics(kube_api: KubeApi, tenant: Tenant) -
                           expect=201).json()
     assert recorded["phase"] == "Recorded"
     assert cr(bed, crd.JOB_PLURAL, ns, "later")["spec"]["runId"] == 0  # type: ignore[index]
+    listed = tenant.api("GET", "/jobs?limit=1", expect=200).json()
+    assert [j["name"] for j in listed["items"]] == ["later"] and listed["next_cursor"]
+    rest = tenant.api("GET", "/jobs", params={"cursor": listed["next_cursor"]}, expect=200).json()
+    assert [(j["name"], j["phase"]) for j in rest["items"]] == [("once", "Failed")] and rest["next_cursor"] is None
     tenant.api("POST", "/jobs", json={"name": "ghost", "function": "nope"}, expect=404)
     tenant.api("DELETE", "/jobs/later", expect=204)
     assert cr(bed, crd.JOB_PLURAL, ns, "later") is None
