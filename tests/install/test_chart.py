@@ -640,7 +640,7 @@ def test_build_egress_schema_wants_exactly_one_peer(peer: dict[str, Any]) -> Non
 
 def test_metrics_are_off_by_default(default: list[dict[str, Any]]) -> None:
     assert not by_kind(default, "ServiceMonitor") and not by_kind(default, "PodMonitor")
-    for name in (API, EVENTS):
+    for name in (API, EVENTS, OPERATOR):
         assert "SLESS_METRICS_TOKEN" not in _env(one(default, "Deployment", name))
     data = one(default, "ConfigMap", "sless-config")["data"]
     assert (data["SLESS_LOG_FORMAT"], data["SLESS_LOG_LEVEL"]) == ("json", "INFO")
@@ -657,9 +657,15 @@ def test_metrics_on_give_the_token_monitors_and_a_way_through_the_network_policy
     assert monitor["metadata"]["labels"]["release"] == "p"
     assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s",
                                              "authorization": auth}]
-    [pods] = by_kind(objects, "PodMonitor")
-    assert pods["spec"]["podMetricsEndpoints"][0] | {"authorization": auth} == pods["spec"]["podMetricsEndpoints"][0]
-    assert pods["spec"]["podMetricsEndpoints"][0]["port"] == "probes"
+    pods = {m["metadata"]["name"]: m["spec"]["podMetricsEndpoints"][0] for m in by_kind(objects, "PodMonitor")}
+    assert pods[EVENTS]["port"] == "probes" and pods[OPERATOR]["port"] == "metrics"
+    assert all(endpoint["authorization"] == auth for endpoint in pods.values())
+    operator = _env(one(objects, "Deployment", OPERATOR))
+    assert operator["SLESS_METRICS_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "scrape", "key": "t"}
+    assert (operator["SLESS_OPERATOR_METRICS_HOST"]["value"], operator["SLESS_OPERATOR_METRICS_PORT"]["value"]) == (
+        "0.0.0.0", "8082")
+    op_policy = one(objects, "NetworkPolicy", OPERATOR)["spec"]["ingress"]
+    assert {"protocol": "TCP", "port": 8082} in op_policy[1]["ports"]
     policy = one(objects, "NetworkPolicy", API)
     sources = policy["spec"]["ingress"][0]["from"]
     assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}} in sources

@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.metrics import SCRAPE_TOKEN
+from tests.support.services import free_port
 from tests.support.testbed import Testbed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,10 +98,16 @@ class Operator:
             "SLESS_BUILD_RETRIES": "1",
             "SLESS_JOB_RETRIES": "0",
             "PYTHONUNBUFFERED": "1",
+            "SLESS_METRICS_TOKEN": SCRAPE_TOKEN,
+            "SLESS_OPERATOR_METRICS_PORT": str(free_port()),
             **(extra_env or {}),
         }
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.env['SLESS_OPERATOR_METRICS_PORT']}"
 
     @property
     def log_path(self) -> Path:

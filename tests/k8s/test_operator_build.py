@@ -13,8 +13,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import requests
 
 from tests.k8s.conftest import CODE_A
+from tests.support.metrics import sample, scrape
 from tests.support.testbed import Testbed
 
 if TYPE_CHECKING:
@@ -97,6 +99,11 @@ def test_build_pod_fetches_the_context_in_an_init_container(sless: Sless) -> Non
     pods = sless.labelled("pods", "sless.dev/function=fetched,sless.dev/component=build", sless.op.build_namespace)
     assert pods and pods[0]["status"]["phase"] == "Succeeded"
     assert pods[0]["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    # counted once for Prometheus (the operator's /metrics answers only the scrape token)
+    assert requests.get(sless.op.metrics_url + "/metrics", timeout=10).status_code == 401
+    text = scrape(sless.op.metrics_url)
+    assert sample(text, "sless_builds_total", runtime="python3.11", result="ready") == 1
+    assert sample(text, "sless_build_duration_seconds_count", runtime="python3.11") == 1
 
 
 def test_a_failed_context_fetch_is_what_the_function_reports(sless: Sless, fetch_fails: Any) -> None:
@@ -110,3 +117,4 @@ def test_a_failed_context_fetch_is_what_the_function_reports(sless: Sless, fetch
     built = next(c for c in status["conditions"] if c["type"] == "Built")
     assert (built["status"], built["reason"]) == ("False", "BuildFailed")
     assert sless.get("deployment", "nofetch") is None
+    assert sample(scrape(sless.op.metrics_url), "sless_builds_total", runtime="python3.11", result="failed") == 1

@@ -9,7 +9,6 @@ so the series stay bounded by what tenants deployed.
 
 from __future__ import annotations
 
-import hmac
 import os
 
 from prometheus_client import (
@@ -22,6 +21,8 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+
+from sless_core.scrape import scrape_allowed
 
 #: A call lasts from milliseconds to the 900 s maximum timeout.
 CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
@@ -57,12 +58,7 @@ def observe_invocation(namespace: str, function: str, trigger: str, status: int,
     INVOCATION_SECONDS.labels(namespace, function).observe(seconds)
 
 
-def scrape_allowed(authorization: str | None, scrape_token: str) -> bool:
-    """Whether a request's Authorization header holds the scrape token (constant-time; never with no token set)."""
-    if not scrape_token:
-        return False
-    sent = (authorization or "").encode("utf-8", "replace")
-    return hmac.compare_digest(sent, f"Bearer {scrape_token}".encode())
+__all__ = ["exposition", "observe_invocation", "scrape_allowed"]
 
 
 def exposition() -> tuple[bytes, str]:

@@ -28,6 +28,8 @@ stops the operator at start-up with the variable's name, instead of surfacing la
 | ``SLESS_TENANT_QUOTA_PODS`` / ``_CPU`` / ``_MEMORY`` | ``50`` / ``8`` / ``16Gi`` | per-tenant ResourceQuota |
 | ``SLESS_OPERATOR_WATCH_TIMEOUT`` | ``60`` | seconds a watch request lasts before it is renewed |
 | ``SLESS_OPERATOR_API_CONCURRENCY`` | ``32`` | parallel API requests of the operator's own client |
+| ``SLESS_METRICS_TOKEN`` | (none: off) | serve Prometheus ``/metrics`` to this bearer token only |
+| ``SLESS_OPERATOR_METRICS_HOST``, ``_PORT`` | ``127.0.0.1``, ``8082`` | where ``/metrics`` listens |
 
 Build Jobs and credentials. ``SLESS_BUILD_FETCH_IMAGE`` runs the ``fetch-context`` init container
 (``python -m sless_operator.contextfetch``): it needs Python, the minio client and this package,
@@ -98,6 +100,9 @@ class OperatorConfig:
     tenant_quota_memory: str = "16Gi"
     watch_timeout_sec: int = 60
     api_concurrency: int = 32
+    metrics_token: str = ""  # empty: no metrics endpoint
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 8082
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -131,6 +136,9 @@ class OperatorConfig:
             tenant_quota_memory=reader.quantity("SLESS_TENANT_QUOTA_MEMORY", cls.tenant_quota_memory),
             watch_timeout_sec=reader.integer("SLESS_OPERATOR_WATCH_TIMEOUT", cls.watch_timeout_sec, 1, 3600),
             api_concurrency=reader.integer("SLESS_OPERATOR_API_CONCURRENCY", cls.api_concurrency, 1, 1000),
+            metrics_token=reader.text("SLESS_METRICS_TOKEN", ""),
+            metrics_host=reader.text("SLESS_OPERATOR_METRICS_HOST", cls.metrics_host, required=True),
+            metrics_port=reader.integer("SLESS_OPERATOR_METRICS_PORT", cls.metrics_port, 1, 65535),
         )
 
 

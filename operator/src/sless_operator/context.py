@@ -15,6 +15,7 @@ from typing import Any
 
 from sless_operator.config import OperatorConfig
 from sless_operator.kube import Kube
+from sless_operator.metrics import MetricsServer
 from sless_operator.observe import DeploymentSummary, JobSummary, TriggerSummary
 from sless_operator.workqueue import WorkQueue
 
@@ -80,6 +81,7 @@ class Context:
         # reconciles woken by children's events; Kopf's change handlers share the same bound
         self.queue = WorkQueue(config.api_concurrency)
         self.slots = asyncio.Semaphore(config.api_concurrency)
+        self.metrics = MetricsServer(config.metrics_token, config.metrics_host, config.metrics_port)
 
     # -- indices ----------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ import aiohttp
 import kopf
 
 from sless_core import crd
-from sless_operator import function, job, trigger
+from sless_operator import function, job, metrics, trigger
 from sless_operator.children import ChildConflict
 from sless_operator.config import OperatorConfig
 from sless_operator.context import Context
@@ -83,6 +83,8 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.watching.label_selectors[DEPLOYMENTS] = selector
 
 
+# the Jobs whose ends are counted, by their component label
+METRIC_KINDS = {COMPONENT_BUILD: "build", COMPONENT_RUN: "job", COMPONENT_CRON: "cron"}
 EXPECTED = (InvalidSpec, ChildConflict, NamespaceMissing, NotATenant, WaitingForFunction)
 
 
@@ -112,6 +114,7 @@ async def startup(settings: kopf.OperatorSettings, memo: Context, **kwargs: Any)
     memo.state.indices.update({name: kwargs[name] for name in INDICES})
     memo.queue.expected = EXPECTED
     memo.queue.start()
+    await memo.metrics.start()
 
 
 def _credentials(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -150,6 +153,7 @@ async def login(memo: Context, **kwargs: Any) -> kopf.AiohttpSession | None:
 
 @kopf.on.cleanup()
 async def cleanup(memo: Context, **_: Any) -> None:
+    await memo.metrics.stop()
     await memo.close()
 
 
@@ -208,6 +212,10 @@ async def job_event(type: str | None, body: kopf.Body, memo: Context, **_: Any) 
     else:
         memo.state.seen[key] = (summary.state, summary.reason)
     component = summary.labels.get(crd.LABEL_COMPONENT)
+    if summary.finished and type != "DELETED" and component in METRIC_KINDS:
+        ns, fn = summary.labels.get(crd.LABEL_NAMESPACE, ""), summary.labels.get(crd.LABEL_FUNCTION, "")
+        runtime = str(((memo.function(ns, fn) or {}).get("spec") or {}).get("runtime") or "unknown")
+        metrics.job_finished(METRIC_KINDS[component], ns, runtime, summary)
     if component == COMPONENT_BUILD:
         ns, fn = summary.labels.get(crd.LABEL_NAMESPACE, ""), summary.labels.get(crd.LABEL_FUNCTION, "")
         if ns and fn and (summary.finished or type == "DELETED"):  # a running build changes nothing

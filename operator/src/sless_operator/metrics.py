@@ -1,0 +1,76 @@
+"""The operator's Prometheus metrics: builds, their durations, and the outcomes of job and cron runs.
+
+Counted from the Job watch (each Job's move to finished is seen once per operator process: the initial
+listing after a restart counts nothing again). Served at ``/metrics`` on SLESS_OPERATOR_METRICS_HOST/PORT,
+only with SLESS_METRICS_TOKEN set and only to that bearer token, as the API's.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+
+from sless_core.scrape import scrape_allowed
+from sless_operator.observe import JobSummary
+
+log = logging.getLogger(__name__)
+BUILD_BUCKETS = (5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900)
+
+BUILDS = Counter("sless_builds_total", "Finished image builds by runtime and result (ready, failed)",
+                 ["runtime", "result"])
+BUILD_SECONDS = Histogram("sless_build_duration_seconds", "Image build duration (build Job start to end)",
+                          ["runtime"], buckets=BUILD_BUCKETS)
+RUNS = Counter("sless_job_runs_total", "Finished FunctionJob and cron runs by kind (job, cron) and result",
+               ["namespace", "kind", "result"])
+
+
+def _seconds(start: str, end: str) -> float | None:
+    try:
+        began = datetime.fromisoformat(start.replace("Z", "+00:00"))
+        ended = datetime.fromisoformat(end.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return max(0.0, (ended - began).total_seconds())
+
+
+def job_finished(kind: str, namespace: str, runtime: str, summary: JobSummary) -> None:
+    """Count a Job that just finished: KIND is build, job or cron; RUNTIME is its function's (builds only)."""
+    result = "ready" if summary.state == "complete" else "failed"
+    if kind == "build":
+        BUILDS.labels(runtime, result).inc()
+        took = _seconds(summary.start_time, summary.completion_time) if summary.completion_time else None
+        if took is not None:
+            BUILD_SECONDS.labels(runtime).observe(took)
+    else:
+        RUNS.labels(namespace, kind, "succeeded" if result == "ready" else "failed").inc()
+
+
+class MetricsServer:
+    """``GET /metrics`` on its own port (Kopf's liveness port serves only Kopf's probe)."""
+
+    def __init__(self, token: str, host: str, port: int) -> None:
+        self.token, self.host, self.port = token, host, port
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        if not self.token:
+            return
+        app = web.Application()
+        app.router.add_get("/metrics", self.metrics)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+        log.info("metrics on http://%s:%d/metrics", self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        if not scrape_allowed(request.headers.get("Authorization"), self.token):
+            return web.json_response({"error": "a scrape needs the metrics token"}, status=401)
+        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
