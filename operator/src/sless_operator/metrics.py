@@ -11,20 +11,22 @@ import logging
 from datetime import datetime
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 from sless_core.scrape import scrape_allowed
 from sless_operator.observe import JobSummary
 
 log = logging.getLogger(__name__)
+#: The operator's own registry: the API's metrics have the same names, and tests import both in one process.
+REGISTRY = CollectorRegistry()
 BUILD_BUCKETS = (5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900)
 
 BUILDS = Counter("sless_builds_total", "Finished image builds by runtime and result (ready, failed)",
-                 ["runtime", "result"])
+                 ["runtime", "result"], registry=REGISTRY)
 BUILD_SECONDS = Histogram("sless_build_duration_seconds", "Image build duration (build Job start to end)",
-                          ["runtime"], buckets=BUILD_BUCKETS)
+                          ["runtime"], buckets=BUILD_BUCKETS, registry=REGISTRY)
 RUNS = Counter("sless_job_runs_total", "Finished FunctionJob and cron runs by kind (job, cron) and result",
-               ["namespace", "kind", "result"])
+               ["namespace", "kind", "result"], registry=REGISTRY)
 
 
 def _seconds(start: str, end: str) -> float | None:
@@ -73,4 +75,4 @@ class MetricsServer:
     async def metrics(self, request: web.Request) -> web.Response:
         if not scrape_allowed(request.headers.get("Authorization"), self.token):
             return web.json_response({"error": "a scrape needs the metrics token"}, status=401)
-        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
