@@ -3,7 +3,8 @@
 # runs the linters, then every test (all markers: pg, rabbitmq, s3, k8s, e2e, slow, and realnode as root;
 # SLESS_SKIP_REALNODE=1 leaves the real node out).
 # and then the Molecule scenarios (default, e2e, stress with a 15 s storm; SLESS_SKIP_MOLECULE=1 skips them).
-# Extra arguments go to pytest, e.g. `scripts/test.sh -m "not k8s" -x`.
+# Without arguments two lanes run at once (lane A: pytest but the real node; lane B: the real-node tests, then
+# the Molecule scenarios). Extra arguments go to one pytest run instead, e.g. `scripts/test.sh -m "not k8s" -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { echo "[test $(date +%T)] $*" >&2; }
@@ -38,18 +39,50 @@ lint=0
 .venv/bin/lint-imports || lint=1
 log "lint of the install: helm lint, yamllint, ansible-lint (production profile), chart and role tests"
 bash scripts/lint-install.sh || lint=1
-log "pytest"
-.venv/bin/pytest -p no:cacheprovider "$@"
-code=$?
-if [ "$code" = 5 ]; then log "pytest collected no tests: that is a failure"; exit 1; fi
-scenarios=0
-if [ "${SLESS_SKIP_MOLECULE:-0}" != 1 ]; then
-  for scenario in default e2e stress; do
+SCENARIOS=${SLESS_MOLECULE_SCENARIOS:-default e2e stress}
+molecule_scenarios() {  # one after the other: they share the fixed Vault and S3 ports of molecule/shared
+  [ "${SLESS_SKIP_MOLECULE:-0}" = 1 ] && return 0
+  local failed=0 scenario t
+  for scenario in $SCENARIOS; do
     log "molecule scenario $scenario"
     t=$SECONDS
-    SLESS_STRESS_DURATION=${SLESS_STRESS_DURATION:-15} bash molecule/run.sh "$scenario" || scenarios=1
+    SLESS_STRESS_DURATION=${SLESS_STRESS_DURATION:-15} bash molecule/run.sh "$scenario" || failed=1
     log "molecule scenario $scenario took $((SECONDS - t))s"
   done
+  return "$failed"
+}
+pytest_run() {  # pytest with the given arguments; "collected no tests" (exit 5) is a failure
+  local c
+  .venv/bin/pytest -p no:cacheprovider "$@"
+  c=$?
+  if [ "$c" = 5 ]; then log "pytest collected no tests ($*): that is a failure"; c=1; fi
+  return "$c"
+}
+scenarios=0
+if [ $# -gt 0 ]; then
+  log "pytest $*"
+  pytest_run "$@"; code=$?
+  molecule_scenarios || scenarios=1
+else
+  # Two lanes at once: the tests mostly wait (processes, pods, builds), so the wall time is what counts.
+  # Lane A: every test but the real node's. Lane B: the real-node tests (one node per machine), then the
+  # Molecule scenarios; its lines are prefixed with [B]. Every server binds its own free port.
+  codes=$(mktemp -d)
+  (
+    b=0
+    if [ "$REALNODE" = 1 ]; then log "lane B: pytest -m realnode"; pytest_run -m realnode || b=1; fi
+    echo "$b" > "$codes/realnode"
+    m=0; molecule_scenarios || m=1
+    echo "$m" > "$codes/molecule"
+  ) 2>&1 | sed -u 's/^/[B] /' &
+  lane_b=$!
+  log "lane A: pytest -m 'not realnode'"
+  pytest_run -m "not realnode"; code=$?
+  log "lane A done in $((SECONDS - T0))s; waiting for lane B"
+  wait "$lane_b"
+  [ "$(cat "$codes/realnode" 2>/dev/null)" = 0 ] || { log "lane B: the real-node tests failed (see [B] lines)"; [ "$code" = 0 ] && code=1; }
+  [ "$(cat "$codes/molecule" 2>/dev/null)" = 0 ] || scenarios=1
+  rm -rf "$codes"
 fi
 set -e
 if [ "$lint" != 0 ]; then log "lint failed (see above)"; [ "$code" = 0 ] && code=1; fi
