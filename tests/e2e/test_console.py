@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import requests
 
+from sless_api.console.resource import ASSETS
 from tests.support.platform import SlessProcess, Tenant
 
 pytestmark = pytest.mark.e2e
@@ -16,11 +17,20 @@ def test_page_holds_no_tenant_data_and_uses_no_cdn(tenant: Tenant, sless: SlessP
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "secret-name-fn" not in page.text and tenant.ns not in page.text
     assert "default-src 'self'" in page.headers["content-security-policy"]
-    for asset in ("console.js", "console.css"):
+    assert {"console.js", "console.css", "api.js", "invoke.js", "upload.js", "jobs.js"} <= ASSETS
+    for asset in ASSETS:
         resp = requests.get(f"{sless.url}/console/{asset}", timeout=30)
         assert resp.status_code == 200 and "://" not in resp.text  # no third-party assets
+        assert resp.headers["content-security-policy"] == page.headers["content-security-policy"]
+        assert resp.headers["x-content-type-options"] == "nosniff"
     assert "://" not in page.text
-    assert requests.get(f"{sless.url}/console/..%2fapp.py", timeout=30).status_code == 404
+    # The policy stays strict: scripts and everything else from the console's own origin only, no inline
+    # script or eval, no framing.
+    policy = {d.split()[0]: d.split()[1:] for d in page.headers["content-security-policy"].split("; ")}
+    assert policy["default-src"] == ["'self'"] and "script-src" not in policy and "connect-src" not in policy
+    assert policy["frame-ancestors"] == ["'none'"] and policy["base-uri"] == ["'none'"]
+    for name in ("..%2fapp.py", "index.html", "resource.py", "missing.js"):
+        assert requests.get(f"{sless.url}/console/{name}", timeout=30).status_code == 404
 
 
 def test_plain_text_listing_needs_the_token(tenant: Tenant, other_tenant: Tenant, sless: SlessProcess) -> None:

@@ -8,15 +8,14 @@ and storage access throws. The control run, with the policy switched off, shows 
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
 
+from tests.support.browser import headless_chromium
 from tests.support.platform import SlessProcess, Tenant, running_sless
 
 pytestmark = pytest.mark.e2e
@@ -34,26 +33,10 @@ def handle(event):
 """
 
 
-def chromium_binaries() -> tuple[str, str]:
-    browser = shutil.which("chromium") or "/usr/bin/chromium"
-    driver = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-    assert Path(browser).exists() and Path(driver).exists(), \
-        "chromium and chromium-driver (Debian) are needed: scripts/install-test-services.sh installs them"
-    return browser, driver
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[webdriver.Chrome]:
-    binary, driver_path = chromium_binaries()
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--no-first-run", "--disable-extensions"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
-    driver.set_page_load_timeout(120)
-    yield driver
-    driver.quit()
+    with headless_chromium() as driver:
+        yield driver
 
 
 def title_after_attack(driver: webdriver.Chrome, platform_url: str, tenant: Tenant) -> str:

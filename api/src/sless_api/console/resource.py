@@ -30,6 +30,15 @@ def _static(name: str) -> bytes:
     return resources.files("sless_api.console").joinpath("static", name).read_bytes()
 
 
+def _assets() -> frozenset[str]:
+    """The script and style files the page loads: a fixed set read once, so a request names one or gets 404."""
+    folder = resources.files("sless_api.console").joinpath("static")
+    return frozenset(item.name for item in folder.iterdir() if item.name.endswith((".js", ".css")))
+
+
+ASSETS = _assets()
+
+
 def text_listing(functions: list[FunctionRecord], triggers: list[TriggerRecord], base_url: str) -> str:
     by_function: dict[str, list[TriggerRecord]] = {}
     for trig in triggers:
@@ -84,6 +93,6 @@ class Console(PublicResource):
 class ConsoleAsset(Console):
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,  # type: ignore[override]
                      asset: str) -> None:
-        if asset not in ("console.js", "console.css"):
+        if asset not in ASSETS:
             raise ApiError(404, "no such console file")
         self._send(resp, asset)

@@ -1,122 +1,130 @@
-// The sless console: reads the REST API with the tenant's token (kept in sessionStorage only).
+// The sless console: sign in with a tenant token, list functions and jobs, and open a function's detail
+// (triggers, invoke, upload, run as a job, recent invocations, source). Everything it shows comes from the
+// REST API and is rendered as text.
 "use strict";
-const $ = (id) => document.getElementById(id);
-let token = sessionStorage.getItem("sless-token") || "";
-let namespace = "";
+import { $, api, el, listAll, nsPath, say, seg, session } from "./api.js";
+import { highlight } from "./highlight.js";
+import { setInvokeTarget } from "./invoke.js";
+import { loadJobs, setJobFunction } from "./jobs.js";
+import { setUploadTarget } from "./upload.js";
 
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") node.className = v; else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-    else node.setAttribute(k, v);
-  }
-  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(c ?? ""));
-  return node;
-}
-
-async function api(method, path, body) {
-  const resp = await fetch(path, {
-    method, headers: { Authorization: `Bearer ${token}`, ...(body ? { "Content-Type": "application/json" } : {}) },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  const data = resp.status === 204 ? null : await resp.json();
-  if (!resp.ok) throw new Error(data && data.error ? data.error : `HTTP ${resp.status}`);
-  return data;
-}
-
-const KEYWORDS = new Set(("def return if elif else for while in import from as class try except finally raise with " +
-  "async await lambda None True False pass break continue yield not and or is function const let var new this " +
-  "throw catch typeof exports require module package func go defer chan map struct interface type range nil " +
-  "switch case default select").split(" "));
-
-function highlight(code) {
-  const pre = el("pre", { class: "code" });
-  const re = /(#[^\n]*|\/\/[^\n]*|\/\*[\s\S]*?\*\/)|("(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)|(\b\d+(?:\.\d+)?\b)|([A-Za-z_]\w*)/g;
-  let last = 0;
-  for (const m of code.matchAll(re)) {
-    pre.append(code.slice(last, m.index));
-    const [text, com, str, num, word] = m;
-    if (com) pre.append(el("span", { class: "tok-com" }, text));
-    else if (str) pre.append(el("span", { class: "tok-str" }, text));
-    else if (num) pre.append(el("span", { class: "tok-num" }, text));
-    else if (word && KEYWORDS.has(word)) pre.append(el("span", { class: "tok-kw" }, text));
-    else pre.append(text);
-    last = m.index + text.length;
-  }
-  pre.append(code.slice(last));
-  return pre;
-}
+let current = null;
 
 async function loadFunctions() {
-  const base = `/v1/namespaces/${namespace}`;
-  const [fns, trigs] = await Promise.all([api("GET", `${base}/functions?limit=1000`), api("GET", `${base}/triggers?limit=1000`)]);
+  const [fns, trigs] = await Promise.all([listAll(nsPath("/functions")), listAll(nsPath("/triggers"))]);
   const byFn = {};
-  for (const t of trigs.items) (byFn[t.function] ||= []).push(t);
+  for (const t of trigs) (byFn[t.function] ||= []).push(t);
   const active = (f) => (f.phase === "Ready" && (byFn[f.name] || []).some((t) => t.enabled)) ? 0 : 1;
-  fns.items.sort((a, b) => active(a) - active(b) || a.name.localeCompare(b.name));
+  fns.sort((a, b) => active(a) - active(b) || a.name.localeCompare(b.name));
   const rows = $("function-rows");
   rows.replaceChildren();
-  for (const f of fns.items) {
+  for (const f of fns) {
     const ts = byFn[f.name] || [];
     const http = ts.find((t) => t.type === "http" && t.enabled);
-    rows.append(el("tr", { class: "fn", onclick: () => showDetail(f, ts) },
-      el("td", {}, f.name), el("td", { class: `phase-${f.phase}` }, f.phase), el("td", {}, f.runtime),
+    rows.append(el("tr", { class: "fn", "data-function": f.name },
+      el("td", {}, el("button", { type: "button", class: "link", onclick: () => showDetail(f, ts) }, f.name)),
+      el("td", { class: `phase-${f.phase}` }, f.phase), el("td", {}, f.runtime),
       el("td", {}, ts.map((t) => `${t.type}${t.enabled ? "" : " (off)"}`).join(", ") || "-"),
       el("td", {}, http ? http.url : "-"), el("td", {}, f.created_at || ""), el("td", {}, f.last_built_at || "-"),
       el("td", { class: "message" }, f.message)));
   }
+  return { fns, byFn };
 }
 
-async function showDetail(f, triggers) {
-  const base = `/v1/namespaces/${namespace}`;
-  $("detail").hidden = false;
-  $("detail-title").textContent = `${f.name} (${f.runtime}, ${f.phase})`;
+/** Re-read the lists and the open function (after a toggle, an upload or a refresh). */
+async function reload() {
+  const { fns, byFn } = await loadFunctions();
+  if (current) {
+    const fn = fns.find((f) => f.name === current.name);
+    if (fn) await showDetail(fn, byFn[fn.name] || [], false);
+  }
+}
+
+function renderTriggers(fn, triggers) {
   const list = $("trigger-list");
   list.replaceChildren();
   for (const t of triggers) {
-    const box = el("input", { type: "checkbox" });
+    const box = el("input", { type: "checkbox", "data-trigger": t.name });
     box.checked = t.enabled;
     box.addEventListener("change", async () => {
-      try { await api("PATCH", `${base}/triggers/${t.name}`, { enabled: box.checked }); await loadFunctions(); }
-      catch (e) { box.checked = !box.checked; alert(e.message); }
+      try {
+        await api("PATCH", nsPath(`/triggers/${seg(t.name)}`), { enabled: box.checked });
+        say($("detail-status"), `${t.name} ${box.checked ? "enabled" : "disabled"}`);
+        await reload();
+      } catch (e) {
+        box.checked = !box.checked;
+        say($("detail-status"), e.message, true);
+      }
     });
-    list.append(el("li", {}, el("label", {}, box, ` ${t.name}: ${t.type}${t.schedule ? ` (${t.schedule})` : ""}`)));
+    list.append(el("li", {}, el("label", {}, box, ` ${t.name}: ${t.type}${t.schedule ? ` (${t.schedule})` : ""}` +
+      `${t.auth === "token" ? " (token)" : ""}`)));
   }
-  const inv = await api("GET", `${base}/functions/${f.name}/invocations?limit=50`);
+  if (!triggers.length) list.append(el("li", {}, "(no triggers)"));
+}
+
+async function renderInvocations(fn) {
+  const inv = await api("GET", nsPath(`/functions/${seg(fn.name)}/invocations?limit=50`));
   const rows = $("invocation-rows");
   rows.replaceChildren();
   for (const i of inv.items) {
     rows.append(el("tr", {}, el("td", {}, new Date(i.started_at * 1000).toISOString()), el("td", {}, i.method),
-      el("td", {}, i.path), el("td", {}, String(i.status)), el("td", {}, i.duration_ms.toFixed(1)),
-      el("td", {}, i.trigger), el("td", { class: "message" }, i.error || "")));
+      el("td", {}, i.path), el("td", {}, String(i.status)), el("td", {}, Number(i.duration_ms).toFixed(1)),
+      el("td", {}, i.trigger), el("td", {}, i.request_id || ""), el("td", { class: "message" }, i.error || "")));
   }
-  const src = await api("GET", `${base}/functions/${f.name}/source`);
+}
+
+async function renderSource(fn) {
+  const src = await api("GET", nsPath(`/functions/${seg(fn.name)}/source`));
   const box = $("source");
   box.replaceChildren();
   for (const file of src.files) {
     box.append(el("h4", {}, file.name), file.binary ? el("p", {}, "(binary file)") : highlight(file.content));
+  }
+  if (!src.files.length) box.append(el("p", {}, "(no code uploaded)"));
+}
+
+async function showDetail(fn, triggers, fresh = true) {
+  const opened = !current || current.name !== fn.name || fresh;
+  current = fn;
+  $("detail").hidden = false;
+  $("detail-title").textContent = `${fn.name} (${fn.runtime}, ${fn.phase})`;
+  renderTriggers(fn, triggers);
+  if (opened) {
+    say($("detail-status"), "");
+    setInvokeTarget(fn, triggers);
+    setUploadTarget(fn, () => reload().catch((e) => say($("detail-status"), e.message, true)));
+    setJobFunction(fn);
+    $("detail-title").focus();
+  } else {
+    setInvokeTarget(fn, triggers, false);
+  }
+  try {
+    await Promise.all([renderInvocations(fn), renderSource(fn)]);
+  } catch (e) {
+    say($("detail-status"), e.message, true);
   }
 }
 
 async function start() {
   try {
     const who = await api("GET", "/v1/whoami");
-    namespace = who.namespace;
+    session.namespace = who.namespace;
     $("who").textContent = `${who.sub} · ${who.namespace}`;
-    $("login").hidden = true; $("functions").hidden = false; $("logout").hidden = false;
-    await loadFunctions();
+    $("login").hidden = true;
+    for (const id of ["functions", "jobs", "logout"]) $(id).hidden = false;
+    await Promise.all([loadFunctions(), loadJobs()]);
   } catch (e) {
-    $("login-error").textContent = e.message;
+    say($("login-error"), e.message, true);
     sessionStorage.removeItem("sless-token");
   }
 }
 
 $("login-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
-  token = $("token").value.trim();
-  sessionStorage.setItem("sless-token", token);
+  session.token = $("token").value.trim();
+  sessionStorage.setItem("sless-token", session.token);
   start();
 });
 $("logout").addEventListener("click", () => { sessionStorage.removeItem("sless-token"); location.reload(); });
-$("refresh").addEventListener("click", () => loadFunctions().catch((e) => alert(e.message)));
-if (token) start();
+$("refresh").addEventListener("click", () => reload().catch((e) => say($("functions-status"), e.message, true)));
+if (session.token) start();

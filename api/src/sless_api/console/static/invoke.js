@@ -1,0 +1,145 @@
+// The invoke panel: call the selected function through its http trigger and show the answer as text.
+// A function's answer is hostile: its body and headers only ever become text nodes, redirects are not
+// followed (a redirect to the API would otherwise carry the console's token along), and the call's log
+// lines come from the API, not from the function.
+"use strict";
+import { $, api, authHeader, el, errorOf, nsPath, say, seg, session, sleep } from "./api.js";
+
+const MAX_SHOWN_CHARS = 64 * 1024;
+const LOG_WAIT_MS = 10000;
+let target = null;
+
+/** A request id of our own, sent with the call, so the call's record and logs can be found even when
+ * the answer is a redirect whose headers the browser hides. */
+function newRequestId() {
+  const bytes = crypto.getRandomValues(new Uint8Array(12));
+  return `console-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+
+/** Point the panel at a function; `reset` clears the last answer (false when only its triggers changed). */
+export function setInvokeTarget(fn, triggers, reset = true) {
+  const http = triggers.find((t) => t.type === "http" && t.enabled) || null;
+  target = { fn, http };
+  $("invoke-send").disabled = !http;
+  const status = $("invoke-status");
+  if (!http) {
+    say(status, "No enabled http trigger: enable or add one to call this function.", true);
+    status.dataset.noTrigger = "1";
+  } else if (reset || status.dataset.noTrigger) {
+    say(status, "");
+    delete status.dataset.noTrigger;
+  }
+  if (!reset) return;
+  for (const id of ["invoke-request-id", "invoke-headers", "invoke-body"]) $(id).textContent = "";
+  $("invoke-logs").replaceChildren();
+  $("invoke-result").hidden = true;
+}
+
+async function send() {
+  if (!target || !target.http) return;
+  const { fn, http } = target;
+  const method = $("invoke-method").value;
+  let sub = $("invoke-path").value.trim();
+  if (sub && !sub.startsWith("/")) sub = `/${sub}`;
+  const body = $("invoke-payload").value;
+  if (body && (method === "GET" || method === "HEAD")) {
+    say($("invoke-status"), `${method} carries no body: choose POST, PUT or PATCH, or empty the body.`, true);
+    return;
+  }
+  const requestId = newRequestId();
+  const headers = { "X-Request-Id": requestId };
+  if (body) headers["Content-Type"] = $("invoke-type").value.trim() || "application/json";
+  if (http.auth === "token") Object.assign(headers, authHeader());  // the proxy checks it and removes it
+  say($("invoke-status"), "calling…");
+  $("invoke-send").disabled = true;
+  try {
+    const resp = await fetch(`/fn/${seg(session.namespace)}/${seg(fn.name)}${sub}`,
+      { method, headers, body: body || undefined, redirect: "manual", cache: "no-store", credentials: "omit" });
+    await showAnswer(resp, requestId);
+    await showLogs(fn.name, $("invoke-request-id").textContent);
+  } catch (e) {
+    say($("invoke-status"), `the call failed: ${e.message}`, true);
+  } finally {
+    $("invoke-send").disabled = false;
+  }
+}
+
+async function showAnswer(resp, requestId) {
+  $("invoke-result").hidden = false;
+  if (resp.type === "opaqueredirect") {
+    say($("invoke-status"), "The function answered a redirect; the console does not follow it.");
+    $("invoke-request-id").textContent = requestId;
+    $("invoke-headers").textContent = "";
+    $("invoke-body").textContent = "";
+    return;
+  }
+  say($("invoke-status"), `${resp.status} ${resp.statusText}`.trim(), !resp.ok);
+  $("invoke-request-id").textContent = resp.headers.get("X-Request-Id") || requestId;
+  $("invoke-headers").textContent = [...resp.headers].map(([k, v]) => `${k}: ${v}`).join("\n");
+  const text = await resp.text();
+  $("invoke-body").textContent = text.length > MAX_SHOWN_CHARS
+    ? `${text.slice(0, MAX_SHOWN_CHARS)}\n… (${text.length - MAX_SHOWN_CHARS} more characters not shown)` : text;
+}
+
+async function findRecord(name, requestId) {
+  const page = await api("GET", nsPath(`/functions/${seg(name)}/invocations?limit=50`));
+  return page.items.find((i) => i.request_id === requestId) || null;
+}
+
+/** The call's log lines when the API has them; where it has no per-call logs (404/501), the call's record.
+ * Both are written just after the answer, so they are polled for a few seconds. */
+async function showLogs(name, requestId) {
+  const box = $("invoke-logs");
+  box.replaceChildren(el("p", {}, "waiting for the call's logs…"));
+  const deadline = Date.now() + LOG_WAIT_MS;
+  let logs = null;
+  let record = null;
+  let logsMissing = false;
+  while (Date.now() < deadline) {
+    const resp = await fetch(nsPath(`/functions/${seg(name)}/invocations/${seg(requestId)}/logs`),
+      { headers: authHeader(), cache: "no-store" });
+    if (resp.ok) { logs = await resp.json(); break; }
+    if (resp.status !== 404 && resp.status !== 501) { say(box, (await errorOf(resp)).message, true); return; }
+    logsMissing = resp.status === 501;
+    record = await findRecord(name, requestId);
+    if (record) break;  // the call is recorded and its logs are not available here
+    await sleep(300);
+  }
+  record = record || await findRecord(name, requestId);
+  box.replaceChildren();
+  if (logs) {
+    box.append(el("h4", {}, "Log lines"), renderLines(logs));
+  } else {
+    box.append(el("p", { class: "note" }, logsMissing || record
+      ? "Per-call log lines are not available here; the invocation record follows."
+      : "No log lines and no invocation record for this call yet."));
+  }
+  if (record) box.append(el("h4", {}, "Invocation record"), renderRecord(record));
+}
+
+function when(ts) {
+  if (typeof ts === "number") return new Date(ts * 1000).toISOString();
+  return ts ? String(ts) : "";
+}
+
+function renderLines(logs) {
+  const list = el("ol", { class: "log-lines", id: "invoke-log-lines" });
+  for (const line of logs.lines || []) {
+    list.append(el("li", { class: `stream-${line.stream === "stderr" ? "stderr" : "stdout"}` },
+      el("span", { class: "ts" }, when(line.ts)), " ", el("span", { class: "stream" }, line.stream), " ",
+      el("span", { class: "text" }, line.text)));
+  }
+  if (!(logs.lines || []).length) list.append(el("li", {}, "(the call wrote no log lines)"));
+  if (logs.truncated) list.append(el("li", { class: "note" }, "(more lines were written than are kept)"));
+  return list;
+}
+
+function renderRecord(record) {
+  const dl = el("dl", { class: "record", id: "invoke-record" });
+  for (const [k, v] of Object.entries(record)) {
+    dl.append(el("dt", {}, k), el("dd", {}, v !== null && typeof v === "object" ? JSON.stringify(v) : String(v)));
+  }
+  return dl;
+}
+
+$("invoke-form").addEventListener("submit", (ev) => { ev.preventDefault(); send(); });

@@ -1,0 +1,307 @@
+"""The console in a real browser (Debian's headless Chromium through chromedriver), against a real `sless up`.
+
+Each test signs in with its own tenant's token and works the page as a user would: the function list, a
+function's detail, toggling a trigger, invoking with a body, uploading code by drag and drop and by the file
+picker, and jobs. Waits are bounded polls on what the page shows; nothing sleeps for a fixed time.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.support.browser import headless_chromium
+from tests.support.platform import SlessProcess, Tenant, make_zip
+
+pytestmark = pytest.mark.e2e
+
+WAIT = 60
+HELLO = "def handle(event):\n    return {'hello': event.get('name')}\n"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[webdriver.Chrome]:
+    with headless_chromium() as driver:
+        yield driver
+
+
+def until(driver: webdriver.Chrome, check: Callable[[webdriver.Chrome], Any], wait: float = WAIT) -> Any:
+    return WebDriverWait(driver, wait, poll_frequency=0.1).until(check)
+
+
+def text(driver: webdriver.Chrome, element_id: str) -> str:
+    return str(driver.find_element(By.ID, element_id).text)
+
+
+def sign_in(driver: webdriver.Chrome, sless: SlessProcess, tenant: Tenant) -> None:
+    driver.get(f"{sless.url}/console")
+    driver.execute_script("sessionStorage.clear();")
+    driver.get(f"{sless.url}/console")
+    driver.find_element(By.ID, "token").send_keys(tenant.token)
+    driver.find_element(By.CSS_SELECTOR, "#login-form button[type=submit]").click()
+    until(driver, lambda d: tenant.ns in text(d, "who"))
+
+
+def open_function(driver: webdriver.Chrome, name: str) -> None:
+    button = until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f"tr[data-function='{name}'] button.link"))[0]
+    button.send_keys(Keys.ENTER)  # keyboard, not a mouse click: the list works without a pointer
+    until(driver, lambda d: text(d, "detail-title").startswith(f"{name} ("))
+    until(driver, lambda d: d.find_element(By.ID, "detail-title") == d.switch_to.active_element)
+
+
+def records(tenant: Tenant, name: str) -> list[dict[str, Any]]:
+    return list(tenant.api("GET", f"/functions/{name}/invocations?limit=100", expect=200).json()["items"])
+
+
+def test_sign_in_list_detail_and_toggle_a_trigger(browser: webdriver.Chrome, sless: SlessProcess,
+                                                   tenant: Tenant) -> None:
+    tenant.deploy("listed-fn", "python3.11", {"handler.py": HELLO})
+    browser.get(f"{sless.url}/console")
+    browser.execute_script("sessionStorage.clear();")
+    browser.find_element(By.ID, "token").send_keys("not-a-token")
+    browser.find_element(By.CSS_SELECTOR, "#login-form button[type=submit]").click()
+    api_error = requests.get(f"{sless.url}/v1/whoami", headers={"Authorization": "Bearer not-a-token"},
+                             timeout=30).json()["error"]
+    until(browser, lambda d: text(d, "login-error") == api_error)
+    assert browser.find_element(By.ID, "functions").is_displayed() is False
+
+    sign_in(browser, sless, tenant)
+    row = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-function='listed-fn']"))[0]
+    assert "Ready" in row.text and f"/fn/{tenant.ns}/listed-fn" in row.text
+    open_function(browser, "listed-fn")
+    until(browser, lambda d: "def handle" in text(d, "source"))
+
+    box = browser.find_element(By.CSS_SELECTOR, "input[data-trigger='listed-fn']")
+    assert box.is_selected()
+    box.send_keys(Keys.SPACE)  # toggle with the keyboard
+    until(browser, lambda d: text(d, "detail-status") == "listed-fn disabled")
+    assert tenant.api("GET", "/triggers/listed-fn", expect=200).json()["enabled"] is False
+    assert requests.get(tenant.fn_url("listed-fn"), timeout=30).status_code == 404
+    until(browser, lambda d: not d.find_element(By.ID, "invoke-send").is_enabled())
+    assert "No enabled http trigger" in text(browser, "invoke-status")
+    until(browser, lambda d: "http (off)" in d.find_element(By.CSS_SELECTOR, "tr[data-function='listed-fn']").text)
+
+    browser.find_element(By.CSS_SELECTOR, "input[data-trigger='listed-fn']").click()
+    until(browser, lambda d: text(d, "detail-status") == "listed-fn enabled")
+    assert tenant.api("GET", "/triggers/listed-fn", expect=200).json()["enabled"] is True
+    until(browser, lambda d: d.find_element(By.ID, "invoke-send").is_enabled())
+    assert requests.get(tenant.fn_url("listed-fn"), timeout=30).status_code == 200
+
+
+ECHO = """
+import sys
+def handle(event):
+    print('console-log-line', event.get('name'))
+    print('console-err-line', file=sys.stderr)
+    return {'hello': event.get('name'), 'method': event['_method'], 'path': event['_path']}
+"""
+
+# A hostile answer: as HTML it would run a script, fire an onerror handler and load an image from the beacon
+# function (recorded there as an invocation). Shown as text, none of that can happen.
+HOSTILE = """
+def handle(event):
+    ns = event['_path'] and event['_headers'].get('x-beacon-ns', '')
+    page = ('<script>document.title="pwned";fetch("/fn/{ns}/beacon/from-script")</script>'
+            '<img src="/fn/{ns}/beacon/from-answer" onerror="document.title=\\'pwned\\'">'
+            '<b id="hostile-bold">bold</b>')
+    if event['_path'] == '/redirect':
+        return {'statusCode': 307, 'headers': {'Location': '/fn/' + event['_query']['ns'] + '/beacon/redirected'},
+                'body': ''}
+    return {'statusCode': 200, 'headers': {'Content-Type': 'text/html', 'X-Hostile': '<i>x</i>'},
+            'body': page.replace('{ns}', event['_query']['ns'])}
+"""
+BEACON = "def handle(event):\n    return {'seen': event['_path']}\n"
+
+
+def invoke(driver: webdriver.Chrome, method: str, path: str, body: str) -> None:
+    driver.find_element(By.ID, "invoke-method").send_keys(method)
+    field = driver.find_element(By.ID, "invoke-path")
+    field.clear()
+    field.send_keys(path)
+    payload = driver.find_element(By.ID, "invoke-payload")
+    payload.clear()
+    if body:
+        payload.send_keys(body)
+    driver.execute_script("document.getElementById('invoke-status').textContent = '';")
+    driver.find_element(By.ID, "invoke-send").click()
+    until(driver, lambda d: text(d, "invoke-status") not in ("", "calling…"))
+
+
+def test_invoke_shows_the_answer_its_request_id_and_its_logs(browser: webdriver.Chrome, sless: SlessProcess,
+                                                            tenant: Tenant) -> None:
+    tenant.deploy("echo-fn", "python3.11", {"handler.py": ECHO})
+    sign_in(browser, sless, tenant)
+    open_function(browser, "echo-fn")
+    invoke(browser, "POST", "/some/where", '{"name": "console"}')
+    assert text(browser, "invoke-status") == "200 OK"
+    answer = json.loads(text(browser, "invoke-body"))
+    assert answer == {"hello": "console", "method": "POST", "path": "/some/where"}
+    assert "content-type: application/json" in text(browser, "invoke-headers")
+    request_id = text(browser, "invoke-request-id")
+    assert request_id.startswith("console-")
+    logs = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#invoke-log-lines, #invoke-record"))[0]
+    (record,) = [r for r in records(tenant, "echo-fn") if r["request_id"] == request_id]
+    assert record["method"] == "POST" and record["status"] == 200
+    if logs.get_attribute("id") == "invoke-log-lines":  # the per-call logs endpoint answered
+        assert "console-log-line console" in logs.text and "console-err-line" in logs.text
+    else:  # where the API has no per-call logs: the call's own record
+        assert request_id in logs.text and "POST" in logs.text
+
+    invoke(browser, "GET", "/", "")
+    assert text(browser, "invoke-status") == "200 OK"
+    assert json.loads(text(browser, "invoke-body"))["method"] == "GET"
+    invoke(browser, "GET", "/", '{"a": 1}')
+    assert "GET carries no body" in text(browser, "invoke-status")
+
+
+def test_a_hostile_answer_is_shown_as_text_and_never_runs(browser: webdriver.Chrome, sless: SlessProcess,
+                                                          tenant: Tenant) -> None:
+    tenant.deploy("beacon", "python3.11", {"handler.py": BEACON})
+    tenant.deploy("hostile-fn", "python3.11", {"handler.py": HOSTILE})
+    sign_in(browser, sless, tenant)
+    open_function(browser, "hostile-fn")
+    title = browser.title
+    invoke(browser, "GET", f"/?ns={tenant.ns}", "")
+    assert text(browser, "invoke-status") == "200 OK"
+    shown = browser.find_element(By.ID, "invoke-body").get_attribute("textContent")
+    assert shown.startswith("<script>document.title=\"pwned\"") and "onerror=" in shown
+    assert "x-hostile: <i>x</i>" in text(browser, "invoke-headers")
+    result = browser.find_element(By.ID, "invoke-result")
+    assert result.find_elements(By.CSS_SELECTOR, "script, img, b, i") == []
+    assert browser.title == title != "pwned"
+
+    invoke(browser, "GET", f"/redirect?ns={tenant.ns}", "")
+    assert "does not follow it" in text(browser, "invoke-status")
+
+    # The control: the same answer parsed as HTML does load the beacon, and that is seen within the wait.
+    browser.execute_script("""
+        const div = document.createElement('div');
+        div.innerHTML = arguments[0].replace('/from-answer', '/control');
+        document.body.append(div);""", shown)
+    deadline = time.monotonic() + WAIT
+    while not any(r["path"] == "/control" for r in records(tenant, "beacon")):
+        assert time.monotonic() < deadline, "the control never reached the beacon"
+        time.sleep(0.2)
+    seen = {r["path"] for r in records(tenant, "beacon")}
+    assert seen == {"/control"}, seen  # not /from-answer, /from-script or /redirected
+
+
+def drop_zip(driver: webdriver.Chrome, name: str, data: bytes) -> None:
+    """A synthetic drop on the drop zone, carrying a File built from DATA in a DataTransfer."""
+    driver.execute_script("""
+        const bytes = Uint8Array.from(atob(arguments[1]), (c) => c.charCodeAt(0));
+        const transfer = new DataTransfer();
+        transfer.items.add(new File([bytes], arguments[0], { type: 'application/zip' }));
+        const zone = document.getElementById('drop-zone');
+        for (const type of ['dragenter', 'dragover', 'drop']) {
+          zone.dispatchEvent(new DragEvent(type, { dataTransfer: transfer, bubbles: true, cancelable: true }));
+        }""", name, base64.b64encode(data).decode())
+
+
+def forget_status(driver: webdriver.Chrome) -> None:
+    """Clear the upload's status before the next action, so a wait sees that action's outcome only."""
+    driver.execute_script("const s = document.getElementById('upload-status'); s.textContent = ''; "
+                          "s.dataset.phase = '';")
+
+
+def settled_phase(driver: webdriver.Chrome) -> str:
+    status = driver.find_element(By.ID, "upload-status")
+    return str(until(driver, lambda d: status.get_attribute("data-phase"), wait=180))
+
+
+def test_upload_by_drag_and_drop_and_by_the_file_picker(browser: webdriver.Chrome, sless: SlessProcess,
+                                                        tenant: Tenant, tmp_path: Path) -> None:
+    tenant.deploy("up-fn", "python3.11", {"handler.py": "def handle(event):\n    return 'v1'\n"})
+    sign_in(browser, sless, tenant)
+    open_function(browser, "up-fn")
+
+    v2 = make_zip({"handler.py": "def handle(event):\n    return 'v2'\n"})
+    drop_zip(browser, "v2.zip", v2)
+    assert settled_phase(browser) == "Ready"
+    assert tenant.api("GET", "/functions/up-fn", expect=200).json()["code_hash"] == hashlib.sha256(v2).hexdigest()
+    assert requests.get(tenant.fn_url("up-fn"), timeout=30).text == "v2"
+    assert browser.find_element(By.ID, "upload-progress").get_attribute("value") == "1"
+    until(browser, lambda d: "return 'v2'" in text(d, "source"))  # the detail re-read the new code
+
+    broken = tmp_path / "broken.zip"
+    broken.write_bytes(make_zip({"handler.py": "raise RuntimeError('broken at import')\n"}))
+    forget_status(browser)
+    browser.find_element(By.ID, "upload-file").send_keys(str(broken))
+    assert settled_phase(browser) == "Failed"
+    log_tail = browser.find_element(By.ID, "upload-log")
+    assert log_tail.is_displayed() and "broken at import" in log_tail.text
+    assert "Failed" in text(browser, "upload-status")
+
+    not_a_zip = b"this is not a zip archive"
+    garbage = tmp_path / "garbage.zip"
+    garbage.write_bytes(not_a_zip)
+    api_error = tenant.api("POST", "/functions/up-fn/upload", data=not_a_zip,
+                           headers={"Content-Type": "application/zip"}).json()["error"]
+    forget_status(browser)
+    browser.find_element(By.ID, "upload-file").send_keys(str(garbage))
+    until(browser, lambda d: text(d, "upload-status") == api_error)
+    assert browser.find_element(By.ID, "upload-status").get_attribute("role") == "alert"
+
+    forget_status(browser)
+    drop_zip(browser, "notes.txt", b"text")
+    until(browser, lambda d: text(d, "upload-status") == "notes.txt is not a .zip file")
+
+
+JOB = "def handle(event):\n    return {'doubled': event.get('n', 0) * 2}\n"
+
+
+def job_cell(driver: webdriver.Chrome, job: str, field: str) -> str:
+    """Read in one script: the list is re-rendered while a job runs, so element handles go stale."""
+    return str(driver.execute_script(
+        "const c = document.querySelector(`tr[data-job='${arguments[0]}'] td[data-field='${arguments[1]}']`);"
+        "return c ? c.textContent : '';", job, field))
+
+
+def test_jobs_create_list_and_run_again(browser: webdriver.Chrome, sless: SlessProcess, tenant: Tenant) -> None:
+    tenant.deploy("job-fn", "python3.11", {"handler.py": JOB}, http=False)
+    tenant.api("POST", "/jobs", json={"name": "recorded-job", "function": "job-fn", "event": {}, "run_id": 0},
+               expect=201)
+    sign_in(browser, sless, tenant)
+    until(browser, lambda d: job_cell(d, "recorded-job", "phase") == "Recorded")
+    open_function(browser, "job-fn")
+
+    def create(name: str, event: str) -> WebElement:
+        field = browser.find_element(By.ID, "job-name")
+        field.clear()
+        field.send_keys(name)
+        area = browser.find_element(By.ID, "job-event")
+        area.clear()
+        area.send_keys(event)
+        browser.execute_script("document.getElementById('job-create-status').textContent = '';")
+        browser.find_element(By.CSS_SELECTOR, "#job-form button[type=submit]").click()
+        return until(browser, lambda d: d.find_element(By.ID, "job-create-status").text and
+                     d.find_element(By.ID, "job-create-status"))
+
+    bad = tenant.api("POST", "/jobs", json={"name": "Bad_Name", "function": "job-fn", "event": {}}, expect=400)
+    assert create("Bad_Name", "{}").text == bad.json()["error"]
+    assert create("fine-name", "{not json").text.startswith("the event is not JSON")
+    assert create("double", '{"n": 21}').text == "job double created (run 1)"
+
+    until(browser, lambda d: job_cell(d, "double", "phase") == "Succeeded")
+    assert job_cell(browser, "double", "run_id") == "1"
+    assert json.loads(job_cell(browser, "double", "message")) == {"doubled": 42}
+
+    browser.find_element(By.CSS_SELECTOR, "tr[data-job='double'] button.run-again").send_keys(Keys.ENTER)
+    until(browser, lambda d: job_cell(d, "double", "run_id") == "2")
+    until(browser, lambda d: job_cell(d, "double", "phase") == "Succeeded")
+    assert text(browser, "jobs-status") == "double: run 2 started"
+    api_job = tenant.api("GET", "/jobs/double", expect=200).json()
+    assert api_job["run_id"] == 2 and api_job["phase"] == "Succeeded"
