@@ -305,3 +305,34 @@ def test_jobs_create_list_and_run_again(browser: webdriver.Chrome, sless: SlessP
     assert text(browser, "jobs-status") == "double: run 2 started"
     api_job = tenant.api("GET", "/jobs/double", expect=200).json()
     assert api_job["run_id"] == 2 and api_job["phase"] == "Succeeded"
+
+
+CONSOLE_VALUE = "console-pw-2f8e61d4"
+
+
+def test_secrets_are_listed_by_name_and_set_from_the_form(browser: webdriver.Chrome, sless: SlessProcess,
+                                                          tenant: Tenant) -> None:
+    """Set through the form (a new secret, then a replacement), listed by name, keys and version, never by value."""
+    tenant.api("POST", "/ensure", expect=(200, 201))
+    tenant.api("POST", "/secrets", json={"name": "existing", "data": {"k": "v"}}, expect=201)
+    sign_in(browser, sless, tenant)
+    until(browser, lambda d: "existing" in text(d, "secret-rows"))
+
+    def save(name: str, key: str, value: str) -> str:
+        browser.execute_script("document.getElementById('secret-status').textContent = '';")
+        name_box = browser.find_element(By.ID, "secret-name")
+        name_box.clear()
+        name_box.send_keys(name)
+        browser.find_element(By.CSS_SELECTOR, "#secret-pairs .secret-key").send_keys(key)
+        browser.find_element(By.CSS_SELECTOR, "#secret-pairs .secret-value").send_keys(value + Keys.ENTER)
+        return str(until(browser, lambda d: text(d, "secret-status")))
+
+    assert save("db", "PASSWORD", CONSOLE_VALUE) == "db: version 1"
+    assert tenant.api("GET", "/secrets/db", expect=200).json()["keys"] == ["PASSWORD"]
+    assert save("db", "TOKEN", CONSOLE_VALUE) == "db: version 2"
+    until(browser, lambda d: "TOKEN" in text(d, "secret-rows"))
+    assert "existing" in text(browser, "secret-rows") and CONSOLE_VALUE not in browser.page_source
+    assert browser.find_element(By.CSS_SELECTOR, "#secret-pairs .secret-value").get_attribute("value") == ""
+    assert tenant.api("GET", "/secrets/db", expect=200).json()["keys"] == ["TOKEN"]
+    assert "must be a DNS-1123 label" in save("Bad_Name", "K", CONSOLE_VALUE)
+    assert [s["name"] for s in tenant.api("GET", "/secrets", expect=200).json()["items"]] == ["db", "existing"]

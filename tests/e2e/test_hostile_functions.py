@@ -35,6 +35,8 @@ pytestmark = pytest.mark.e2e
 HOSTILE: dict[str, str | bytes] = {"handler.py": (Path(__file__).parent / "hostile" / "handler.py").read_text()}
 MARKER = "victim-marker-7f3a9c"
 CANARY = "canary-secret-5b1e22"
+#: The victim's tenant secret, delivered to its function as an env var and as a file.
+STORED = "stored-secret-e4a07c"
 #: Processes (and threads) a tenant may have: low, so the fork bomb meets it before the memory limit.
 NPROC = 64
 VICTIM: dict[str, str | bytes] = {"handler.py": "def handle(event):\n    return {'victim': 'fine'}\n"}
@@ -116,7 +118,11 @@ def _errors_only(results: dict[str, str]) -> None:
 def enter_arena(sp: SlessProcess) -> Arena:
     """A victim tenant with a secret in its env and an attacker tenant with the hostile function, both serving."""
     attacker, victim = Tenant(sp.url, "attacker"), Tenant(sp.url, "victim")
-    victim.deploy("victim", "python3.11", VICTIM, env_vars={"VICTIM_SECRET": MARKER})
+    victim.api("POST", "/ensure", expect=(200, 201))
+    victim.api("POST", "/secrets", json={"name": "vault", "data": {"value": STORED}}, expect=201)
+    victim.deploy("victim", "python3.11", VICTIM, env_vars={"VICTIM_SECRET": MARKER},
+                  secrets=[{"name": "vault", "key": "value", "env": "STORED_SECRET"},
+                           {"name": "vault", "key": "value", "file": "stored"}])
     attacker.deploy("hostile", "python3.11", HOSTILE, memory_mb=64, timeout_sec=30)
     arena = Arena(sp, attacker, victim)
     arena.assert_fine()
@@ -149,14 +155,17 @@ def test_cannot_read_the_data_dir_the_secret_or_another_tenants_code(arena: Aren
     code_hash = arena.victim.api("GET", "/functions/victim", expect=200).json()["code_hash"]
     victim_code = arena.data_dir / "functions" / arena.victim.ns / "victim" / code_hash
     assert (victim_code / "handler.py").is_file()  # the path the attack aims at is the real one
+    assert (arena.data_dir / "secrets.key").is_file() and (arena.data_dir / "secrets.db").is_file()
     paths = [arena.data_dir, arena.data_dir / "canary-secret", arena.data_dir / "state.db",
              arena.data_dir / "invocations.db", arena.data_dir / "functions" / arena.victim.ns, victim_code,
              victim_code / "handler.py", arena.data_dir / "cache", f"/proc/{arena.sless.proc.pid}/environ",
-             "/root", "/etc/shadow", "/etc/passwd"]
+             "/root", "/etc/shadow", "/etc/passwd", arena.data_dir / "secrets.key", arena.data_dir / "secrets.db",
+             "/run/sless/secrets", "/run/sless/secrets/stored"]
     resp = arena.attack("read_files", paths=[str(p) for p in paths])
     assert resp.status_code == 200, resp.text
     _errors_only(resp.json())
     assert CANARY not in resp.text and SECRET not in resp.text and "def handle" not in resp.text
+    assert STORED not in resp.text
     arena.assert_fine()
 
 
@@ -169,6 +178,10 @@ def test_cannot_see_other_processes_or_their_environment(arena: Arena) -> None:
     assert all(not v.startswith("ok: True") for v in seen["direct"].values()), seen["direct"]
     assert len(seen["visible_pids"]) < 10, seen["visible_pids"]  # its own namespace, not the host's
     assert MARKER not in resp.text and SECRET not in resp.text
+    # The victim's stored secret is in its environment (the probe could find it) and out of the attacker's reach.
+    assert STORED.encode() in Path(f"/proc/{victim_pid}/environ").read_bytes()
+    stored = arena.attack("scan_environ", marker=STORED, pids=[victim_pid]).json()
+    assert stored["found"] == [] and all(not v.startswith("ok: True") for v in stored["direct"].values()), stored
 
 
 def test_cannot_signal_the_platform_its_parent_or_pid_1(arena: Arena) -> None:

@@ -63,3 +63,4 @@ def test_without_the_sandbox_the_same_page_reads_it(browser: webdriver.Chrome, t
         tenant = Tenant(open_platform.url, "console-control")
         title = title_after_attack(browser, open_platform.url, tenant)
     assert title == f"token:{tenant.token}"
+

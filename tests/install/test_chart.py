@@ -165,10 +165,14 @@ def test_rbac_has_no_wildcards(default: list[dict[str, Any]]) -> None:
             assert not any("*" in item for item in rule.get(field, [])), f"{name}: wildcard in {field}"
 
 
-def test_rbac_never_reads_secrets(default: list[dict[str, Any]]) -> None:
+def test_rbac_grants_secrets_to_the_api_alone(default: list[dict[str, Any]]) -> None:
+    """The API stores tenants' secrets as Secrets; nothing else (the operator included) touches Secrets."""
+    granted = []
     for name, rule in _rules(default):
-        if "" in rule.get("apiGroups", []):
-            assert "secrets" not in rule.get("resources", []), f"{name} grants Secrets: {rule}"
+        if "" in rule.get("apiGroups", []) and "secrets" in rule.get("resources", []):
+            granted.append(name)
+            assert set(rule["verbs"]) == {"get", "list", "create", "update", "delete"}, rule
+    assert granted == ["sless-api"], granted
 
 
 def test_rbac_binds_each_role_to_its_own_service_account(default: list[dict[str, Any]]) -> None:

@@ -6,6 +6,7 @@ through a real apiserver.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -243,7 +244,7 @@ def test_deployment_env_is_sorted_and_carries_the_runtime_contract() -> None:
     assert values["PORT"] == "8080" and values["SLESS_ENTRYPOINT"] == "handler.handle"
     assert values["SLESS_TIMEOUT_SEC"] == "30" and values["SLESS_FUNCTION"] == "hello"
     secret = next(e for e in env if e["name"] == "DB_PASSWORD")
-    assert secret["valueFrom"] == {"secretKeyRef": {"name": "db", "key": "password"}}
+    assert secret["valueFrom"] == {"secretKeyRef": {"name": "sless-secret-db", "key": "password"}}
     assert "value" not in secret  # never the plain value
 
 
@@ -614,3 +615,31 @@ def test_fetcher_downloads_checks_and_unpacks_from_s3(s3_endpoint: S3Endpoint, t
     assert missing.returncode == 1 and "cannot read build context" in missing.stderr
     bad_arg = _fetch(s3_endpoint, bucket, key, tmp_path / "ws4" / "context", "--sha256=xyz")
     assert bad_arg.returncode == 2
+
+
+def test_secrets_as_files_are_one_read_only_projected_volume() -> None:
+    ref = fn_ref(secrets=[SecretRef("db", "tls.crt", file="tls.crt"), SecretRef("db", "password", file="pw"),
+                          SecretRef("api", "token", env="API_TOKEN")])
+    dep = manifests.deployment(CONFIG, ref, "img:1", replicas=1)
+    pod = dep["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == manifests.SECRETS_VOLUME)
+    assert volume["projected"]["sources"] == [{"secret": {"name": "sless-secret-db", "items": [
+        {"key": "password", "path": "pw"}, {"key": "tls.crt", "path": "tls.crt"}]}}]
+    mount = next(m for m in container(dep)["volumeMounts"] if m["name"] == manifests.SECRETS_VOLUME)
+    assert mount == {"name": "secrets", "mountPath": "/run/sless/secrets", "readOnly": True}
+    env = {e["name"]: e for e in container(dep)["env"]}
+    assert env["SLESS_SECRETS_DIR"]["value"] == "/run/sless/secrets"
+    assert env["API_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "sless-secret-api", "key": "token"}}
+    plain = manifests.deployment(CONFIG, fn_ref(), "img:1", replicas=1)
+    assert [v["name"] for v in plain["spec"]["template"]["spec"]["volumes"]] == ["tmp"]
+    assert "SLESS_SECRETS_DIR" not in {e["name"] for e in container(plain)["env"]}
+
+
+def test_a_new_secrets_version_rolls_the_pods() -> None:
+    base = fn_ref(secrets=[SecretRef("db", "password", env="P")])
+    one = manifests.deployment(CONFIG, dataclasses.replace(base, secrets_version="aaaa"), "img:1", 1)
+    two = manifests.deployment(CONFIG, dataclasses.replace(base, secrets_version="bbbb"), "img:1", 1)
+    assert one["spec"]["template"]["metadata"]["annotations"] == {crd.ANNOTATION_SECRETS: "aaaa"}
+    key = manifests.SPEC_HASH
+    assert one["metadata"]["annotations"][key] != two["metadata"]["annotations"][key]
+    assert manifests.deployment(CONFIG, base, "img:1", 1)["spec"]["template"]["metadata"]["annotations"] == {}

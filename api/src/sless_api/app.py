@@ -32,7 +32,7 @@ from sless_api.openapi import OpenApiDocument
 from sless_api.pathguard import is_canonical, is_invoke_path, raw_path, refuse_path
 from sless_api.platform import Platform, PlatformError
 from sless_api.proxy import Invoker, ProxyApp
-from sless_api.resources import functions, jobs, namespaces, probes, triggers
+from sless_api.resources import functions, jobs, namespaces, probes, secrets, triggers
 from sless_api.resources.metrics import Metrics
 from sless_api.storage import store_from_env
 from sless_core.errors import ValidationError
@@ -96,6 +96,8 @@ def build_rest(services: Services) -> falcon.asgi.App[Any, Any]:
     app.add_route(f"{base}/triggers/{{name}}", triggers.Trigger(platform, cfg.public_url))
     app.add_route(f"{base}/jobs", jobs.Jobs(platform))
     app.add_route(f"{base}/jobs/{{name}}", jobs.Job(platform))
+    app.add_route(f"{base}/secrets", secrets.Secrets(platform))
+    app.add_route(f"{base}/secrets/{{name}}", secrets.Secret(platform))
     return app
 
 

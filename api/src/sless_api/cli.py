@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sless_api import cliverbs
+from sless_api import clisecrets, cliverbs
 from sless_api.cliclient import Client, CliError, emit
 
 DEFAULT_URL = "http://127.0.0.1:8090"
@@ -248,6 +248,7 @@ def parser() -> argparse.ArgumentParser:
     ls = verbs.add_parser("ls", help="list functions")
     with_client(ls, cmd_ls)
     cliverbs.register(verbs, with_client)
+    clisecrets.register(verbs, with_client)
     completion = verbs.add_parser("completion",
                                   help="print a shell completion script: eval \"$(sless completion bash)\"")
     completion.add_argument("shell", choices=("bash",))

@@ -12,6 +12,7 @@ from typing import Any
 import falcon.asgi
 
 from sless_api.http import PublicResource
+from sless_api.secrets.model import MAX_KEYS, MAX_SECRET_BYTES, MAX_VALUE_BYTES
 from sless_core.models import (
     ENV_MAX_VARS,
     MAX_RUN_ID,
@@ -26,6 +27,7 @@ from sless_core.naming import NAME_MAX
 JSON = "application/json"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 NAMESPACE_PATTERN = r"^sless-[0-9a-f]{16}$"
+SECRET_KEY_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}$"  # noqa: S105  (a pattern, not a secret)
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -56,9 +58,26 @@ def _page(item: str) -> dict[str, Any]:
 SCHEMAS: dict[str, Any] = {
     "Error": {"type": "object", "required": ["error"], "additionalProperties": True,
               "properties": {"error": {"type": "string"}, "field": {"type": "string"}}},
-    "SecretRef": {"type": "object", "required": ["name", "key", "env"], "additionalProperties": False,
+    "SecretRef": {"type": "object", "required": ["name", "key"], "additionalProperties": False,
+                  "description": "one key of a tenant secret, as the env var `env` or as the file `file` in "
+                                 "$SLESS_SECRETS_DIR (exactly one of the two); the secret and key must exist",
                   "properties": {"name": {"type": "string", "pattern": NAME_PATTERN, "maxLength": NAME_MAX},
-                                 "key": {"type": "string"}, "env": {"type": "string"}}},
+                                 "key": {"type": "string", "pattern": SECRET_KEY_PATTERN},
+                                 "env": {"type": "string"},
+                                 "file": {"type": "string", "pattern": SECRET_KEY_PATTERN}}},
+    "SecretWrite": {"type": "object", "required": ["data"], "additionalProperties": False, "properties": {
+        "name": _ref("Name"),
+        "data": {"type": "object", "minProperties": 1, "maxProperties": MAX_KEYS,
+                 "propertyNames": {"pattern": SECRET_KEY_PATTERN},
+                 "additionalProperties": {"type": "string", "maxLength": MAX_VALUE_BYTES},
+                 "description": f"key: value, at most {MAX_VALUE_BYTES} bytes a value and {MAX_SECRET_BYTES} "
+                                "in all; values are never returned"}}},
+    "SecretCreate": {"allOf": [_ref("SecretWrite"), {"type": "object", "required": ["name"]}]},
+    "Secret": {"type": "object", "required": ["name", "namespace", "keys", "version"], "properties": {
+        "name": {"type": "string"}, "namespace": {"type": "string"},
+        "keys": {"type": "array", "items": {"type": "string"}},
+        "version": {"type": "integer", "minimum": 1, "description": "counts writes; 1 at creation"},
+        "created_at": _nullable({"type": "string"}), "updated_at": _nullable({"type": "string"})}},
     "FunctionFields": {"type": "object", "properties": {
         "runtime": {"enum": list(RUNTIMES)},
         "entrypoint": {"type": "string", "description": "module.function (python), export (node), Function (go)"},
@@ -205,6 +224,18 @@ def paths() -> dict[str, Any]:
                                                                     "run_id": {"type": "integer", "minimum": 0,
                                                                                "maximum": MAX_RUN_ID}}})),
                                 "delete": _operation("delete a job", "204", None, COMMON)},
+        f"{ns}/secrets": {"parameters": [NS],
+                          "get": _operation("list secrets (keys and versions, never values)", "200",
+                                            _page("Secret"), COMMON, params=PAGING),
+                          "post": _operation("create a secret", "201", _ref("Secret"), WRITE,
+                                             body=_body(_ref("SecretCreate")))},
+        f"{ns}/secrets/{{name}}": {"parameters": [NS, NAME],
+                                   "get": _operation("read a secret's keys and version", "200", _ref("Secret"),
+                                                     COMMON),
+                                   "put": _operation("replace a secret's data (the functions using it restart)",
+                                                     "200", _ref("Secret"), WRITE, body=_body(_ref("SecretWrite"))),
+                                   "delete": _operation("delete a secret no function uses (409 otherwise)", "204",
+                                                        None, (*COMMON, 409))},
     }
 
 

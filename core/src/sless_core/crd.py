@@ -21,6 +21,10 @@ MANAGED_BY = "sless"
 # lives elsewhere (build Jobs run in the platform's build namespace, out of the tenant's reach).
 LABEL_COMPONENT = "sless.dev/component"
 LABEL_NAMESPACE = "sless.dev/namespace"
+#: Function ``spec`` field the API sets to a hash of the referenced secrets' revisions; the operator copies
+#: it onto the pod template (``ANNOTATION_SECRETS``), so a written secret rolls the function's pods.
+SECRETS_VERSION = "secretsVersion"
+ANNOTATION_SECRETS = "sless.dev/secrets-version"
 
 
 def function_spec_to_cr(spec: dict[str, Any], code_hash: str | None = None,

@@ -135,29 +135,62 @@ def validate_entrypoint(runtime: str, value: object) -> str:
     return value
 
 
+#: A secret's key, and the file name a reference may deliver it as: no "/", never "." or ".." (the file
+#: lands in the function's secrets folder), a subset of what Kubernetes accepts as a Secret's key.
+SECRET_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}\Z")
+MAX_SECRET_REFS = 50
+
+
 @dataclass(frozen=True)
 class SecretRef:
-    """A reference to a tenant secret's key, delivered to the function as an environment variable."""
+    """A reference to one key of a tenant secret, delivered either as an environment variable (``env``)
+    or as a read-only file named ``file`` in the folder ``$SLESS_SECRETS_DIR`` (exactly one of the two)."""
 
     name: str
     key: str
-    env: str
+    env: str | None = None
+    file: str | None = None
+
+    def to_dict(self) -> dict[str, str]:
+        out = {"name": self.name, "key": self.key}
+        if self.env is not None:
+            out["env"] = self.env
+        if self.file is not None:
+            out["file"] = self.file
+        return out
+
+
+def validate_secret_key(value: object, field: str = "key") -> str:
+    if not isinstance(value, str) or not SECRET_KEY.match(value):
+        raise ValidationError(f"{field} must be 1-63 of [A-Za-z0-9_.-], not starting with '.' or '-'", field=field)
+    return value
 
 
 def validate_secret_refs(value: object) -> list[SecretRef]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise ValidationError("secrets must be a list of {name, key, env}", field="secrets")
-    refs = []
+        raise ValidationError("secrets must be a list of {name, key, env} or {name, key, file}", field="secrets")
+    if len(value) > MAX_SECRET_REFS:
+        raise ValidationError(f"at most {MAX_SECRET_REFS} secret references", field="secrets")
+    refs: list[SecretRef] = []
+    targets: set[tuple[str, str]] = set()
     for item in value:
-        if not isinstance(item, dict) or set(item) != {"name", "key", "env"}:
-            raise ValidationError("each secret reference is exactly {name, key, env}", field="secrets")
+        if not isinstance(item, dict):
+            raise ValidationError("each secret reference is {name, key, env} or {name, key, file}", field="secrets")
+        given = {k for k, v in item.items() if v is not None}
+        if not {"name", "key"} <= given or given - {"name", "key", "env", "file"} or len(given & {"env", "file"}) != 1:
+            raise ValidationError("each secret reference is {name, key, env} or {name, key, file}", field="secrets")
         validate_name(item["name"], "secrets.name")
-        if not isinstance(item["key"], str) or not ENV_NAME.match(item["key"]):
-            raise ValidationError("secrets.key must be a simple identifier", field="secrets")
-        validate_env_name(item["env"], "secrets")
-        refs.append(SecretRef(item["name"], item["key"], item["env"]))
+        validate_secret_key(item["key"], "secrets.key")
+        env = validate_env_name(item["env"], "secrets") if "env" in given else None
+        file = validate_secret_key(item["file"], "secrets.file") if "file" in given else None
+        target = ("env", env) if env is not None else ("file", str(file))
+        if target in targets:
+            raise ValidationError(f"two secret references deliver to the same {target[0]} {target[1]!r}",
+                                  field="secrets")
+        targets.add(target)
+        refs.append(SecretRef(item["name"], item["key"], env, file))
     return refs
 
 
@@ -204,7 +237,9 @@ class FunctionSpec:
         return FunctionSpec.from_user(merged, max_timeout, name=self.name)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        body = asdict(self)
+        body["secrets"] = [ref.to_dict() for ref in self.secrets]
+        return body
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FunctionSpec:

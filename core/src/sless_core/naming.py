@@ -55,3 +55,9 @@ def validate_namespace(value: object, field: str = "namespace") -> str:
                               field=field)
     assert isinstance(value, str)
     return value
+
+
+def secret_object_name(name: str) -> str:
+    """The Kubernetes Secret holding the tenant secret NAME (validated first): a prefix of the platform's
+    own, so no tenant name can collide with another Secret in the namespace."""
+    return f"sless-secret-{validate_name(name)}"

@@ -23,6 +23,7 @@ from typing import Any
 
 from sless_core import crd
 from sless_core.models import FunctionSpec
+from sless_core.naming import secret_object_name
 from sless_operator.config import OperatorConfig
 
 PORT = 8080
@@ -32,6 +33,9 @@ SPEC_HASH = "sless.dev/spec-hash"
 LABEL_CODE = "sless.dev/code-hash"
 ANNOTATION_IMAGE = "sless.dev/image"
 TERMINATION_LOG = "/dev/termination-log"
+#: Where a function finds the secrets it references as files ($SLESS_SECRETS_DIR; the standalone path too).
+SECRETS_DIR = "/run/sless/secrets"
+SECRETS_VOLUME = "secrets"
 # Seconds a runner gets beyond the function's timeout (image pull, start-up) before the Job stops it.
 RUN_MARGIN_SEC = 60
 PROGRESS_DEADLINE_SEC = 300
@@ -101,6 +105,9 @@ class FunctionRef:
     owner: Owner
     # SHA-256 of the build context archive, when the Function states it (spec.contextSha256)
     context_sha256: str = ""
+    # hash of the referenced secrets' revisions (spec.secretsVersion, set by the API): on the pod template,
+    # so a written secret rolls the pods (env values from Secrets are read only when a container starts)
+    secrets_version: str = ""
 
 
 # -- names and labels -------------------------------------------------------------------------
@@ -171,12 +178,33 @@ def function_env(fn: FunctionRef, extra: dict[str, str] | None = None) -> list[d
         "SLESS_RUNTIME": spec.runtime,
         "SLESS_TIMEOUT_SEC": str(spec.timeout_sec),
     })  # fmt: skip
+    if any(ref.file is not None for ref in spec.secrets):
+        values["SLESS_SECRETS_DIR"] = SECRETS_DIR
     values.update(extra or {})
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
     for ref in spec.secrets:
-        env.append({"name": ref.env, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+        if ref.env is not None:
+            source = {"name": secret_object_name(ref.name), "key": ref.key}
+            env.append({"name": ref.env, "valueFrom": {"secretKeyRef": source}})
     env.sort(key=lambda item: str(item["name"]))
     return env
+
+
+def secrets_volume(fn: FunctionRef) -> dict[str, Any] | None:
+    """The secrets referenced as files, one projected volume (read-only, 0440 to the pod's group), or None."""
+    sources: dict[str, list[dict[str, str]]] = {}
+    for ref in fn.spec.secrets:
+        if ref.file is not None:
+            sources.setdefault(secret_object_name(ref.name), []).append({"key": ref.key, "path": ref.file})
+    if not sources:
+        return None
+    projected: list[dict[str, Any]] = [{"secret": {"name": name, "items": sorted(items, key=lambda i: i["path"])}}
+                                       for name, items in sorted(sources.items())]
+    return {"name": SECRETS_VOLUME, "projected": {"sources": projected, "defaultMode": 0o444}}
+
+
+def pod_annotations(fn: FunctionRef) -> dict[str, str]:
+    return {crd.ANNOTATION_SECRETS: fn.secrets_version} if fn.secrets_version else {}
 
 
 def function_resources(memory_mb: int) -> dict[str, Any]:
@@ -230,6 +258,10 @@ def _function_pod(config: OperatorConfig, fn: FunctionRef, image: str, *, runner
         "containers": [container],
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}],
     }
+    volume = secrets_volume(fn)
+    if volume is not None:
+        pod["volumes"].append(volume)
+        container["volumeMounts"].append({"name": SECRETS_VOLUME, "mountPath": SECRETS_DIR, "readOnly": True})
     if runner:
         pod["restartPolicy"] = "Never"
     else:
@@ -353,7 +385,8 @@ def deployment(config: OperatorConfig, fn: FunctionRef, image: str, replicas: in
             "progressDeadlineSeconds": PROGRESS_DEADLINE_SEC,
             # a new version is up and ready before an old pod stops: no gap in service
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-            "template": {"metadata": {"labels": labels}, "spec": _function_pod(config, fn, image, runner=False)},
+            "template": {"metadata": {"labels": labels, "annotations": pod_annotations(fn)},
+                         "spec": _function_pod(config, fn, image, runner=False)},
         },
     })  # fmt: skip
 

@@ -53,6 +53,7 @@ def function_ref(body: dict[str, Any]) -> FunctionRef:
         context_key=str(spec.get("contextKey") or ""),
         owner=Owner.of(body),
         context_sha256=str(spec.get("contextSha256") or ""),
+        secrets_version=str(spec.get(crd.SECRETS_VERSION) or ""),
     )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -43,6 +44,9 @@ from sless_api.platform import (
     Unavailable,
     Unsupported,
 )
+from sless_api.secrets import SecretMeta, SecretValues
+from sless_api.secrets.factory import secret_store_from_env
+from sless_api.secrets.usage import checked_version, current_version, refuse_dropping_keys, refuse_if_used
 from sless_api.storage import CodeStore
 from sless_core import crd
 from sless_core.errors import ValidationError
@@ -51,6 +55,7 @@ from sless_core.models import FunctionSpec, JobPhase, JobSpec, TriggerSpec, Trig
 log = logging.getLogger("sless.kube")
 JOBS = crd.JOB_PLURAL
 KINDS = {FUNCTIONS: "function", TRIGGERS: "trigger", JOBS: "job"}
+SECRETS_VERSION = crd.SECRETS_VERSION
 REBUILD_FIELDS = ("runtime", "entrypoint")  # both are baked into the build context's Dockerfile
 WRITE_ATTEMPTS = 4
 SYNC_WAIT_SEC = 5.0
@@ -73,6 +78,7 @@ class KubernetesPlatform:
         self.archive = CodeArchive(store, self.settings, config.data_dir / "tmp")
         self.table = RouteTable()
         self.watch = RouteWatch(self.kube, self.table)
+        self.secrets = secret_store_from_env(os.environ, "kubernetes", config.data_dir, self.kube)
 
     # lifecycle
     async def start(self) -> None:
@@ -80,6 +86,7 @@ class KubernetesPlatform:
 
     async def close(self) -> None:
         await asyncio.to_thread(self.watch.stop)
+        self.secrets.close()
         self.kube.close()
 
     # custom object plumbing
@@ -159,8 +166,12 @@ class KubernetesPlatform:
         return resources.function_record(await self._get(FUNCTIONS, namespace, name))
 
     async def create_function(self, namespace: str, spec: FunctionSpec) -> FunctionRecord:
+        manifest = resources.function_manifest(namespace, spec)
+        version = await checked_version(self.secrets, namespace, spec.secrets)
+        if version:
+            manifest["spec"][SECRETS_VERSION] = version
         try:
-            obj = await self._create(FUNCTIONS, namespace, resources.function_manifest(namespace, spec))
+            obj = await self._create(FUNCTIONS, namespace, manifest)
         except KubeConflict as exc:
             existing = await self.get_function(namespace, spec.name)
             raise Conflict(f"function {spec.name!r} already exists", existing=existing.to_api()) from exc
@@ -172,6 +183,10 @@ class KubernetesPlatform:
             old = resources.function_record(obj)
             new_spec = old.spec.updated(patch, self.config.max_timeout_sec)
             cr_spec = resources.function_cr_spec(new_spec, obj.get("spec") or {})
+            cr_spec.pop(SECRETS_VERSION, None)
+            version = await checked_version(self.secrets, namespace, new_spec.secrets)
+            if version:
+                cr_spec[SECRETS_VERSION] = version
             if old.code_hash and any(getattr(new_spec, f) != getattr(old.spec, f) for f in REBUILD_FIELDS):
                 cr_spec["contextKey"], cr_spec["contextSha256"] = await asyncio.to_thread(
                     self.archive.rebuild_context, namespace, new_spec, old.code_hash)
@@ -304,6 +319,44 @@ class KubernetesPlatform:
 
     async def delete_job(self, namespace: str, name: str) -> None:
         await self._delete(JOBS, namespace, name)
+
+    # secrets
+    async def list_secrets(self, namespace: str) -> list[SecretMeta]:
+        return await asyncio.to_thread(self.secrets.list, namespace)
+
+    async def get_secret(self, namespace: str, name: str) -> SecretMeta:
+        return await asyncio.to_thread(self.secrets.get, namespace, name)
+
+    async def create_secret(self, namespace: str, name: str, data: SecretValues) -> SecretMeta:
+        await self.ensure_namespace(namespace)
+        meta = await asyncio.to_thread(self.secrets.create, namespace, name, data)
+        await self._secret_changed(namespace, name)
+        return meta
+
+    async def replace_secret(self, namespace: str, name: str, data: SecretValues) -> SecretMeta:
+        refuse_dropping_keys(name, data, [r.spec for r in await self.list_functions(namespace)])
+        meta = await asyncio.to_thread(self.secrets.replace, namespace, name, data)
+        await self._secret_changed(namespace, name)
+        return meta
+
+    async def delete_secret(self, namespace: str, name: str) -> None:
+        await asyncio.to_thread(self.secrets.get, namespace, name)
+        refuse_if_used(name, [r.spec for r in await self.list_functions(namespace)])
+        await asyncio.to_thread(self.secrets.delete, namespace, name)
+
+    async def _secret_changed(self, namespace: str, name: str) -> None:
+        """Functions using secret NAME get its new revision in ``spec.secretsVersion``: the operator puts it
+        on their pod template, so their pods are replaced and read the new values."""
+        for obj in await self._list(FUNCTIONS, namespace):
+            record = resources.function_record(obj)
+            if not any(ref.name == name for ref in record.spec.secrets):
+                continue
+            version = await current_version(self.secrets, namespace, record.spec.secrets)
+            if (obj.get("spec") or {}).get(SECRETS_VERSION) == version:
+                continue
+            log.info("%s/%s: secret %r changed: new secretsVersion", namespace, record.spec.name, name)
+            with contextlib.suppress(NotFound):
+                await self._patch(FUNCTIONS, namespace, record.spec.name, {"spec": {SECRETS_VERSION: version}})
 
     # the invoke proxy
     async def route(self, namespace: str, name: str) -> Route:

@@ -82,7 +82,9 @@ def function_spec(name: str, cr_spec: dict[str, Any]) -> FunctionSpec:
     """The spec as stored; trusted (the CRD schema validated it), with defaults for omitted fields."""
     values = crd.function_spec_from_cr(name, cr_spec)
     runtime = str(values.get("runtime") or "")
-    secrets = [SecretRef(str(s.get("name")), str(s.get("key")), str(s.get("env")))
+    secrets = [SecretRef(str(s.get("name")), str(s.get("key")),
+                         None if s.get("env") is None else str(s["env"]),
+                         None if s.get("file") is None else str(s["file"]))
                for s in values.get("secrets") or [] if isinstance(s, dict)]
     return FunctionSpec(
         name=name,

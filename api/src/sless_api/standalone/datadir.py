@@ -27,9 +27,9 @@ FILE_MODE = 0o600
 #: Top-level folders: code, dependency caches, function logs, code archives, upload spool.
 PRIVATE_DIRS = ("functions", "cache", "logs", "objects", "tmp")
 #: The JWT secret and the SQLite databases (with their WAL, shared-memory and journal files).
-PRIVATE_FILES = ("jwt-secret",)
+PRIVATE_FILES = ("jwt-secret", "secrets.key")
 SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")
-DATABASES = ("state.db", "invocations.db")
+DATABASES = ("state.db", "invocations.db", "secrets.db")
 
 
 class DataDirError(Exception):

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -35,6 +37,15 @@ from sless_api.platform import (
     TriggerRecord,
     Unavailable,
     Unsupported,
+)
+from sless_api.secrets import SecretMeta, SecretValues
+from sless_api.secrets.factory import secret_store_from_env
+from sless_api.secrets.usage import (
+    Delivery,
+    checked_version,
+    deliver,
+    refuse_dropping_keys,
+    refuse_if_used,
 )
 from sless_api.standalone.builder import BuildArtifact, Builder, BuildFailed, BuildRequest, toolchain_paths
 from sless_api.standalone.failures import NO_REASON, caller_reason
@@ -101,6 +112,7 @@ class StandalonePlatform:
         self.sandbox = make_sandbox()
         log.info("function sandbox: %s", self.sandbox.reason)
         self.state = StateStore(data / "state.db")
+        self.secrets = secret_store_from_env(os.environ, "standalone", data)
         self.builder = Builder(data / "cache", sandbox=self.sandbox)
         self.supervisor = Supervisor(idle_timeout_sec=config.idle_timeout_sec, log_dir=data / "logs")
         self.zip_limits = ZipLimits()
@@ -130,6 +142,7 @@ class StandalonePlatform:
         await self.supervisor.close()
         self.sandbox.close()
         self.state.close()
+        self.secrets.close()
 
     def _spawn(self, key: str, coro: Any) -> None:
         old = self._tasks.get(key)
@@ -157,6 +170,7 @@ class StandalonePlatform:
         return self._function(namespace, name)
 
     async def create_function(self, namespace: str, spec: FunctionSpec) -> FunctionRecord:
+        await checked_version(self.secrets, namespace, spec.secrets)
         self.state.ensure_namespace(namespace, time.time())
         rec = FunctionRecord(namespace=namespace, spec=spec)
         if not self.state.insert_function(rec):
@@ -167,6 +181,7 @@ class StandalonePlatform:
     async def update_function(self, namespace: str, name: str, patch: dict[str, Any]) -> FunctionRecord:
         rec = self._function(namespace, name)
         new_spec = rec.spec.updated(patch, self.config.max_timeout_sec)
+        await checked_version(self.secrets, namespace, new_spec.secrets)
         rebuild = any(getattr(new_spec, f) != getattr(rec.spec, f) for f in REBUILD_FIELDS)
         rec.spec = new_spec
         if rebuild and rec.code_hash:
@@ -304,9 +319,11 @@ class StandalonePlatform:
         if rec.spec.runtime not in LOAD_CHECKED:
             return ""
         limits = Limits.for_function(rec.spec.memory_mb, rec.spec.runtime, cpu_sec=int(rec.spec.timeout_sec) + 1)
+        secrets = await deliver(self.secrets, namespace, rec.spec.name, rec.spec.secrets)
+        jail = dataclasses.replace(artifact.jail(namespace, limits), files=secrets.files)
         result = await asyncio.to_thread(run_once, artifact, {}, float(rec.spec.timeout_sec),
-                                         env={**rec.spec.env_vars, "SLESS_CHECK_ONLY": "1"}, sandbox=self.sandbox,
-                                         jail=artifact.jail(namespace, limits))
+                                         env={**rec.spec.env_vars, **secrets.env, "SLESS_CHECK_ONLY": "1"},
+                                         sandbox=self.sandbox, jail=jail)
         if result.ok:
             return ""
         log.warning("%s/%s does not load: %s", namespace, rec.spec.name, result.output)
@@ -329,16 +346,21 @@ class StandalonePlatform:
         self.state.save_function(current)
 
     # processes and routes
-    def _process_spec(self, rec: FunctionRecord, artifact: BuildArtifact) -> ProcessSpec:
+    async def _process_spec(self, rec: FunctionRecord, artifact: BuildArtifact) -> ProcessSpec:
+        """The server process of REC; its version covers code, spec and the secrets' revisions, so a
+        written secret restarts the functions using it (new values are read only at start)."""
+        secrets: Delivery = await deliver(self.secrets, rec.namespace, rec.spec.name, rec.spec.secrets)
         argv, env = artifact.server_command()
-        env = {**env, **rec.spec.env_vars, "SLESS_HOST": "127.0.0.1", "PYTHONDONTWRITEBYTECODE": "1",
+        env = {**env, **rec.spec.env_vars, **secrets.env, "SLESS_HOST": "127.0.0.1", "PYTHONDONTWRITEBYTECODE": "1",
                "SLESS_TIMEOUT_SEC": str(rec.spec.timeout_sec),
                "SLESS_MAX_BODY_BYTES": str(self.config.max_body_bytes)}
-        version = hashlib.sha256(json.dumps([rec.code_hash, rec.spec.to_dict()], sort_keys=True).encode())
+        version = hashlib.sha256(json.dumps([rec.code_hash, rec.spec.to_dict(), secrets.version],
+                                            sort_keys=True).encode())
         limits = Limits.for_function(rec.spec.memory_mb, rec.spec.runtime)
+        jail = dataclasses.replace(artifact.jail(rec.namespace, limits), files=secrets.files)
         return ProcessSpec(argv=list(argv), env=env, cwd=artifact.code_dir, version=version.hexdigest()[:16],
                            drain_sec=float(rec.spec.timeout_sec) + self.config.proxy_timeout_margin_sec,
-                           sandbox=self.sandbox, jail=artifact.jail(rec.namespace, limits), runtime=rec.spec.runtime)
+                           sandbox=self.sandbox, jail=jail, runtime=rec.spec.runtime)
 
     async def _sync_process(self, namespace: str, name: str) -> None:
         """Make the supervisor and the route table agree with the state of one function.
@@ -357,7 +379,7 @@ class StandalonePlatform:
             return
         auth = "public" if any(t.spec.auth == "public" for t in http) else "token"
         self._routes[(namespace, name)] = Route(namespace, name, float(rec.spec.timeout_sec), auth)
-        await self.supervisor.deploy(key, self._process_spec(rec, artifact_from_dict(artifact)))
+        await self.supervisor.deploy(key, await self._process_spec(rec, artifact_from_dict(artifact)))
 
     def _process_state(self, key: str) -> str:
         try:
@@ -388,6 +410,37 @@ class StandalonePlatform:
             raise Unavailable(f"function {route.function!r} failed to start: {caller_reason(str(exc))}") from exc
         except LimitExceeded as exc:
             raise Unavailable(f"function {route.function!r} was {str(exc).split(': ', 1)[-1]}") from exc
+
+    # secrets
+    async def list_secrets(self, namespace: str) -> list[SecretMeta]:
+        return await asyncio.to_thread(self.secrets.list, namespace)
+
+    async def get_secret(self, namespace: str, name: str) -> SecretMeta:
+        return await asyncio.to_thread(self.secrets.get, namespace, name)
+
+    async def create_secret(self, namespace: str, name: str, data: SecretValues) -> SecretMeta:
+        self.state.ensure_namespace(namespace, time.time())
+        meta = await asyncio.to_thread(self.secrets.create, namespace, name, data)
+        await self._secret_changed(namespace, name)
+        return meta
+
+    async def replace_secret(self, namespace: str, name: str, data: SecretValues) -> SecretMeta:
+        refuse_dropping_keys(name, data, [rec.spec for rec in self.state.list_functions(namespace)])
+        meta = await asyncio.to_thread(self.secrets.replace, namespace, name, data)
+        await self._secret_changed(namespace, name)
+        return meta
+
+    async def delete_secret(self, namespace: str, name: str) -> None:
+        await asyncio.to_thread(self.secrets.get, namespace, name)
+        refuse_if_used(name, [rec.spec for rec in self.state.list_functions(namespace)])
+        await asyncio.to_thread(self.secrets.delete, namespace, name)
+
+    async def _secret_changed(self, namespace: str, name: str) -> None:
+        """Every function using secret NAME gets a process of the new version (it reads values at start)."""
+        for rec in self.state.list_functions(namespace):
+            if any(ref.name == name for ref in rec.spec.secrets):
+                log.info("%s/%s: secret %r changed: restarting", namespace, rec.spec.name, name)
+                await self._sync_process(namespace, rec.spec.name)
 
     # triggers
     def _trigger(self, namespace: str, name: str) -> TriggerRecord:
@@ -461,7 +514,7 @@ class StandalonePlatform:
             raise Unavailable(f"function {name!r} is not ready (phase {rec.phase})")
         key = _key(namespace, name)
         if self._process_state(key) == "absent":
-            await self.supervisor.deploy(key, self._process_spec(rec, artifact_from_dict(artifact)))
+            await self.supervisor.deploy(key, await self._process_spec(rec, artifact_from_dict(artifact)))
         return Route(namespace, name, float(rec.spec.timeout_sec), "public")
 
     # jobs
@@ -533,9 +586,11 @@ class StandalonePlatform:
             built = artifact_from_dict(artifact)
             cpu = int(fn.spec.timeout_sec + KILL_MARGIN_SEC) + 1
             limits = Limits.for_function(fn.spec.memory_mb, fn.spec.runtime, cpu_sec=cpu)
+            secrets = await deliver(self.secrets, namespace, fn.spec.name, fn.spec.secrets)
+            jail = dataclasses.replace(built.jail(namespace, limits), files=secrets.files)
             result = await asyncio.to_thread(run_once, built, rec.spec.event, float(fn.spec.timeout_sec),
-                                             env=fn.spec.env_vars, sandbox=self.sandbox,
-                                             jail=built.jail(namespace, limits))
+                                             env={**fn.spec.env_vars, **secrets.env}, sandbox=self.sandbox,
+                                             jail=jail)
             rec.phase = JobPhase.SUCCEEDED if result.ok else JobPhase.FAILED
             rec.message = result.output
             self._record_job(rec, result.ok, started, result.output)

@@ -167,7 +167,7 @@ def run_once(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            pass_fds=(result_write,),
+            pass_fds=(result_write, *(prepared.pass_fds if prepared is not None else ())),
             preexec_fn=prepared.preexec if prepared is not None else _die_with_platform,  # noqa: PLW1509 - prctl, cgroup join, rlimits
         )
     except OSError as exc:  # e.g. E2BIG: the event does not fit into the environment
@@ -177,6 +177,8 @@ def run_once(
         return RunResult(False, keep_end(f"cannot start the runner: {exc}"), None, 0.0)
     finally:
         os.close(result_write)  # the child holds its own copy: EOF comes when the run ends
+        if prepared is not None:
+            prepared.release_fds()
     assert proc.stdout is not None and proc.stderr is not None
     out, err = _Capture(proc.stdout), _Capture(proc.stderr)
     result = _Capture(os.fdopen(result_read, "rb"))

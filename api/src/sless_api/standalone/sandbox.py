@@ -43,6 +43,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,8 @@ MALLOC_ARENAS = "2"
 AS_HEADROOM_DEFAULT_MB = 2048
 #: The sandbox's private tmpfs (mounted fresh per process, not the host's /tmp).
 SANDBOX_TMP = "/tmp"  # noqa: S108
+#: Where a sandboxed function finds the secrets it references as files ($SLESS_SECRETS_DIR).
+SECRETS_DIR = "/run/sless/secrets"
 
 
 class SandboxUnavailable(Exception):
@@ -134,6 +137,9 @@ class JailSpec:
     rw_binds: tuple[Path, ...] = ()
     #: Build tools (go build) that run no tenant code: only a PID namespace, so they die with the platform.
     reaper_only: bool = False
+    #: Files (name, content) the process finds read-only in $SLESS_SECRETS_DIR: its secrets referenced as
+    #: files. Sandboxed they exist only inside its mount view (copied in from a memfd, never on disk).
+    files: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
 
 
 def tenant_uid(tenant: str) -> int:
@@ -186,6 +192,8 @@ class Prepared:
     sandboxed: bool = False
     #: Undoes what prepare() set up outside the process (a port rule), once, at cleanup.
     on_cleanup: Callable[[], None] | None = None
+    #: Descriptors the child must inherit (the secret files' memfds bwrap copies in); released after spawn.
+    pass_fds: tuple[int, ...] = ()
     _cleaned: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _oom_kills: int = 0
@@ -233,9 +241,17 @@ class Prepared:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
 
+    def release_fds(self) -> None:
+        """Close our copies of ``pass_fds`` (once the child has its own, or when it never started)."""
+        fds, self.pass_fds = self.pass_fds, ()
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
     def cleanup(self) -> None:
         """Kill what is left of the tree and remove its cgroups (idempotent, thread-safe: the
         supervisor's exit watcher and its kill path may both get here, each from a worker thread)."""
+        self.release_fds()
         with self._lock:
             if self._cleaned:
                 return
@@ -308,6 +324,31 @@ def _parent_dirs(dests: Sequence[Path]) -> list[str]:
             seen.add(parent)
             out += ["--perms", "0111", "--dir", str(parent)]
     return out
+
+
+def _memfd(name: str, content: bytes) -> int:
+    """An anonymous in-memory file holding CONTENT, read from its start (what ``--ro-bind-data`` copies)."""
+    fd = os.memfd_create(f"sless-secret-{name}", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(content)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _private_files(files: Sequence[tuple[str, bytes]]) -> str:
+    """Without a sandbox, the files go to a fresh 0700 folder, in memory (/dev/shm) where there is one."""
+    shm = Path("/dev/shm")  # noqa: S108 - a private mkdtemp folder inside it
+    folder = tempfile.mkdtemp(prefix="sless-secrets-", dir=str(shm) if shm.is_dir() else None)
+    for name, content in files:
+        fd = os.open(Path(folder) / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o400)
+        with os.fdopen(fd, "wb") as out:
+            out.write(content)
+    return folder
 
 
 def _works(bwrap: str) -> str | None:
@@ -393,19 +434,28 @@ class Sandbox:
         limits = spec.limits
         if not self.enabled:
             plain_env = _address_space_env(limits, None)
-            return Prepared(list(argv), self._preexec(None, limits, None, signal.SIGTERM), plain_env, limits)
+            prepared = Prepared(list(argv), self._preexec(None, limits, None, signal.SIGTERM), plain_env, limits)
+            if spec.files:
+                folder = _private_files(spec.files)
+                prepared.env["SLESS_SECRETS_DIR"] = folder
+                prepared.on_cleanup = lambda: shutil.rmtree(folder, ignore_errors=True)
+            return prepared
         cgroup = None
         if self.cgroups is not None and not spec.reaper_only:
             cgroup = self.cgroups.create(label, limits.memory_mb, limits.nproc)
         uid = tenant_uid(spec.tenant) if self.as_root and not spec.reaper_only else None
+        fds: list[int] = []
         if spec.reaper_only:
             wrapped = self._reaper_argv(argv, cwd)
             env: dict[str, str] = {}
         else:
-            wrapped = self._jail_argv(argv, cwd, spec, uid)
+            fds = [_memfd(name, content) for name, content in spec.files]
+            wrapped = self._jail_argv(argv, cwd, spec, uid, fds)
             env = {"HOME": SANDBOX_TMP, "TMPDIR": SANDBOX_TMP, **_address_space_env(limits, cgroup)}
+            if spec.files:
+                env["SLESS_SECRETS_DIR"] = SECRETS_DIR
         preexec = self._preexec(cgroup, limits, uid, signal.SIGKILL, spec.reaper_only)
-        prepared = Prepared(wrapped, preexec, env, limits, cgroup, sandboxed=True)
+        prepared = Prepared(wrapped, preexec, env, limits, cgroup, sandboxed=True, pass_fds=tuple(fds))
         guard = self.port_guard
         if port is not None and guard is not None:
             try:
@@ -424,7 +474,8 @@ class Sandbox:
         return [*head, "--unshare-pid", "--die-with-parent", "--dev-bind", "/", "/", "--proc", "/proc",
                 "--chdir", str(cwd), "--", *argv]
 
-    def _jail_argv(self, argv: Sequence[str], cwd: Path, spec: JailSpec, uid: int | None) -> list[str]:
+    def _jail_argv(self, argv: Sequence[str], cwd: Path, spec: JailSpec, uid: int | None,
+                   file_fds: Sequence[int] = ()) -> list[str]:
         assert self.bwrap is not None
         out = [self.bwrap]
         if uid is None:
@@ -443,13 +494,18 @@ class Sandbox:
         toolchain = [p for p in self.toolchain if not Path(p).is_relative_to("/usr")]
         ro = [Path(p) for p in dict.fromkeys([*toolchain, *spec.ro_binds])]
         rw = [Path(p) for p in spec.rw_binds]
-        out += _parent_dirs([Path("/etc/x"), *ro, *rw])
+        files = [Path(SECRETS_DIR) / name for name, _content in spec.files]
+        out += _parent_dirs([Path("/etc/x"), *ro, *rw, *files])
         for name in ETC_FILES:
             out += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
         for path in ro:
             out += ["--ro-bind", str(path), str(path)]
         for path in rw:
             out += ["--bind", str(path), str(path)]
+        for fd, dest in zip(file_fds, files, strict=True):
+            # bwrap copies the memfd into its own tmpfs file; readable by the tenant's uid, which has no
+            # other way in (the folder is traversable only).
+            out += ["--perms", "0444", "--ro-bind-data", str(fd), str(dest)]
         out += ["--chdir", str(cwd)]
         if uid is not None:
             assert self.setpriv is not None

@@ -102,7 +102,7 @@ class ProcessSpec:
     """
 
     argv: list[str]
-    env: dict[str, str]
+    env: dict[str, str] = field(repr=False)  # it holds the function's secrets referenced as env vars
     cwd: Path
     version: str
     #: How long a retired process may finish its calls; None = the supervisor's drain_sec.
@@ -560,7 +560,10 @@ class Supervisor:
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
                 preexec_fn=preexec,  # a prctl call (and, sandboxed, a cgroup join and rlimits)
+                pass_fds=jail.pass_fds if jail is not None else (),
             )
+            if jail is not None:
+                jail.release_fds()
         except OSError as exc:
             if jail is not None:
                 jail.cleanup()

@@ -1,4 +1,4 @@
-// The sless console: sign in with a tenant token, list functions and jobs, and open a function's detail
+// The sless console: sign in with a tenant token, list functions, jobs and secrets, and open a function's detail
 // (triggers, invoke, upload, run as a job, recent invocations, source). Everything it shows comes from the
 // REST API and is rendered as text.
 "use strict";
@@ -6,6 +6,7 @@ import { $, api, el, listAll, nsPath, say, seg, session } from "./api.js";
 import { highlight } from "./highlight.js";
 import { setInvokeTarget } from "./invoke.js";
 import { loadJobs, setJobFunction } from "./jobs.js";
+import { loadSecrets } from "./secrets.js";
 import { setUploadTarget } from "./upload.js";
 
 let current = null;
@@ -111,8 +112,8 @@ async function start() {
     session.namespace = who.namespace;
     $("who").textContent = `${who.sub} · ${who.namespace}`;
     $("login").hidden = true;
-    for (const id of ["functions", "jobs", "logout"]) $(id).hidden = false;
-    await Promise.all([loadFunctions(), loadJobs()]);
+    for (const id of ["functions", "jobs", "secrets", "logout"]) $(id).hidden = false;
+    await Promise.all([loadFunctions(), loadJobs(), loadSecrets()]);
   } catch (e) {
     say($("login-error"), e.message, true);
     sessionStorage.removeItem("sless-token");
