@@ -32,12 +32,13 @@ from tests.support.platform import SECRET, Tenant
 PUBLIC_BY_NAME = {Health, Ready, Console, ConsoleAsset, OpenApiDocument, Metrics}
 VICTIM_FUNCTION = "victim"
 VICTIM_JOB = "victim-job"
+VICTIM_CALL = "0123456789abcdef" * 2  # the shape of a call id: the walk is refused before any lookup
 
 
 def rest_routes() -> list[RouteEntry]:
     """The REST app's route table, built without a backend (resources only keep references)."""
     config = ApiConfig.from_env({}, data_dir=Path("/nonexistent"))
-    services = Services(config, None, None, None, None)  # type: ignore[arg-type]
+    services = Services(config, None, None, None, None, None)  # type: ignore[arg-type]
     return route_table(build_rest(services))
 
 
@@ -69,7 +70,7 @@ def bad_tokens(sub: str) -> dict[str, str | None]:
 
 def fill(template: str, ns: str, resource: object) -> str:
     name = VICTIM_JOB if "/jobs/" in template else VICTIM_FUNCTION
-    return template.replace("{ns}", ns).replace("{name}", name)
+    return template.replace("{ns}", ns).replace("{name}", name).replace("{call_id}", VICTIM_CALL)
 
 
 ATTACK_BODIES: dict[str, bytes] = {

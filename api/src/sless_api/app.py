@@ -17,6 +17,8 @@ import falcon
 import falcon.asgi
 
 from sless_api.accesslog import AccessLog
+from sless_api.asynccalls.runner import AsyncRunner
+from sless_api.asynccalls.store import store_from_url as call_store_from_url
 from sless_api.auth import AuthConfig, TokenVerifier
 from sless_api.config import ApiConfig
 from sless_api.console.resource import Console, ConsoleAsset
@@ -32,7 +34,7 @@ from sless_api.openapi import OpenApiDocument
 from sless_api.pathguard import is_canonical, is_invoke_path, raw_path, refuse_path
 from sless_api.platform import Platform, PlatformError
 from sless_api.proxy import Invoker, ProxyApp
-from sless_api.resources import functions, jobs, namespaces, probes, secrets, triggers
+from sless_api.resources import calls, functions, jobs, namespaces, probes, secrets, triggers
 from sless_api.resources.metrics import Metrics
 from sless_api.storage import store_from_env
 from sless_core.errors import ValidationError
@@ -53,6 +55,7 @@ class Services:
     invocations: InvocationLog | None
     invoker: Invoker
     verifier: TokenVerifier | None
+    async_calls: AsyncRunner
     background: list[Any] = field(default_factory=list)
 
 
@@ -98,6 +101,8 @@ def build_rest(services: Services) -> falcon.asgi.App[Any, Any]:
     app.add_route(f"{base}/jobs/{{name}}", jobs.Job(platform))
     app.add_route(f"{base}/secrets", secrets.Secrets(platform))
     app.add_route(f"{base}/secrets/{{name}}", secrets.Secret(platform))
+    app.add_route(f"{base}/calls", calls.Calls(services.async_calls))
+    app.add_route(f"{base}/calls/{{call_id}}", calls.Call(services.async_calls))
     return app
 
 
@@ -140,7 +145,8 @@ def build_services(config: ApiConfig) -> Services:
     else:
         raise SystemExit(f"unknown SLESS_BACKEND {config.backend!r}: use standalone or kubernetes")
     invoker = Invoker(platform, invocations, config.proxy_timeout_margin_sec)
-    return Services(config, platform, invocations, invoker, make_verifier())
+    runner = AsyncRunner(call_store_from_url(config.database_url), invoker, config.async_calls)
+    return Services(config, platform, invocations, invoker, make_verifier(), runner)
 
 
 class SlessApp:
@@ -150,7 +156,7 @@ class SlessApp:
         self.services = services
         self.rest = build_rest(services)
         self.proxy = ProxyApp(services.invoker, services.verifier, services.config.max_body_bytes,
-                              services.config.function_csp)
+                              services.config.function_csp, services.async_calls)
         self.logged = AccessLog(self._dispatch)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -175,6 +181,7 @@ class SlessApp:
         if removed:
             log.info("removed %d upload(s) interrupted by an earlier stop", removed)
         await services.platform.start()
+        services.async_calls.start()
         if services.config.backend == "standalone":
             from sless_api.standalone.platform import StandalonePlatform
             from sless_api.standalone.scheduler import CronScheduler
@@ -193,6 +200,7 @@ class SlessApp:
     async def shutdown(self) -> None:
         for item in self.services.background:
             await item.close()
+        await self.services.async_calls.close()
         await self.services.invoker.close()
         await self.services.platform.close()
         if self.services.invocations is not None:

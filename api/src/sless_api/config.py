@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,40 @@ def _float(env: Mapping[str, str], key: str, default: float) -> float:
 
 
 @dataclass(frozen=True)
+class AsyncSettings:
+    workers: int = 8  # calls in flight per process
+    max_retries: int = 3
+    backoff_sec: float = 1.0
+    backoff_max_sec: float = 60.0
+    result_max_bytes: int = 256 * 1024
+    retention_sec: float = 7 * 86400.0
+    lease_sec: float = 960.0  # longer than any call (900 s maximum timeout + margin)
+    poll_sec: float = 1.0  # how often an idle runner looks for due calls another process queued
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> AsyncSettings:
+        settings = cls(
+            workers=_int(env, "SLESS_ASYNC_WORKERS", cls.workers),
+            max_retries=_int(env, "SLESS_ASYNC_MAX_RETRIES", cls.max_retries),
+            backoff_sec=_float(env, "SLESS_ASYNC_RETRY_BACKOFF_SEC", cls.backoff_sec),
+            backoff_max_sec=_float(env, "SLESS_ASYNC_RETRY_BACKOFF_MAX_SEC", cls.backoff_max_sec),
+            result_max_bytes=_int(env, "SLESS_ASYNC_RESULT_MAX_BYTES", cls.result_max_bytes),
+            retention_sec=_float(env, "SLESS_ASYNC_RETENTION_SEC", cls.retention_sec),
+        )
+        if not (1 <= settings.workers <= 1000 and 0 <= settings.max_retries <= 100 and settings.backoff_sec > 0
+                and settings.backoff_max_sec >= settings.backoff_sec and settings.result_max_bytes >= 0
+                and settings.retention_sec > 0):
+            raise ValueError("SLESS_ASYNC_*: workers 1..1000, retries 0..100, backoff > 0 and <= its maximum, "
+                             "result size >= 0, retention > 0")
+        return settings
+
+    def backoff(self, attempts: int) -> float:
+        """Delay before the next attempt: doubling from backoff_sec, capped, ±20 % so retries spread."""
+        delay = min(self.backoff_max_sec, self.backoff_sec * 2 ** max(0, attempts - 1))
+        return float(delay * random.uniform(0.8, 1.2))
+
+
+@dataclass(frozen=True)
 class ApiConfig:
     backend: str
     data_dir: Path
@@ -47,6 +82,7 @@ class ApiConfig:
     public_url: str
     function_csp: str = DEFAULT_FUNCTION_CSP
     metrics_token: str = ""  # empty: /metrics answers 404
+    async_calls: AsyncSettings = AsyncSettings()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, data_dir: Path | None = None) -> ApiConfig:
@@ -65,6 +101,7 @@ class ApiConfig:
             public_url=env.get("SLESS_PUBLIC_URL", ""),
             function_csp=env.get("SLESS_FUNCTION_CSP", DEFAULT_FUNCTION_CSP).strip(),
             metrics_token=env.get("SLESS_METRICS_TOKEN", "").strip(),
+            async_calls=AsyncSettings.from_env(env),
         )
 
 

@@ -111,6 +111,16 @@ SCHEMAS: dict[str, Any] = {
     "JobCreate": {"type": "object", "required": ["name", "function"], "properties": {
         "name": _ref("Name"), "function": _ref("Name"), "event": {"type": "object"},
         "run_id": {"type": "integer", "minimum": 0, "maximum": MAX_RUN_ID, "default": 1}}},
+    "AsyncCall": {"type": "object", "required": ["id", "function", "state", "attempts", "status_url"], "properties": {
+        "id": {"type": "string", "pattern": "^[0-9a-f]{32}$"}, "function": {"type": "string"},
+        "method": {"type": "string"}, "path": {"type": "string"},
+        "state": {"enum": ["queued", "running", "succeeded", "dead"]}, "attempts": {"type": "integer"},
+        "request_id": {"type": "string"}, "created_at": _nullable({"type": "string"}),
+        "finished_at": _nullable({"type": "string"}), "next_attempt_at": _nullable({"type": "string"}),
+        "error": _nullable({"type": "string"}), "status_url": {"type": "string"},
+        "result": _nullable({"type": "object", "required": ["status", "headers", "truncated"], "properties": {
+            "status": {"type": "integer"}, "headers": {"type": "object"}, "truncated": {"type": "boolean"},
+            "body": {"type": "string"}, "body_base64": {"type": "string"}}})}},
     "Job": {"type": "object", "required": ["name", "function", "run_id", "namespace", "phase", "message"],
             "properties": {
                 "name": {"type": "string"}, "function": {"type": "string"}, "event": {"type": "object"},
@@ -216,6 +226,16 @@ def paths() -> dict[str, Any]:
                        "get": _operation("list jobs", "200", _page("Job"), COMMON, params=PAGING),
                        "post": _operation("create (and run) a job", "201", _ref("Job"), WRITE,
                                           body=_body(_ref("JobCreate")))},
+        f"{ns}/calls": {"parameters": [NS], "get": _operation(
+            "asynchronous calls, newest first (?state=dead: the dead letters)", "200", _page("AsyncCall"), COMMON,
+            params=[_query("limit", {"type": "integer", "minimum": 1, "maximum": 500}),
+                    _query("cursor", {"type": "string", "pattern": "^[0-9a-f]{32}$"}),
+                    _query("function", _ref("Name")),
+                    _query("state", {"enum": ["queued", "running", "succeeded", "dead"]})])},
+        f"{ns}/calls/{{call_id}}": {"parameters": [NS, {"name": "call_id", "in": "path", "required": True,
+                                                        "schema": {"type": "string", "pattern": "^[0-9a-f]{32}$"}}],
+                                    "get": _operation("an asynchronous call: its state and result", "200",
+                                                      _ref("AsyncCall"), COMMON)},
         f"{ns}/jobs/{{name}}": {"parameters": [NS, NAME],
                                 "get": _operation("read a job", "200", _ref("Job"), COMMON),
                                 "patch": _operation("run a job again with a larger run_id", "200", _ref("Job"), WRITE,

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -109,10 +109,11 @@ class Invoker:
             raise UpstreamError(502, f"function unreachable: {type(exc).__name__}") from None
 
     async def call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
-                   body: bytes, trigger: str) -> InvokeResult:
-        """One buffered invocation (cron, events); recorded like a proxied call, with a request id of its own."""
+                   body: bytes, trigger: str, request_id: str | None = None) -> InvokeResult:
+        """One buffered invocation (cron, events, async calls); recorded like a proxied call, with a request id of
+        its own unless the caller gave one (an async call keeps the id its caller was answered with)."""
         started = time.monotonic()
-        request_id = new_request_id()
+        request_id = request_id or new_request_id()
         headers = [*((k, v) for k, v in headers if k.lower() != HEADER), ("X-Request-Id", request_id)]
         try:
             async with self.request(route, method, path_qs, headers, body) as resp:
@@ -165,9 +166,10 @@ class ProxyApp:
     """The ASGI handler for ``/fn/...``."""
 
     def __init__(self, invoker: Invoker, verifier: TokenVerifier | None, max_body_bytes: int,
-                 function_csp: str = "") -> None:
+                 function_csp: str = "", queue: AsyncQueue | None = None) -> None:
         self.invoker = invoker
         self.verifier = verifier
+        self.queue = queue  # where `Prefer: respond-async` calls go; None: every call is synchronous
         self.max_body = max_body_bytes
         self.csp = [(b"content-security-policy", function_csp.encode("latin-1"))] if function_csp else []
 
@@ -192,6 +194,10 @@ class ProxyApp:
             forwarded = upstream_headers(headers, (scope.get("client") or [None])[0], scope.get("scheme", "http"),
                                          next((v for k, v in headers if k.lower() == "host"), None), caller,
                                          request_id)
+            if self.queue is not None and wants_async(headers):
+                await self._send(send, await self._accept(ns, name, method, path_qs, forwarded, body, request_id,
+                                                          headers))
+                return  # recorded when it runs
             status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, send)
         except _Reply as reply:
             status, error = reply.result.status, reply.result.error
@@ -202,6 +208,18 @@ class ProxyApp:
         if status != 404 or error is None:
             self.invoker.record(ns, name, method, sub, status, started, req_bytes, resp_bytes, "http", error,
                                 request_id)
+
+    async def _accept(self, ns: str, name: str, method: str, path_qs: str, forwarded: list[tuple[str, str]],
+                      body: bytes, request_id: str, headers: list[tuple[str, str]]) -> InvokeResult:
+        """Store the call for the async runner and answer 202 with where its outcome will be."""
+        assert self.queue is not None
+        call_id = await self.queue.submit(ns, name, method, path_qs, forwarded, body, request_id)
+        status_url = f"/v1/namespaces/{ns}/calls/{call_id}"
+        out = [("content-type", "application/json"), ("location", status_url)]
+        if any(k.lower() == "prefer" for k, _ in headers):
+            out.append(("preference-applied", "respond-async"))
+        payload = {"id": call_id, "state": "queued", "status_url": status_url, "request_id": request_id}
+        return InvokeResult(202, out, json.dumps(payload).encode())
 
     async def _authorize(self, route: Route, headers: list[tuple[str, str]]) -> str:
         """The verified caller's ``sub`` for a token trigger (401 without a token, 403 for another tenant)."""
@@ -269,10 +287,29 @@ class ProxyApp:
         await send({"type": "http.response.body", "body": result.body})
 
 
+class AsyncQueue(Protocol):
+    """What the proxy needs of the async runner: store a call, get its id."""
+
+    async def submit(self, namespace: str, function: str, method: str, path: str, headers: list[tuple[str, str]],
+                     body: bytes, request_id: str) -> str: ...
+
+
+def wants_async(headers: list[tuple[str, str]]) -> bool:
+    """`Prefer: respond-async` (RFC 7240, among other preferences) or `X-Sless-Async: 1`."""
+    for key, value in headers:
+        name = key.lower()
+        if name == "prefer" and any(p.split(";", 1)[0].strip().lower() == "respond-async" for p in value.split(",")):
+            return True
+        if name == "x-sless-async" and value.strip() in ("1", "true"):
+            return True
+    return False
+
+
 class _Reply(Exception):
     def __init__(self, result: InvokeResult) -> None:
         super().__init__(result.error)
         self.result = result
 
 
-__all__ = ["HOP_BY_HOP", "InvokeResult", "Invoker", "ProxyApp", "UpstreamError", "end_to_end", "upstream_headers"]
+__all__ = ["HOP_BY_HOP", "AsyncQueue", "InvokeResult", "Invoker", "ProxyApp", "UpstreamError", "end_to_end",
+           "upstream_headers", "wants_async"]

@@ -1,0 +1,165 @@
+"""Asynchronous calls on `sless up`: 202 and a status URL, the result kept, retries then a dead letter, a restart
+survived (SIGKILL), and other tenants kept out."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.support.platform import SlessProcess, Tenant, running_sless, start_sless
+
+pytestmark = pytest.mark.e2e
+
+FAST_RETRIES = {"SLESS_ASYNC_RETRY_BACKOFF_SEC": "0.1", "SLESS_ASYNC_RETRY_BACKOFF_MAX_SEC": "0.3",
+                "SLESS_ASYNC_MAX_RETRIES": "2"}
+ECHO = ("def handle(event):\n"
+        "    headers = {k.lower(): v for k, v in event['_headers'].items()}\n"
+        "    return {'got': event.get('x'), 'path': event['_path'], 'rid': headers.get('x-request-id')}\n")
+FAILING = "def handle(event):\n    raise RuntimeError('always broken')\n"
+SLOW = "import time\ndef handle(event):\n    time.sleep(1.5)\n    return {'n': event.get('n')}\n"
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlessProcess]:
+    with running_sless(Path(tmp_path_factory.mktemp("async")), FAST_RETRIES) as sp:
+        yield sp
+
+
+@pytest.fixture(scope="module")
+def owner(platform: SlessProcess) -> Tenant:
+    tenant = Tenant(platform.url, "async-owner")
+    tenant.deploy("echo", "python3.11", {"handler.py": ECHO})
+    tenant.deploy("broken", "python3.11", {"handler.py": FAILING})
+    return tenant
+
+
+def submit(tenant: Tenant, function: str, body: dict[str, Any], header: tuple[str, str] = ("Prefer", "respond-async"),
+           path: str = "") -> requests.Response:
+    return requests.post(tenant.fn_url(function, path), json=body, headers=dict([header]), timeout=30)
+
+
+def wait_call(tenant: Tenant, call_id: str, states: tuple[str, ...] = ("succeeded", "dead"),
+              timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    call: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        call = tenant.api("GET", f"/calls/{call_id}", expect=200).json()
+        if call["state"] in states:
+            return call
+        time.sleep(0.1)
+    raise AssertionError(f"call {call_id} did not reach {states}: {call}")
+
+
+def wait_records(tenant: Tenant, function: str, match: Callable[[dict[str, Any]], bool], count: int = 1) -> bool:
+    """Whether COUNT invocation records matching MATCH show up (they are written a moment after the call)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        records = tenant.api("GET", f"/functions/{function}/invocations?limit=500", expect=200).json()["items"]
+        if len([r for r in records if match(r)]) >= count:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_an_async_call_answers_202_and_keeps_its_result(owner: Tenant) -> None:
+    accepted = submit(owner, "echo", {"x": 41}, path="/sub?q=1")
+    assert accepted.status_code == 202, accepted.text
+    body = accepted.json()
+    assert accepted.headers["Location"] == body["status_url"] == f"/v1/namespaces/{owner.ns}/calls/{body['id']}"
+    assert accepted.headers["Preference-Applied"] == "respond-async"
+    assert body["request_id"] == accepted.headers["X-Request-Id"]
+    call = wait_call(owner, body["id"])
+    assert (call["state"], call["attempts"], call["error"]) == ("succeeded", 1, None)
+    result = call["result"]
+    assert result["status"] == 200 and not result["truncated"]
+    assert json.loads(result["body"]) == {"got": 41, "path": "/sub", "rid": body["request_id"]}
+    assert wait_records(owner, "echo", lambda r: r["trigger"] == "async" and r["request_id"] == body["request_id"])
+
+
+def test_the_x_sless_async_header_works_too_and_plain_calls_stay_synchronous(owner: Tenant) -> None:
+    accepted = submit(owner, "echo", {"x": 1}, header=("X-Sless-Async", "1"))
+    assert accepted.status_code == 202 and "Preference-Applied" not in accepted.headers
+    assert wait_call(owner, accepted.json()["id"])["state"] == "succeeded"
+    plain = submit(owner, "echo", {"x": 2}, header=("Prefer", "return=minimal"))
+    assert plain.status_code == 200 and plain.json()["got"] == 2
+
+
+def test_failing_calls_are_retried_then_dead_lettered(owner: Tenant) -> None:
+    call_id = submit(owner, "broken", {}).json()["id"]
+    call = wait_call(owner, call_id)
+    assert (call["state"], call["attempts"]) == ("dead", 3)  # the first attempt and SLESS_ASYNC_MAX_RETRIES=2
+    assert call["error"].startswith("after 3 attempt(s)") and call["result"]["status"] == 500
+    dead = owner.api("GET", "/calls?state=dead&function=broken", expect=200).json()["items"]
+    assert call_id in [c["id"] for c in dead]
+    assert wait_records(owner, "broken", lambda r: r["trigger"] == "async" and r["status"] == 500, count=3)
+
+
+def test_calls_are_listed_newest_first_and_paged(owner: Tenant) -> None:
+    ids = [submit(owner, "echo", {"x": n}).json()["id"] for n in range(3)]
+    first = owner.api("GET", "/calls?function=echo&limit=2", expect=200).json()
+    assert [c["id"] for c in first["items"]] == ids[::-1][:2] and first["next_cursor"] == ids[1]
+    rest = owner.api("GET", f"/calls?function=echo&limit=2&cursor={first['next_cursor']}", expect=200).json()
+    assert rest["items"][0]["id"] == ids[0]
+
+
+def test_other_tenants_and_bad_ids_get_nothing(owner: Tenant, platform: SlessProcess) -> None:
+    call_id = submit(owner, "echo", {"x": 5}).json()["id"]
+    intruder = Tenant(platform.url, "async-intruder")
+    assert requests.get(f"{platform.url}/v1/namespaces/{owner.ns}/calls/{call_id}", timeout=10,
+                        headers={"Authorization": f"Bearer {intruder.token}"}).status_code == 403
+    intruder.api("GET", f"/calls/{call_id}", expect=404)
+    assert requests.get(f"{platform.url}/v1/namespaces/{owner.ns}/calls/{call_id}", timeout=10).status_code == 401
+    for bad in ("nope", "0" * 31, "0" * 33, "G" * 32, "0" * 31 + "%00"):
+        owner.api("GET", f"/calls/{bad}", expect=(400, 404))
+    owner.api("GET", "/calls?state=lost", expect=400)
+    owner.api("GET", "/calls?cursor=../../etc", expect=400)
+    owner.api("GET", "/calls?function=Bad_Name", expect=400)
+    owner.api("GET", "/calls?limit=0", expect=400)
+
+
+def test_a_token_trigger_checks_the_token_before_storing_anything(owner: Tenant) -> None:
+    owner.api("PATCH", "/triggers/echo", json={"auth": "token"}, expect=200)
+    try:
+        before = len(owner.api("GET", "/calls?limit=500", expect=200).json()["items"])
+        refused = requests.post(owner.fn_url("echo"), json={}, headers={"Prefer": "respond-async"}, timeout=10)
+        assert refused.status_code == 401
+        assert len(owner.api("GET", "/calls?limit=500", expect=200).json()["items"]) == before
+        allowed = requests.post(owner.fn_url("echo"), json={"x": 9}, timeout=10, headers={
+            "Prefer": "respond-async", "Authorization": f"Bearer {owner.token}"})
+        assert allowed.status_code == 202
+        assert wait_call(owner, allowed.json()["id"])["state"] == "succeeded"
+    finally:
+        owner.api("PATCH", "/triggers/echo", json={"auth": "public"}, expect=200)
+
+
+def test_an_oversized_async_body_is_refused(owner: Tenant, platform: SlessProcess) -> None:
+    resp = requests.post(owner.fn_url("echo"), data=b"x" * (7 * 1024 * 1024), timeout=60,
+                         headers={"Prefer": "respond-async", "Content-Type": "application/octet-stream"})
+    assert resp.status_code == 413
+
+
+def test_queued_and_running_calls_survive_a_sigkill(tmp_path: Path) -> None:
+    data = tmp_path / "crash"
+    env = {**FAST_RETRIES, "SLESS_ASYNC_WORKERS": "1"}
+    sp = start_sless(data, env)
+    try:
+        tenant = Tenant(sp.url, "async-crash")
+        tenant.deploy("slow", "python3.11", {"handler.py": SLOW})
+        ids = [submit(tenant, "slow", {"n": n}).json()["id"] for n in range(3)]
+        time.sleep(0.5)  # the first one is running, the others wait for the only worker
+        sp.stop(signal.SIGKILL)
+    except BaseException:
+        sp.stop(signal.SIGKILL)
+        raise
+    with running_sless(data, env) as again:
+        tenant = Tenant(again.url, "async-crash")
+        calls = [wait_call(tenant, call_id, timeout=90) for call_id in ids]
+    assert [c["state"] for c in calls] == ["succeeded"] * 3, calls
+    assert [json.loads(c["result"]["body"]) for c in calls] == [{"n": n} for n in range(3)]
