@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 
 
@@ -55,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         # watches: Function, Trigger, FunctionJob, Job, Deployment per namespace (+ CRDs and namespaces)
         memo=Context(config, watch_streams=5 * max(1, len(namespaces)) + 4),
         liveness_endpoint=args.liveness,
+        # kopf's default identity asks getpass for the user name, which fails for a uid without a
+        # passwd entry (the chart's 10001 on most images); standalone, it is only a name in logs
+        identity=f"sless-operator@{socket.gethostname()}",  # type: ignore[arg-type]  # a str NewType kopf does not export
     )
     return 0
 
