@@ -336,6 +336,18 @@ def registry_has(registry: str, ref: str) -> bool:
         return False
 
 
+def registry_digest(registry: str, ref: str) -> str | None:
+    """The digest REGISTRY serves for REF's manifest (what a pull would resolve), or None."""
+    repo, tag = ref.rsplit(":", 1)
+    request = urllib.request.Request(f"http://{registry}/v2/{repo}/manifests/{tag}", method="HEAD",
+                                     headers={"Accept": MANIFEST_TYPES})  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.headers.get("Docker-Content-Digest")
+    except (urllib.error.URLError, OSError):
+        return None
+
+
 def ensure(bin_dir: Path, realnode_bin: Path, registry: str, only: set[str] | None = None) -> dict[str, float]:
     """Build what is missing or stale, push it to REGISTRY; returns seconds per built image.
 

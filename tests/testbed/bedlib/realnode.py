@@ -502,6 +502,9 @@ def up(state: Path, bin_dir: Path, realnode_bin: Path, kubectl: Kubectl, pki: Pk
     died = lambda: next((f"{p.name} exited:\n{procs.log_tail(state, p.name)}"  # noqa: E731
                          for p in started if not procs.alive(p)), None)  # fmt: skip
     wait_for("containerd socket", sock.exists, 30, abort=died)
+    bed_refs = [f"{REGISTRY}/{i.ref}" for i in images.Builder(bin_dir, realnode_bin, REGISTRY).images()]
+    for ref in forget_stale_images(sock, bed_refs):
+        log(f"containerd forgot {ref}: the registry serves a newer build")
     t = mark("node: containerd", t)
 
     health_port, kubelet_healthz, proxy_healthz, proxy_metrics = free[:4]
@@ -533,6 +536,21 @@ def up(state: Path, bin_dir: Path, realnode_bin: Path, kubectl: Kubectl, pki: Pk
     refs = {ref.split(":")[0]: f"{REGISTRY}/{ref}" for ref in (i.ref for i in images.Builder(
         bin_dir, realnode_bin, REGISTRY).images())}  # fmt: skip
     return NodeInfo(REGISTRY, NODE, NODE_IP, DNS_SERVICE_IP, refs)
+
+
+def forget_stale_images(sock: Path, refs: list[str]) -> list[str]:
+    """Remove from containerd's store the bed's images whose tag the registry now serves rebuilt.
+
+    Their tags (``:testbed``) are fixed while their content follows the code, and containerd's
+    store outlives `down`: without this a pod with ``IfNotPresent`` would run the previous build.
+    """
+    listing = _run("ctr", "--address", str(sock), "-n", "k8s.io", "images", "ls", check=False, timeout=30).stdout
+    held = {words[0]: words[2] for words in (line.split() for line in listing.splitlines()[1:]) if len(words) > 2}
+    stale = [ref for ref in refs if ref in held and images.registry_digest(REGISTRY, ref.split("/", 1)[1]) not in
+             (None, held[ref])]  # fmt: skip
+    for ref in stale:
+        _run("ctr", "--address", str(sock), "-n", "k8s.io", "images", "rm", ref, check=False, timeout=30)
+    return stale
 
 
 def _node_ready(kubectl: Kubectl) -> bool:
