@@ -86,35 +86,35 @@ async function findRecord(name, requestId) {
   return page.items.find((i) => i.request_id === requestId) || null;
 }
 
-/** The call's log lines when the API has them; where it has no per-call logs (404/501), the call's record.
- * Both are written just after the answer, so they are polled for a few seconds. */
+/** The call's record (found by its request id; it is written just after the answer, so it is polled for a
+ * few seconds), then its log lines from `.../invocations/{record id}/logs`. Where the API keeps no per-call
+ * logs (404/501), the record alone. */
 async function showLogs(name, requestId) {
   const box = $("invoke-logs");
-  box.replaceChildren(el("p", {}, "waiting for the call's logs…"));
+  box.replaceChildren(el("p", {}, "waiting for the call's record and logs…"));
   const deadline = Date.now() + LOG_WAIT_MS;
-  let logs = null;
-  let record = null;
-  let logsMissing = false;
-  while (Date.now() < deadline) {
-    const resp = await fetch(nsPath(`/functions/${seg(name)}/invocations/${seg(requestId)}/logs`),
-      { headers: authHeader(), cache: "no-store" });
-    if (resp.ok) { logs = await resp.json(); break; }
-    if (resp.status !== 404 && resp.status !== 501) { say(box, (await errorOf(resp)).message, true); return; }
-    logsMissing = resp.status === 501;
-    record = await findRecord(name, requestId);
-    if (record) break;  // the call is recorded and its logs are not available here
+  let record = await findRecord(name, requestId);
+  while (!record && Date.now() < deadline) {
     await sleep(300);
+    record = await findRecord(name, requestId);
   }
-  record = record || await findRecord(name, requestId);
+  if (!record) {
+    box.replaceChildren(el("p", { class: "note" }, "No invocation record for this call yet: see Recent invocations."));
+    return;
+  }
+  const resp = await fetch(nsPath(`/functions/${seg(name)}/invocations/${seg(String(record.id))}/logs`),
+    { headers: authHeader(), cache: "no-store" });
   box.replaceChildren();
-  if (logs) {
-    box.append(el("h4", {}, "Log lines"), renderLines(logs));
+  if (resp.ok) {
+    box.append(el("h4", {}, "Log lines"), renderLines(await resp.json()));
+  } else if (resp.status === 404 || resp.status === 501) {
+    box.append(el("p", { class: "note" }, "Per-call log lines are not available here; the invocation record follows."));
   } else {
-    box.append(el("p", { class: "note" }, logsMissing || record
-      ? "Per-call log lines are not available here; the invocation record follows."
-      : "No log lines and no invocation record for this call yet."));
+    const note = el("p", {});
+    say(note, `the call's logs: ${(await errorOf(resp)).message}`, true);
+    box.append(note);
   }
-  if (record) box.append(el("h4", {}, "Invocation record"), renderRecord(record));
+  box.append(el("h4", {}, "Invocation record"), renderRecord(record));
 }
 
 function when(ts) {
