@@ -136,7 +136,9 @@ def invoke(driver: webdriver.Chrome, method: str, path: str, body: str) -> None:
     if body:
         payload.send_keys(body)
     driver.execute_script("document.getElementById('invoke-status').textContent = '';")
-    driver.find_element(By.ID, "invoke-send").click()
+    send = driver.find_element(By.ID, "invoke-send")
+    until(driver, lambda d: send.is_enabled())  # a click on a disabled button would be lost
+    send.click()
     until(driver, lambda d: text(d, "invoke-status") not in ("", "calling…"))
 
 

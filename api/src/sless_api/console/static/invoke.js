@@ -8,6 +8,7 @@ import { $, api, authHeader, el, errorOf, nsPath, say, seg, session, sleep } fro
 const MAX_SHOWN_CHARS = 64 * 1024;
 const LOG_WAIT_MS = 10000;
 let target = null;
+let calls = 0;  // the latest call's number: an older call's logs, arriving late, are not shown over it
 
 /** A request id of our own, sent with the call, so the call's record and logs can be found even when
  * the answer is a redirect whose headers the browser hides. */
@@ -30,6 +31,7 @@ export function setInvokeTarget(fn, triggers, reset = true) {
     delete status.dataset.noTrigger;
   }
   if (!reset) return;
+  calls++;  // another function: the last call's late logs belong to the old one
   for (const id of ["invoke-request-id", "invoke-headers", "invoke-body"]) $(id).textContent = "";
   $("invoke-logs").replaceChildren();
   $("invoke-result").hidden = true;
@@ -50,17 +52,23 @@ async function send() {
   const headers = { "X-Request-Id": requestId };
   if (body) headers["Content-Type"] = $("invoke-type").value.trim() || "application/json";
   if (http.auth === "token") Object.assign(headers, authHeader());  // the proxy checks it and removes it
+  const mine = ++calls;
   say($("invoke-status"), "calling…");
   $("invoke-send").disabled = true;
   try {
     const resp = await fetch(`/fn/${seg(session.namespace)}/${seg(fn.name)}${sub}`,
       { method, headers, body: body || undefined, redirect: "manual", cache: "no-store", credentials: "omit" });
     await showAnswer(resp, requestId);
-    await showLogs(fn.name, $("invoke-request-id").textContent);
   } catch (e) {
     say($("invoke-status"), `the call failed: ${e.message}`, true);
+    return;
   } finally {
-    $("invoke-send").disabled = false;
+    $("invoke-send").disabled = !target.http;
+  }
+  try {
+    await showLogs(fn.name, $("invoke-request-id").textContent, mine);
+  } catch (e) {
+    if (mine === calls) say($("invoke-logs"), `the call's record: ${e.message}`, true);
   }
 }
 
@@ -89,24 +97,27 @@ async function findRecord(name, requestId) {
 /** The call's record (found by its request id; it is written just after the answer, so it is polled for a
  * few seconds), then its log lines from `.../invocations/{record id}/logs`. Where the API keeps no per-call
  * logs (404/501), the record alone. */
-async function showLogs(name, requestId) {
+async function showLogs(name, requestId, mine) {
   const box = $("invoke-logs");
   box.replaceChildren(el("p", {}, "waiting for the call's record and logs…"));
   const deadline = Date.now() + LOG_WAIT_MS;
   let record = await findRecord(name, requestId);
-  while (!record && Date.now() < deadline) {
+  while (!record && Date.now() < deadline && mine === calls) {
     await sleep(300);
     record = await findRecord(name, requestId);
   }
+  if (mine !== calls) return;
   if (!record) {
     box.replaceChildren(el("p", { class: "note" }, "No invocation record for this call yet: see Recent invocations."));
     return;
   }
   const resp = await fetch(nsPath(`/functions/${seg(name)}/invocations/${seg(String(record.id))}/logs`),
     { headers: authHeader(), cache: "no-store" });
+  const lines = resp.ok ? await resp.json() : null;
+  if (mine !== calls) return;
   box.replaceChildren();
-  if (resp.ok) {
-    box.append(el("h4", {}, "Log lines"), renderLines(await resp.json()));
+  if (lines) {
+    box.append(el("h4", {}, "Log lines"), renderLines(lines));
   } else if (resp.status === 404 || resp.status === 501) {
     box.append(el("p", { class: "note" }, "Per-call log lines are not available here; the invocation record follows."));
   } else {
