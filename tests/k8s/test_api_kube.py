@@ -320,6 +320,11 @@ def test_function_crud_through_custom_resources(kube_api: KubeApi, tenant: Tenan
     assert updated["env_vars"] == {"C": "3"} and updated["timeout_sec"] == 120
     obj = cr(bed, crd.FUNCTION_PLURAL, ns, "hello")
     assert obj is not None and obj["spec"]["envVars"] == {"C": "3"} and obj["spec"]["timeoutSec"] == 120
+    assert "maxConcurrency" not in obj["spec"]  # 0, the default, is not written
+    limited = tenant.api("PUT", "/functions/hello", json={"max_concurrency": 4}, expect=200).json()
+    obj = cr(bed, crd.FUNCTION_PLURAL, ns, "hello")
+    assert limited["max_concurrency"] == 4 and obj is not None and obj["spec"]["maxConcurrency"] == 4
+    assert tenant.api("GET", "/functions/hello", expect=200).json()["max_concurrency"] == 4
     rv = obj["metadata"]["resourceVersion"]
     tenant.api("PUT", "/functions/hello", json={"memory_mb": 1}, expect=400)
     tenant.api("PUT", "/functions/hello", json={"env_vars": {"PORT": "1"}}, expect=400)

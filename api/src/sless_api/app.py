@@ -17,6 +17,7 @@ import falcon
 import falcon.asgi
 
 from sless_api.accesslog import AccessLog
+from sless_api.admission import Admission
 from sless_api.asynccalls.runner import AsyncRunner
 from sless_api.asynccalls.store import store_from_url as call_store_from_url
 from sless_api.auth import AuthConfig, TokenVerifier
@@ -156,7 +157,9 @@ class SlessApp:
         self.services = services
         self.rest = build_rest(services)
         self.proxy = ProxyApp(services.invoker, services.verifier, services.config.max_body_bytes,
-                              services.config.function_csp, services.async_calls)
+                              services.config.function_csp, services.async_calls,
+                              Admission(services.config.tenant_max_concurrency, services.config.concurrency_queue_max,
+                                        services.config.concurrency_queue_wait_sec))
         self.logged = AccessLog(self._dispatch)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -83,6 +83,9 @@ class ApiConfig:
     function_csp: str = DEFAULT_FUNCTION_CSP
     metrics_token: str = ""  # empty: /metrics answers 404
     async_calls: AsyncSettings = AsyncSettings()
+    tenant_max_concurrency: int = 0  # 0: no tenant-wide limit
+    concurrency_queue_max: int = 100
+    concurrency_queue_wait_sec: float = 10.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, data_dir: Path | None = None) -> ApiConfig:
@@ -102,6 +105,9 @@ class ApiConfig:
             function_csp=env.get("SLESS_FUNCTION_CSP", DEFAULT_FUNCTION_CSP).strip(),
             metrics_token=env.get("SLESS_METRICS_TOKEN", "").strip(),
             async_calls=AsyncSettings.from_env(env),
+            tenant_max_concurrency=_int(env, "SLESS_TENANT_MAX_CONCURRENCY", 0),
+            concurrency_queue_max=_int(env, "SLESS_CONCURRENCY_QUEUE_MAX", 100),
+            concurrency_queue_wait_sec=_float(env, "SLESS_CONCURRENCY_QUEUE_WAIT_SEC", 10.0),
         )
 
 

@@ -34,6 +34,8 @@ INVOCATIONS = Counter("sless_invocations_total", "Finished invocations by functi
                       ["namespace", "function", "trigger", "status"])
 INVOCATION_SECONDS = Histogram("sless_invocation_duration_seconds", "Invocation duration seen by the platform",
                                ["namespace", "function"], buckets=CALL_BUCKETS)
+THROTTLED = Counter("sless_throttled_total", "Calls refused with 429 for a concurrency limit",
+                    ["namespace", "function"])
 UPSTREAM_ERRORS = Counter("sless_proxy_upstream_errors_total",
                           "Calls whose function did not answer: timeout or unreachable", ["kind"])
 COLD_STARTS = Counter("sless_cold_starts_total", "Function processes started for a call", ["runtime"])

@@ -15,6 +15,7 @@ from sless_api.http import PublicResource
 from sless_api.secrets.model import MAX_KEYS, MAX_SECRET_BYTES, MAX_VALUE_BYTES
 from sless_core.models import (
     ENV_MAX_VARS,
+    MAX_CONCURRENCY,
     MAX_RUN_ID,
     MEMORY_DEFAULT_MB,
     MEMORY_MAX_MB,
@@ -85,7 +86,9 @@ SCHEMAS: dict[str, Any] = {
                       "default": MEMORY_DEFAULT_MB},
         "timeout_sec": {"type": "integer", "minimum": 1, "default": TIMEOUT_DEFAULT_SEC},
         "env_vars": {"type": "object", "maxProperties": ENV_MAX_VARS, "additionalProperties": {"type": "string"}},
-        "secrets": {"type": "array", "items": _ref("SecretRef")}}},
+        "secrets": {"type": "array", "items": _ref("SecretRef")},
+        "max_concurrency": {"type": "integer", "minimum": 0, "maximum": MAX_CONCURRENCY, "default": 0,
+                            "description": "calls in flight through /fn at once (per API process); 0: no limit"}}},
     "FunctionCreate": {"allOf": [_ref("FunctionFields"), {"type": "object", "required": ["name", "runtime"],
                                                           "properties": {"name": _ref("Name")}}]},
     "Function": {"allOf": [_ref("FunctionFields"), {"type": "object", "required": [

@@ -121,6 +121,7 @@ class Route:
     function: str
     timeout_sec: float
     auth: str  # "public" or "token"
+    max_concurrency: int = 0  # the function's own limit of calls in flight through /fn; 0: none
 
 
 class Platform(Protocol):

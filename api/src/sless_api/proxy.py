@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from sless_api import metrics
+from sless_api.admission import Admission, Throttled
 from sless_api.auth import AuthError, TokenVerifier, bearer_token
 from sless_api.invocations import Invocation, InvocationLog
 from sless_api.pathguard import raw_path, reaches_runtime_internals, split_invoke
@@ -166,8 +167,10 @@ class ProxyApp:
     """The ASGI handler for ``/fn/...``."""
 
     def __init__(self, invoker: Invoker, verifier: TokenVerifier | None, max_body_bytes: int,
-                 function_csp: str = "", queue: AsyncQueue | None = None) -> None:
+                 function_csp: str = "", queue: AsyncQueue | None = None,
+                 admission: Admission | None = None) -> None:
         self.invoker = invoker
+        self.admission = admission or Admission()
         self.verifier = verifier
         self.queue = queue  # where `Prefer: respond-async` calls go; None: every call is synchronous
         self.max_body = max_body_bytes
@@ -198,13 +201,20 @@ class ProxyApp:
                 await self._send(send, await self._accept(ns, name, method, path_qs, forwarded, body, request_id,
                                                           headers))
                 return  # recorded when it runs
-            status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, send)
+            async with self.admission.admit(ns, name, route.max_concurrency):
+                status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, send)
         except _Reply as reply:
             status, error = reply.result.status, reply.result.error
             await self._send(send, reply.result)
         except PlatformError as exc:
             status, error = exc.status, exc.message
             await self._send(send, error_body(exc.status, exc.message))
+        except Throttled as exc:
+            status, error = 429, exc.message
+            metrics.THROTTLED.labels(ns, name).inc()
+            refused = error_body(429, exc.message)
+            refused.headers.append(("retry-after", str(exc.retry_after)))
+            await self._send(send, refused)
         if status != 404 or error is None:
             self.invoker.record(ns, name, method, sub, status, started, req_bytes, resp_bytes, "http", error,
                                 request_id)

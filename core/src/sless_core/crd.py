@@ -38,6 +38,8 @@ def function_spec_to_cr(spec: dict[str, Any], code_hash: str | None = None,
         "envVars": dict(sorted(spec.get("env_vars", {}).items())),
         "secrets": list(spec.get("secrets", [])),
     }
+    if spec.get("max_concurrency"):
+        body["maxConcurrency"] = spec["max_concurrency"]
     if code_hash:
         body["codeHash"] = code_hash
     if context_key:
@@ -49,7 +51,7 @@ def function_spec_from_cr(name: str, cr_spec: dict[str, Any]) -> dict[str, Any]:
     """The inverse of :func:`function_spec_to_cr`, for validation with ``FunctionSpec.from_user``."""
     body: dict[str, Any] = {"name": name, "runtime": cr_spec.get("runtime")}
     for cr_key, key in (("entrypoint", "entrypoint"), ("memoryMb", "memory_mb"), ("timeoutSec", "timeout_sec"),
-                        ("envVars", "env_vars"), ("secrets", "secrets")):
+                        ("envVars", "env_vars"), ("secrets", "secrets"), ("maxConcurrency", "max_concurrency")):
         if cr_spec.get(cr_key) is not None:
             body[key] = cr_spec[cr_key]
     return body

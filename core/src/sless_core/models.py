@@ -19,6 +19,8 @@ from sless_core.naming import validate_name
 RUNTIMES = ("python3.11", "nodejs20", "go1.23")
 DEFAULT_ENTRYPOINT = {"python3.11": "handler.handle", "nodejs20": "handler.handle", "go1.23": "Handle"}
 MEMORY_MIN_MB, MEMORY_MAX_MB, MEMORY_DEFAULT_MB = 64, 8192, 128
+#: The largest per-function concurrency limit (calls in flight through one API process).
+MAX_CONCURRENCY = 1000
 TIMEOUT_DEFAULT_SEC = 30
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 ENV_MAX_VARS, ENV_MAX_VALUE = 100, 32 * 1024
@@ -205,8 +207,10 @@ class FunctionSpec:
     timeout_sec: int = TIMEOUT_DEFAULT_SEC
     env_vars: dict[str, str] = field(default_factory=dict)
     secrets: list[SecretRef] = field(default_factory=list)
+    max_concurrency: int = 0  # calls in flight through /fn at once; 0: no limit of its own
 
-    FIELDS = frozenset({"name", "runtime", "entrypoint", "memory_mb", "timeout_sec", "env_vars", "secrets"})
+    FIELDS = frozenset({"name", "runtime", "entrypoint", "memory_mb", "timeout_sec", "env_vars", "secrets",
+                        "max_concurrency"})
 
     @classmethod
     def from_user(cls, body: object, max_timeout: int, name: str | None = None) -> FunctionSpec:
@@ -225,6 +229,7 @@ class FunctionSpec:
             timeout_sec=_int_in(data, "timeout_sec", TIMEOUT_DEFAULT_SEC, 1, max_timeout),
             env_vars=validate_env_vars(data.get("env_vars")),
             secrets=validate_secret_refs(data.get("secrets")),
+            max_concurrency=_int_in(data, "max_concurrency", 0, 0, MAX_CONCURRENCY),
         )
 
     def updated(self, patch: object, max_timeout: int) -> FunctionSpec:

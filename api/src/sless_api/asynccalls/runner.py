@@ -124,7 +124,7 @@ class AsyncRunner:
                       ) -> None:
         status, headers, body, error = outcome
         now = time.time()
-        if status is not None and status < 500:
+        if status is not None and status < 500 and status != 429:  # a 429 is worth waiting out
             cap = self.settings.result_max_bytes
             call.state, call.finished_at, call.error = CallState.SUCCEEDED, now, None
             call.result_status, call.result_headers = status, headers

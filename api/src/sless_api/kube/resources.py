@@ -94,6 +94,7 @@ def function_spec(name: str, cr_spec: dict[str, Any]) -> FunctionSpec:
         timeout_sec=int(values.get("timeout_sec", FunctionSpec.timeout_sec)),
         env_vars={str(k): str(v) for k, v in sorted((values.get("env_vars") or {}).items())},
         secrets=secrets,
+        max_concurrency=int(values.get("max_concurrency") or 0),
     )
 
 

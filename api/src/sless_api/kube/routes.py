@@ -29,6 +29,7 @@ class FunctionView:
     phase: str
     image: str | None
     timeout_sec: float
+    max_concurrency: int = 0
 
     @property
     def deployed(self) -> bool:
@@ -55,9 +56,10 @@ def _key(obj: dict[str, Any]) -> Key | None:
 
 def function_view(obj: dict[str, Any]) -> FunctionView:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    timeout = spec.get("timeoutSec", TIMEOUT_DEFAULT_SEC)
+    timeout, limit = spec.get("timeoutSec", TIMEOUT_DEFAULT_SEC), spec.get("maxConcurrency", 0)
     return FunctionView(phase=str(status.get("phase") or Phase.PENDING), image=status.get("image") or None,
-                        timeout_sec=float(timeout if isinstance(timeout, int | float) else TIMEOUT_DEFAULT_SEC))
+                        timeout_sec=float(timeout if isinstance(timeout, int | float) else TIMEOUT_DEFAULT_SEC),
+                        max_concurrency=limit if isinstance(limit, int) and limit > 0 else 0)
 
 
 def trigger_view(obj: dict[str, Any]) -> TriggerView:
@@ -154,4 +156,4 @@ class RouteTable:
             self._routes.pop(fn_key, None)
             return
         auth = "public" if any(t.auth == "public" for t in http) else "token"
-        self._routes[fn_key] = Route(ns, name, fn.timeout_sec, auth)
+        self._routes[fn_key] = Route(ns, name, fn.timeout_sec, auth, fn.max_concurrency)

@@ -354,7 +354,8 @@ class StandalonePlatform:
         env = {**env, **rec.spec.env_vars, **secrets.env, "SLESS_HOST": "127.0.0.1", "PYTHONDONTWRITEBYTECODE": "1",
                "SLESS_TIMEOUT_SEC": str(rec.spec.timeout_sec),
                "SLESS_MAX_BODY_BYTES": str(self.config.max_body_bytes)}
-        version = hashlib.sha256(json.dumps([rec.code_hash, rec.spec.to_dict(), secrets.version],
+        process_spec = {k: v for k, v in rec.spec.to_dict().items() if k != "max_concurrency"}  # the proxy's alone
+        version = hashlib.sha256(json.dumps([rec.code_hash, process_spec, secrets.version],
                                             sort_keys=True).encode())
         limits = Limits.for_function(rec.spec.memory_mb, rec.spec.runtime)
         jail = dataclasses.replace(artifact.jail(rec.namespace, limits), files=secrets.files)
@@ -378,7 +379,8 @@ class StandalonePlatform:
             await self.supervisor.remove(key)
             return
         auth = "public" if any(t.spec.auth == "public" for t in http) else "token"
-        self._routes[(namespace, name)] = Route(namespace, name, float(rec.spec.timeout_sec), auth)
+        self._routes[(namespace, name)] = Route(namespace, name, float(rec.spec.timeout_sec), auth,
+                                                rec.spec.max_concurrency)
         await self.supervisor.deploy(key, await self._process_spec(rec, artifact_from_dict(artifact)))
 
     def _process_state(self, key: str) -> str:
