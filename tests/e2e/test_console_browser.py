@@ -171,6 +171,22 @@ def test_invoke_shows_the_answer_its_request_id_and_its_logs(browser: webdriver.
     assert "GET carries no body" in text(browser, "invoke-status")
 
 
+WHO = "def handle(event):\n    return {'sub': event['_headers'].get('x-sless-sub')}\n"
+
+
+def test_invoke_reaches_a_token_trigger_as_the_signed_in_tenant(browser: webdriver.Chrome, sless: SlessProcess,
+                                                                  tenant: Tenant) -> None:
+    tenant.deploy("private-fn", "python3.11", {"handler.py": WHO}, http=False)
+    tenant.api("POST", "/triggers", json={"name": "private-fn", "type": "http", "function": "private-fn",
+                                          "auth": "token"}, expect=201)
+    assert requests.get(tenant.fn_url("private-fn"), timeout=30).status_code == 401
+    sign_in(browser, sless, tenant)
+    open_function(browser, "private-fn")
+    invoke(browser, "GET", "/", "")
+    assert text(browser, "invoke-status") == "200 OK"
+    assert json.loads(text(browser, "invoke-body")) == {"sub": tenant.sub}  # verified by the proxy
+
+
 def test_a_hostile_answer_is_shown_as_text_and_never_runs(browser: webdriver.Chrome, sless: SlessProcess,
                                                           tenant: Tenant) -> None:
     tenant.deploy("beacon", "python3.11", {"handler.py": BEACON})
