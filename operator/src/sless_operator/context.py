@@ -72,12 +72,13 @@ class State:
 class Context:
     """The Kopf memo: shared by reference, so a shallow copy is the same context."""
 
-    def __init__(self, config: OperatorConfig, kube: Kube | None = None, watch_streams: int = 8) -> None:
+    def __init__(self, config: OperatorConfig, kube: Kube | None = None, watch_streams: int | None = 8) -> None:
         self.config = config
         self.kube = kube or Kube(concurrency=config.api_concurrency)
         self.state = State()
-        # Kopf's pool: its long-lived watch streams plus as many requests as our own client
-        self.kopf_connections = watch_streams + config.api_concurrency
+        # Kopf's pool: its long-lived watch streams plus as many requests as our own client; 0 (no bound)
+        # when the streams are not known in advance (namespace patterns): a bound would starve new watches
+        self.kopf_connections = 0 if watch_streams is None else watch_streams + config.api_concurrency
         # reconciles woken by children's events; Kopf's change handlers share the same bound
         self.queue = WorkQueue(config.api_concurrency)
         self.slots = asyncio.Semaphore(config.api_concurrency)

@@ -1,7 +1,8 @@
 """``sless-operator``: run the Kopf operator (standalone: no peering, one replica at a time).
 
     sless-operator                      # every namespace (cluster-wide)
-    sless-operator --namespace NS ...   # only these namespaces (plus the build namespace)
+    sless-operator --namespace NS ...   # only these namespaces (plus the build namespace); globs
+                                        # such as 'sless-*' match namespaces as they come
 
 Configuration comes from the environment (see ``sless_operator.config``); the Kubernetes
 credentials from the service account in a pod, else ``$KUBECONFIG`` (client certificates,
@@ -31,6 +32,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def watch_streams(namespaces: list[str]) -> int | None:
+    """Kopf's long-lived watches: Function, Trigger, FunctionJob, Job, Deployment per namespace (+ CRDs and
+    namespaces); None (no bound) for a pattern such as ``sless-*``, which matches namespaces as they come."""
+    if any(mark in ns for ns in namespaces for mark in "*?!,"):
+        return None
+    return 5 * max(1, len(namespaces)) + 4
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if os.environ.get("SLESS_OPERATOR_OFFICIAL_CLIENT") != "1":
@@ -53,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         standalone=True,
         clusterwide=not namespaces,
         namespaces=namespaces,
-        # watches: Function, Trigger, FunctionJob, Job, Deployment per namespace (+ CRDs and namespaces)
-        memo=Context(config, watch_streams=5 * max(1, len(namespaces)) + 4),
+        memo=Context(config, watch_streams=watch_streams(namespaces)),
         liveness_endpoint=args.liveness,
         # kopf's default identity asks getpass for the user name, which fails for a uid without a
         # passwd entry (the chart's 10001 on most images); standalone, it is only a name in logs
