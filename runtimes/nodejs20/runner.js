@@ -48,10 +48,26 @@ function parseEvent(raw) {
   return event;
 }
 
+/**
+ * A cron firing on Kubernetes: the tick it was scheduled for, as `scheduled_at` (what `sless up` sends).
+ * A CronJob names each Job `<cronjob>-<minutes since the epoch of its tick>`; the pod reads that name
+ * into SLESS_CRON_JOB (downward API), as its event cannot hold a per-run value.
+ * @param {object} event
+ * @param {string | undefined} jobName
+ */
+function addCronTick(event, jobName) {
+  const match = /(?:^|-)(\d+)$/.exec(jobName || '');
+  if (match && event.type === 'cron' && !('scheduled_at' in event)) {
+    event.scheduled_at = new Date(Number(match[1]) * 60000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+  }
+  return event;
+}
+
 async function main() {
   rt.installProcessGuards();
   const event = parseEvent(process.env.SLESS_EVENT);
   if (event === undefined) return;
+  addCronTick(event, process.env.SLESS_CRON_JOB);
   let config;
   let handler;
   try {

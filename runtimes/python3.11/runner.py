@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,6 +57,18 @@ def read_event(raw: str | None) -> dict[str, Any]:
     return event
 
 
+def add_cron_tick(event: dict[str, Any], job_name: str | None) -> dict[str, Any]:
+    """A cron firing on Kubernetes: the tick it was scheduled for, as ``scheduled_at`` (what `sless up` sends).
+
+    A CronJob names each Job ``<cronjob>-<minutes since the epoch of its tick>``; the pod reads that name
+    into SLESS_CRON_JOB (downward API), as its event cannot hold a per-run value.
+    """
+    minutes = (job_name or "").rpartition("-")[2]
+    if event.get("type") == "cron" and "scheduled_at" not in event and minutes.isascii() and minutes.isdigit():
+        event["scheduled_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(minutes) * 60))
+    return event
+
+
 def call(handler: rt.Handler, event: dict[str, Any]) -> Any:
     """Call the handler; an async handler (or returned awaitable) runs on a fresh event loop."""
     result = handler(event)
@@ -85,7 +98,7 @@ def main() -> None:
     """Run the handler once; see the module docstring for the exit codes."""
     try:
         config = rt.Config.from_env()
-        event = read_event(os.environ.get("SLESS_EVENT"))
+        event = add_cron_tick(read_event(os.environ.get("SLESS_EVENT")), os.environ.get("SLESS_CRON_JOB"))
     except ValueError as exc:
         rt.log(str(exc))
         _exit(EXIT_USAGE)

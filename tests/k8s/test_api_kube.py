@@ -367,7 +367,7 @@ def test_upload_stores_zip_and_context_and_sets_the_code_hash(kube_api: KubeApi,
     data, digest = zip_hash({**HELLO, "requirements.txt": "six==1.16.0\n"})
     record = upload_raw(tenant, "up", data)
     assert record.status_code == 202, record.text
-    assert (record.json()["code_hash"], record.json()["phase"]) == (digest, "Pending")
+    assert (record.json()["code_hash"], record.json()["phase"]) == (digest, "Building")  # waiting for the operator
     obj = cr(bed, crd.FUNCTION_PLURAL, ns, "up")
     assert obj is not None and obj["spec"]["codeHash"] == digest
     context_key = obj["spec"]["contextKey"]

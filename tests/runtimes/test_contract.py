@@ -660,6 +660,20 @@ def test_runner_success(runtime: str, run_runner: RunnerFactory) -> None:
     assert json.loads(proc.stdout) == {"case": "echo", "a": [1, "é"]}
 
 
+def test_runner_gives_a_kubernetes_cron_firing_its_tick(runtime: str, run_runner: RunnerFactory) -> None:
+    """A CronJob's Job is named <cronjob>-<minutes since the epoch of its tick> (SLESS_CRON_JOB in the pod)."""
+    firing = {"case": "echo", "type": "cron", "trigger": "nightly", "schedule": "0 3 * * *"}
+    proc = run_runner(runtime, firing, env={"SLESS_CRON_JOB": "nightly-cron-29455380"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {**firing, "scheduled_at": "2026-01-02T03:00:00Z"}
+    for event, job in (({"case": "echo", "type": "job"}, "nightly-cron-29455380"),  # not a cron firing
+                       (firing, "nightly-cron-x"), (firing, ""),  # no tick in the name
+                       ({**firing, "scheduled_at": "kept"}, "nightly-cron-29455380")):  # already set
+        proc = run_runner(runtime, event, env={"SLESS_CRON_JOB": job})
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout) == event
+
+
 @pytest.mark.parametrize(
     ("case", "value"), [("text", "hello"), ("html", "<h1>hi</h1>"), ("number", 42), ("null", None)]
 )

@@ -41,7 +41,7 @@ def test_function_manifest_round_trips_through_the_record() -> None:
 def test_function_without_status_is_pending_and_says_what_it_waits_for() -> None:
     assert resources.function_record(_fn_obj({"runtime": "python3.11"})).message == resources.WAITING_FOR_CODE
     queued = resources.function_record(_fn_obj({"runtime": "python3.11", "codeHash": "a" * 64}))
-    assert (queued.phase, queued.message, queued.code_hash) == ("Pending", resources.WAITING_FOR_OPERATOR, "a" * 64)
+    assert (queued.phase, queued.message, queued.code_hash) == ("Building", resources.WAITING_FOR_OPERATOR, "a" * 64)
 
 
 def test_defaults_fill_fields_omitted_by_a_kubectl_user() -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from sless_api.buildcontext import make_build_context
-from sless_core import crd
+from sless_core import contract, crd
 from sless_core.models import FunctionSpec, SecretRef
 from sless_operator import capture, contextfetch, manifests, tenancy
 from sless_operator.children import merged_owner_refs, needs_update
@@ -339,6 +339,19 @@ def test_cron_job_suspends_when_disabled_and_belongs_to_the_trigger() -> None:
     assert json.loads(event) == {"type": "cron", "trigger": "tick", "schedule": "*/5 * * * *"}
     assert {"name": "SLESS_RESULT_FILE", "value": "/dev/termination-log"} in container(on)["env"]
     assert_restricted(pod_spec(on))
+
+
+def test_cron_jobs_follow_the_platforms_cron_rules() -> None:
+    """No overlap, a missed tick fires late only within the start deadline, and the runner learns its tick
+    from the Job's name (the label the Job controller puts on the pod)."""
+    owner = Owner(crd.API_VERSION, "Trigger", "tick", "uid-t")
+    job = manifests.cron_job(CONFIG, fn_ref(), "img:1", owner, "*/5 * * * *", enabled=True)
+    assert job["spec"]["concurrencyPolicy"] == "Forbid" and contract.CRON_OVERLAP is False
+    assert job["spec"]["startingDeadlineSeconds"] == contract.CRON_START_DEADLINE_SEC
+    env = container(job)["env"]
+    assert {"name": "SLESS_CRON_JOB", "valueFrom": {"fieldRef": {
+        "fieldPath": "metadata.labels['batch.kubernetes.io/job-name']"}}} in env
+    assert [e["name"] for e in env] == sorted(e["name"] for e in env)
 
 
 # -- tenancy ---------------------------------------------------------------------------------------

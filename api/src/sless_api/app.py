@@ -190,7 +190,7 @@ class SlessApp:
             from sless_api.standalone.scheduler import CronScheduler
 
             assert isinstance(services.platform, StandalonePlatform)
-            cron = CronScheduler(services.platform, services.invoker)
+            cron = CronScheduler(services.platform)
             cron.start()
             services.background.append(cron)
             if services.config.rabbitmq_url:

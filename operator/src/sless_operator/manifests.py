@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sless_core import crd
+from sless_core import contract, crd
 from sless_core.models import FunctionSpec
 from sless_core.naming import secret_object_name
 from sless_operator.config import OperatorConfig
@@ -127,6 +127,10 @@ def build_job_name(namespace: str, name: str, code_hash: str) -> str:
 
 def run_job_name(job: str, run_id: int) -> str:
     return f"{job}-run-{run_id}"
+
+
+#: The Job controller labels each pod with its Job's name (Kubernetes 1.27+).
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
 def cron_job_name(trigger: str) -> str:
@@ -437,8 +441,14 @@ def cron_job(config: OperatorConfig, fn: FunctionRef, image: str, trigger: Owner
     network allowance inside the tenant namespace.
     """
     labels = {**base_labels(fn.name, COMPONENT_CRON), crd.LABEL_TRIGGER: trigger.name}
+    # The firing's event as sless up sends it; the runner adds ``scheduled_at`` from the Job's name
+    # (<cronjob>-<minutes of the tick>), which the pod reads through the downward API.
     event = {"type": "cron", "trigger": trigger.name, "schedule": schedule}
     pod = _function_pod(config, fn, image, runner=True, extra_env={"SLESS_EVENT": json.dumps(event)})
+    env = pod["containers"][0]["env"]
+    job_name = {"fieldRef": {"fieldPath": f"metadata.labels['{JOB_NAME_LABEL}']"}}
+    env.append({"name": "SLESS_CRON_JOB", "valueFrom": job_name})
+    env.sort(key=lambda item: str(item["name"]))
     return _stamp({
         "apiVersion": "batch/v1",
         "kind": "CronJob",
@@ -448,8 +458,9 @@ def cron_job(config: OperatorConfig, fn: FunctionRef, image: str, trigger: Owner
             "schedule": schedule,
             "timeZone": "Etc/UTC",
             "suspend": not enabled,
-            "concurrencyPolicy": "Forbid",
-            "startingDeadlineSeconds": 300,
+            # the platform's cron rules (sless_core.contract), the same as sless up's scheduler
+            "concurrencyPolicy": "Allow" if contract.CRON_OVERLAP else "Forbid",
+            "startingDeadlineSeconds": contract.CRON_START_DEADLINE_SEC,
             "successfulJobsHistoryLimit": 1,
             "failedJobsHistoryLimit": 1,
             "jobTemplate": {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Exit codes of the runner, shared with the Python and Node runners.
@@ -27,6 +28,7 @@ func runOnce(cfg Config, h Handler, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sless: SLESS_EVENT is not a JSON object: %v\n", err)
 		return exitBadEvent
 	}
+	addCronTick(event, os.Getenv("SLESS_CRON_JOB"))
 	result, fail := invoke(context.Background(), h, event, cfg)
 	if fail != nil {
 		if fail.kind == kindTimeout {
@@ -86,6 +88,24 @@ func openResult(path string) (*os.File, error) {
 		}
 	}
 	return os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|os.O_CREATE, 0o600)
+}
+
+// addCronTick gives a cron firing on Kubernetes the tick it was scheduled for, as
+// scheduled_at (what `sless up` sends). A CronJob names each Job
+// <cronjob>-<minutes since the epoch of its tick>; the pod reads that name into
+// SLESS_CRON_JOB (downward API), as its event cannot hold a per-run value.
+func addCronTick(event map[string]any, jobName string) {
+	if event["type"] != "cron" {
+		return
+	}
+	if _, set := event["scheduled_at"]; set {
+		return
+	}
+	minutes, err := strconv.ParseInt(jobName[strings.LastIndex(jobName, "-")+1:], 10, 64)
+	if err != nil || minutes < 0 {
+		return
+	}
+	event["scheduled_at"] = time.Unix(minutes*60, 0).UTC().Format(time.RFC3339)
 }
 
 func decodeEvent(raw string) (map[string]any, error) {

@@ -64,7 +64,7 @@ class StandaloneEvents:
     async def invoke(self, target: EventTarget, body: bytes) -> CallResult:
         """One call through the same path as HTTP and cron, recorded with trigger type ``event``."""
         try:
-            route = await self.platform.cron_route(target.namespace, target.function)
+            route = await self.platform.event_route(target.namespace, target.function)
         except PlatformError as exc:
             return CallResult(exc.status, exc.message, platform_error=True)
         result = await self.invoker.call(

@@ -27,6 +27,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from sless_api.config import ApiConfig
+from sless_api.contract import check_queue_free, check_rerun
 from sless_api.invocations import InvocationLog
 from sless_api.kube import resources
 from sless_api.kube.client import KubeClient, KubeConflict, KubeNotFound
@@ -48,16 +49,15 @@ from sless_api.secrets import SecretMeta, SecretValues
 from sless_api.secrets.factory import secret_store_from_env
 from sless_api.secrets.usage import checked_version, current_version, refuse_dropping_keys, refuse_if_used
 from sless_api.storage import CodeStore
-from sless_core import crd
-from sless_core.errors import ValidationError
-from sless_core.models import FunctionSpec, JobPhase, JobSpec, TriggerSpec, TriggerType
+from sless_core import contract, crd
+from sless_core.models import FunctionSpec, JobSpec, TriggerSpec, TriggerType
 
 log = logging.getLogger("sless.kube")
 JOBS = crd.JOB_PLURAL
 KINDS = {FUNCTIONS: "function", TRIGGERS: "trigger", JOBS: "job"}
 SECRETS_VERSION = crd.SECRETS_VERSION
-REBUILD_FIELDS = ("runtime", "entrypoint")  # both are baked into the build context's Dockerfile
 WRITE_ATTEMPTS = 4
+DELETE_WAIT_SEC = 10.0
 SYNC_WAIT_SEC = 5.0
 NAMESPACE_LABELS = {
     crd.LABEL_MANAGED: crd.MANAGED_BY,
@@ -66,6 +66,11 @@ NAMESPACE_LABELS = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",
 }
+
+
+def _deleting(obj: dict[str, Any]) -> bool:
+    meta = obj.get("metadata")
+    return isinstance(meta, dict) and bool(meta.get("deletionTimestamp"))
 
 
 class KubernetesPlatform:
@@ -94,15 +99,19 @@ class KubernetesPlatform:
         return f"{KINDS[plural]} {name!r}"
 
     async def _get(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        """The object; one being deleted (its finalizer still running) is already gone for the API's callers,
+        as after a DELETE on the standalone backend."""
+        what = self._what(plural, name)
         obj: dict[str, Any] = await self.kube.call(
-            self._what(plural, name), self.kube.custom.get_namespaced_custom_object,
-            crd.GROUP, crd.VERSION, namespace, plural, name)
+            what, self.kube.custom.get_namespaced_custom_object, crd.GROUP, crd.VERSION, namespace, plural, name)
+        if _deleting(obj):
+            raise NotFound(f"{what} not found")
         return obj
 
     async def _list(self, plural: str, namespace: str) -> list[dict[str, Any]]:
         result = await self.kube.call(f"{plural} of {namespace}", self.kube.custom.list_namespaced_custom_object,
                                       crd.GROUP, crd.VERSION, namespace, plural)
-        items = [i for i in result.get("items") or [] if isinstance(i, dict)]
+        items = [i for i in result.get("items") or [] if isinstance(i, dict) and not _deleting(i)]
         return sorted(items, key=lambda i: str(i.get("metadata", {}).get("name", "")))
 
     async def _create(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -139,6 +148,35 @@ class KubernetesPlatform:
         await self.kube.call(self._what(plural, name), self.kube.custom.delete_namespaced_custom_object,
                              crd.GROUP, crd.VERSION, namespace, plural, name, propagation_policy="Background")
 
+    async def _wait_gone(self, plural: str, namespace: str, name: str) -> None:
+        """Wait (at most DELETE_WAIT_SEC) until the operator's finalizer has let the object go, so the name
+        can be used again as soon as DELETE has answered; the object is hidden from reads meanwhile anyway."""
+        what = self._what(plural, name)
+        deadline = time.monotonic() + DELETE_WAIT_SEC
+        while time.monotonic() < deadline:
+            try:
+                await self.kube.call(what, self.kube.custom.get_namespaced_custom_object,
+                                     crd.GROUP, crd.VERSION, namespace, plural, name)
+            except NotFound:
+                return
+            await asyncio.sleep(0.1)
+
+    async def _name_taken(self, plural: str, namespace: str, name: str, exc: Exception) -> Conflict:
+        """The 409 of a create whose name is taken: by a live object (shown as ``existing``), or by one
+        still being deleted."""
+        try:
+            obj = await self._get(plural, namespace, name)
+        except NotFound:
+            return Conflict(f"{self._what(plural, name)} is still being deleted; try again in a moment")
+        record: FunctionRecord | TriggerRecord | JobRecord
+        if plural == FUNCTIONS:
+            record = resources.function_record(obj)
+        elif plural == TRIGGERS:
+            record = resources.trigger_record(obj)
+        else:
+            record = resources.job_record(obj)
+        return Conflict(f"{self._what(plural, name)} already exists", existing=record.to_api())
+
     # namespaces
     async def ensure_namespace(self, namespace: str) -> bool:
         self.watch.add_namespace(namespace)
@@ -173,8 +211,7 @@ class KubernetesPlatform:
         try:
             obj = await self._create(FUNCTIONS, namespace, manifest)
         except KubeConflict as exc:
-            existing = await self.get_function(namespace, spec.name)
-            raise Conflict(f"function {spec.name!r} already exists", existing=existing.to_api()) from exc
+            raise await self._name_taken(FUNCTIONS, namespace, spec.name, exc) from exc
         return resources.function_record(obj)
 
     async def update_function(self, namespace: str, name: str, patch: dict[str, Any]) -> FunctionRecord:
@@ -187,7 +224,7 @@ class KubernetesPlatform:
             version = await checked_version(self.secrets, namespace, new_spec.secrets)
             if version:
                 cr_spec[SECRETS_VERSION] = version
-            if old.code_hash and any(getattr(new_spec, f) != getattr(old.spec, f) for f in REBUILD_FIELDS):
+            if old.code_hash and contract.spec_change_rebuilds(old.spec, new_spec):
                 cr_spec["contextKey"], cr_spec["contextSha256"] = await asyncio.to_thread(
                     self.archive.rebuild_context, namespace, new_spec, old.code_hash)
             obj["spec"] = cr_spec
@@ -199,6 +236,7 @@ class KubernetesPlatform:
         raise AssertionError("unreachable")
 
     async def delete_function(self, namespace: str, name: str) -> None:
+        await self._get(FUNCTIONS, namespace, name)
         await self._delete(FUNCTIONS, namespace, name)
         # Triggers and jobs the API created carry an owner reference (the garbage collector removes
         # them); ones made with kubectl may not, so remove every one that names this function.
@@ -211,13 +249,14 @@ class KubernetesPlatform:
             await asyncio.to_thread(self.archive.delete, namespace, name)
         except Exception:
             log.warning("the stored code of %s/%s could not be deleted", namespace, name, exc_info=True)
+        await self._wait_gone(FUNCTIONS, namespace, name)
 
     async def upload_code(self, namespace: str, name: str, zip_path: Path, code_hash: str) -> FunctionRecord:
         for attempt in range(WRITE_ATTEMPTS):
             obj = await self._get(FUNCTIONS, namespace, name)
             current = resources.function_record(obj)
-            if current.code_hash == code_hash:
-                current.message = f"{current.message} (identical code uploaded: no rebuild)"
+            if not contract.upload_builds(current.code_hash, current.phase, code_hash):
+                current.message = contract.identical_upload_message(current.message)
                 return current
             stored = await asyncio.to_thread(self.archive.store_upload, namespace, current.spec, zip_path, code_hash)
             patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
@@ -247,26 +286,28 @@ class KubernetesPlatform:
     async def get_trigger(self, namespace: str, name: str) -> TriggerRecord:
         return resources.trigger_record(await self._get(TRIGGERS, namespace, name))
 
-    def _check_trigger(self, spec: TriggerSpec) -> None:
-        if spec.type == TriggerType.EVENT and not self.config.rabbitmq_url:
+    async def _check_trigger(self, namespace: str, spec: TriggerSpec) -> None:
+        if spec.type != TriggerType.EVENT:
+            return
+        if not self.config.rabbitmq_url:
             raise Unsupported("event triggers need RabbitMQ: set SLESS_RABBITMQ_URL (not configured in this "
                               "installation)")
+        check_queue_free(spec, await self.list_triggers(namespace))
 
     async def create_trigger(self, namespace: str, spec: TriggerSpec) -> TriggerRecord:
-        self._check_trigger(spec)
+        await self._check_trigger(namespace, spec)
         function = await self._get(FUNCTIONS, namespace, spec.function)
         try:
             obj = await self._create(TRIGGERS, namespace, resources.trigger_manifest(namespace, spec, function))
         except KubeConflict as exc:
-            existing = await self.get_trigger(namespace, spec.name)
-            raise Conflict(f"trigger {spec.name!r} already exists", existing=existing.to_api()) from exc
+            raise await self._name_taken(TRIGGERS, namespace, spec.name, exc) from exc
         return resources.trigger_record(obj)
 
     async def patch_trigger(self, namespace: str, name: str, patch: dict[str, Any]) -> TriggerRecord:
         for attempt in range(WRITE_ATTEMPTS):
             obj = await self._get(TRIGGERS, namespace, name)
             spec = resources.trigger_record(obj).spec.patched(patch)
-            self._check_trigger(spec)
+            await self._check_trigger(namespace, spec)
             fresh = resources.trigger_manifest(namespace, spec, await self._get(FUNCTIONS, namespace, spec.function))
             meta = obj["metadata"]
             meta.setdefault("labels", {}).update(fresh["metadata"]["labels"])
@@ -281,7 +322,9 @@ class KubernetesPlatform:
         raise AssertionError("unreachable")
 
     async def delete_trigger(self, namespace: str, name: str) -> None:
+        await self._get(TRIGGERS, namespace, name)
         await self._delete(TRIGGERS, namespace, name)
+        await self._wait_gone(TRIGGERS, namespace, name)
 
     # jobs
     async def create_job(self, namespace: str, spec: JobSpec) -> JobRecord:
@@ -289,8 +332,7 @@ class KubernetesPlatform:
         try:
             obj = await self._create(JOBS, namespace, resources.job_manifest(namespace, spec, function))
         except KubeConflict as exc:
-            existing = await self.get_job(namespace, spec.name)
-            raise Conflict(f"job {spec.name!r} already exists", existing=existing.to_api()) from exc
+            raise await self._name_taken(JOBS, namespace, spec.name, exc) from exc
         return resources.job_record(obj)
 
     async def list_jobs(self, namespace: str) -> list[JobRecord]:
@@ -303,12 +345,8 @@ class KubernetesPlatform:
         for attempt in range(WRITE_ATTEMPTS):
             obj = await self._get(JOBS, namespace, name)
             record = resources.job_record(obj)
-            if run_id == record.spec.run_id:
+            if check_rerun(record, run_id) is contract.Rerun.NOTHING:
                 return record
-            if run_id < record.spec.run_id:
-                raise ValidationError(f"run_id can only grow (now {record.spec.run_id})", field="run_id")
-            if record.phase in (JobPhase.PENDING, JobPhase.RUNNING):
-                raise Conflict(f"job {name!r} is still {record.phase}", existing=record.to_api())
             patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "spec": {"runId": run_id}}
             try:
                 return resources.job_record(await self._patch(JOBS, namespace, name, patch))
@@ -318,7 +356,9 @@ class KubernetesPlatform:
         raise AssertionError("unreachable")
 
     async def delete_job(self, namespace: str, name: str) -> None:
+        await self._get(JOBS, namespace, name)
         await self._delete(JOBS, namespace, name)
+        await self._wait_gone(JOBS, namespace, name)
 
     # secrets
     async def list_secrets(self, namespace: str) -> list[SecretMeta]:

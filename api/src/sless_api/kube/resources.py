@@ -19,13 +19,13 @@ from datetime import datetime
 from typing import Any
 
 from sless_api.platform import FunctionRecord, JobRecord, TriggerRecord
-from sless_core import crd
+from sless_core import contract, crd
 from sless_core.models import DEFAULT_ENTRYPOINT, FunctionSpec, JobPhase, JobSpec, Phase, SecretRef, TriggerSpec
 
 WAITING_FOR_CODE = "waiting for code: upload a zip"
 WAITING_FOR_OPERATOR = "build queued: waiting for the operator"
 NEW_CODE = "new code uploaded: waiting for its build"
-RECORDED = "recorded: set run_id above 0 to run it"
+RECORDED = contract.RECORDED_MESSAGE
 _PHASES = {p.value for p in Phase}
 _JOB_PHASES = {p.value for p in JobPhase}
 
@@ -116,8 +116,8 @@ def function_record(obj: dict[str, Any]) -> FunctionRecord:
     stale = isinstance(observed, int) and isinstance(generation, int) and observed < generation
     if phase is not None and stale and code_hash and status.get("codeHash") != code_hash:
         phase, message = Phase.BUILDING, NEW_CODE
-    if phase is None:
-        phase = Phase.PENDING
+    if phase is None:  # the operator has not reported yet: code waits for its build, as on sless up
+        phase = Phase.BUILDING if code_hash else Phase.PENDING
         message = message or (WAITING_FOR_OPERATOR if code_hash else WAITING_FOR_CODE)
     return FunctionRecord(
         namespace=str(meta.get("namespace", "")),

@@ -27,6 +27,7 @@ from typing import Any
 
 from sless_api.buildcontext import make_build_context
 from sless_api.config import ApiConfig
+from sless_api.contract import check_queue_free, check_rerun
 from sless_api.invocations import Invocation, InvocationLog
 from sless_api.platform import (
     Conflict,
@@ -56,21 +57,20 @@ from sless_api.standalone.retention import (
     prune_stored,
     prune_versions,
 )
-from sless_api.standalone.runner import KILL_MARGIN_SEC, run_once
+from sless_api.standalone.runner import KILL_MARGIN_SEC, RunResult, run_once
 from sless_api.standalone.sandbox import Limits, Sandbox, SandboxUnavailable
 from sless_api.standalone.state import StateStore
 from sless_api.standalone.supervisor import LimitExceeded, NotDeployed, ProcessSpec, StartFailed, Supervisor
 from sless_api.storage import CodeStore, context_key, function_prefixes, zip_key
 from sless_api.storage.versions import newest_archive, stamp, unpack_archive
 from sless_api.zipsafe import ZipLimits, extract_zip, read_source_files
-from sless_core.errors import ValidationError
+from sless_core import contract
 from sless_core.models import FunctionSpec, JobPhase, JobSpec, Phase, TriggerSpec, TriggerType
 
 # Runtimes whose entrypoint loads when the process starts: the build checks it (Go's build links it).
 LOAD_CHECKED = ("python3.11", "nodejs20")
 log = logging.getLogger("sless.standalone")
 BASE_IMAGES = {"python3.11": "sless/python3.11", "nodejs20": "sless/nodejs20", "go1.23": "sless/go1.23"}
-REBUILD_FIELDS = ("runtime", "entrypoint")
 
 
 def _key(namespace: str, name: str) -> str:
@@ -182,7 +182,7 @@ class StandalonePlatform:
         rec = self._function(namespace, name)
         new_spec = rec.spec.updated(patch, self.config.max_timeout_sec)
         await checked_version(self.secrets, namespace, new_spec.secrets)
-        rebuild = any(getattr(new_spec, f) != getattr(rec.spec, f) for f in REBUILD_FIELDS)
+        rebuild = contract.spec_change_rebuilds(rec.spec, new_spec)
         rec.spec = new_spec
         if rebuild and rec.code_hash:
             rec.phase, rec.message = Phase.BUILDING, "rebuild queued: runtime or entrypoint changed"
@@ -214,8 +214,8 @@ class StandalonePlatform:
 
     async def upload_code(self, namespace: str, name: str, zip_path: Path, code_hash: str) -> FunctionRecord:
         rec = self._function(namespace, name)
-        if rec.code_hash == code_hash and rec.phase in (Phase.READY, Phase.BUILDING):
-            rec.message = f"identical code uploaded: no rebuild ({rec.message})"
+        if not contract.upload_builds(rec.code_hash, rec.phase, code_hash):
+            rec.message = contract.identical_upload_message(rec.message)
             return rec
         code_dir = self.code_root / namespace / name / code_hash
         await asyncio.to_thread(self._store_code, rec, zip_path, code_dir, code_hash)
@@ -462,8 +462,6 @@ class StandalonePlatform:
             if not self.config.rabbitmq_url:
                 raise Unsupported("event triggers need RabbitMQ: set SLESS_RABBITMQ_URL (not supported by this "
                                   "installation yet)")
-            from sless_api.events.validation import check_queue_free
-
             check_queue_free(spec, self.state.list_triggers(namespace))
         self._function(namespace, spec.function)
 
@@ -499,17 +497,8 @@ class StandalonePlatform:
         if self.events is not None:
             self.events.refresh()
 
-    def cron_triggers(self) -> list[TriggerRecord]:
-        return [t for t in self.state.list_triggers() if t.spec.type == TriggerType.CRON and t.spec.enabled]
-
-    def mark_fired(self, trigger: TriggerRecord, message: str) -> None:
-        current = self.state.get_trigger(trigger.namespace, trigger.spec.name)
-        if current is not None:
-            current.last_fired_at, current.message = time.time(), message
-            self.state.save_trigger(current)
-
-    async def cron_route(self, namespace: str, name: str) -> Route:
-        """Cron calls a Ready function whether or not it has an http trigger."""
+    async def event_route(self, namespace: str, name: str) -> Route:
+        """Event triggers call a Ready function whether or not it has an http trigger."""
         rec = self._function(namespace, name)
         artifact = self.state.get_artifact(namespace, name)
         if rec.phase != Phase.READY or artifact is None:
@@ -530,7 +519,7 @@ class StandalonePlatform:
         self._function(namespace, spec.function)
         rec = JobRecord(namespace=namespace, spec=spec)
         if spec.run_id == 0:
-            rec.phase, rec.message = JobPhase.RECORDED, "recorded: set run_id above 0 to run it"
+            rec.phase, rec.message = JobPhase.RECORDED, contract.RECORDED_MESSAGE
         if not self.state.insert_job(rec):
             existing = self._job(namespace, spec.name)
             raise Conflict(f"job {spec.name!r} already exists", existing=existing.to_api())
@@ -546,12 +535,8 @@ class StandalonePlatform:
 
     async def rerun_job(self, namespace: str, name: str, run_id: int) -> JobRecord:
         rec = self._job(namespace, name)
-        if run_id == rec.spec.run_id:
+        if check_rerun(rec, run_id) is contract.Rerun.NOTHING:
             return rec
-        if run_id < rec.spec.run_id:
-            raise ValidationError(f"run_id can only grow (now {rec.spec.run_id})", field="run_id")
-        if rec.phase in (JobPhase.PENDING, JobPhase.RUNNING):
-            raise Conflict(f"job {name!r} is still {rec.phase}", existing=rec.to_api())
         rec.spec.run_id = run_id
         rec.phase, rec.message, rec.started_at, rec.completed_at = JobPhase.PENDING, "", None, None
         self.state.save_job(rec)
@@ -585,28 +570,70 @@ class StandalonePlatform:
             rec.phase, rec.started_at = JobPhase.RUNNING, time.time()
             self.state.save_job(rec)
             started = time.monotonic()
-            built = artifact_from_dict(artifact)
-            cpu = int(fn.spec.timeout_sec + KILL_MARGIN_SEC) + 1
-            limits = Limits.for_function(fn.spec.memory_mb, fn.spec.runtime, cpu_sec=cpu)
-            secrets = await deliver(self.secrets, namespace, fn.spec.name, fn.spec.secrets)
-            jail = dataclasses.replace(built.jail(namespace, limits), files=secrets.files)
-            result = await asyncio.to_thread(run_once, built, rec.spec.event, float(fn.spec.timeout_sec),
-                                             env={**fn.spec.env_vars, **secrets.env}, sandbox=self.sandbox,
-                                             jail=jail)
+            result = await self._run_once(namespace, fn, artifact, rec.spec.event)
             rec.phase = JobPhase.SUCCEEDED if result.ok else JobPhase.FAILED
             rec.message = result.output
-            self._record_job(rec, result.ok, started, result.output)
+            self._record_run(namespace, fn.spec.name, f"/jobs/{rec.spec.name}", "job", rec.spec.event, result,
+                             started)
         except (NotFound, Unavailable) as exc:
             rec.phase, rec.message = JobPhase.FAILED, exc.message
         rec.completed_at = time.time()
         if self.state.get_job(namespace, name) is not None:
             self.state.save_job(rec)
 
-    def _record_job(self, rec: JobRecord, ok: bool, started: float, output: str) -> None:
+    async def _run_once(self, namespace: str, fn: FunctionRecord, artifact: dict[str, Any],
+                        event: dict[str, Any]) -> RunResult:
+        """One run of FN's runner with EVENT, in the function's sandbox (jobs and cron firings)."""
+        built = artifact_from_dict(artifact)
+        cpu = int(fn.spec.timeout_sec + KILL_MARGIN_SEC) + 1
+        limits = Limits.for_function(fn.spec.memory_mb, fn.spec.runtime, cpu_sec=cpu)
+        secrets = await deliver(self.secrets, namespace, fn.spec.name, fn.spec.secrets)
+        jail = dataclasses.replace(built.jail(namespace, limits), files=secrets.files)
+        return await asyncio.to_thread(run_once, built, event, float(fn.spec.timeout_sec),
+                                       env={**fn.spec.env_vars, **secrets.env}, sandbox=self.sandbox, jail=jail)
+
+    def _record_run(self, namespace: str, function: str, path: str, trigger: str, event: dict[str, Any],
+                    result: RunResult, started: float) -> None:
         if self.invocations is None:
             return
         self.invocations.record(Invocation(
-            namespace=rec.namespace, function=rec.spec.function, method="RUN", path=f"/jobs/{rec.spec.name}",
-            status=200 if ok else 500, duration_ms=(time.monotonic() - started) * 1000,
-            request_bytes=len(json.dumps(rec.spec.event)), response_bytes=len(output), trigger="job",
-            error=None if ok else output[-500:], started_at=time.time()))
+            namespace=namespace, function=function, method="RUN", path=path,
+            status=200 if result.ok else 500, duration_ms=(time.monotonic() - started) * 1000,
+            request_bytes=len(json.dumps(event)), response_bytes=len(result.output), trigger=trigger,
+            error=None if result.ok else result.output[-500:], started_at=time.time()))
+
+    # cron
+    def cron_triggers(self) -> list[TriggerRecord]:
+        return [t for t in self.state.list_triggers() if t.spec.type == TriggerType.CRON and t.spec.enabled]
+
+    def _note_trigger(self, trigger: TriggerRecord, message: str, fired_at: float | None = None) -> None:
+        current = self.state.get_trigger(trigger.namespace, trigger.spec.name)
+        if current is not None and current.spec.function == trigger.spec.function:
+            current.message = message
+            if fired_at is not None:
+                current.last_fired_at = fired_at
+            self.state.save_trigger(current)
+
+    def cron_skipped(self, trigger: TriggerRecord, tick: float) -> None:
+        """A tick of TRIGGER came while its previous firing still ran: not fired (firings never overlap)."""
+        self._note_trigger(trigger, f"skipped the tick of {contract.scheduled_at(tick)}: the previous firing "
+                                    "still runs")
+
+    async def fire_cron(self, trigger: TriggerRecord, tick: float) -> str:
+        """Fire TICK of TRIGGER: the function's runner with the cron event, as on Kubernetes (a CronJob's
+        runner pod), recorded as an invocation with trigger ``cron``; the trigger's message says how it went."""
+        namespace, name = trigger.namespace, trigger.spec.name
+        self._note_trigger(trigger, f"firing the tick of {contract.scheduled_at(tick)}", fired_at=time.time())
+        event = contract.cron_event(name, trigger.spec.schedule or "", tick)
+        fn = self.state.get_function(namespace, trigger.spec.function)
+        artifact = self.state.get_artifact(namespace, trigger.spec.function) if fn is not None else None
+        if fn is None or fn.phase != Phase.READY or artifact is None:
+            phase = fn.phase if fn is not None else "deleted"
+            message = f"last run failed: function {trigger.spec.function!r} is not ready (phase {phase})"
+        else:
+            started = time.monotonic()
+            result = await self._run_once(namespace, fn, artifact, event)
+            self._record_run(namespace, fn.spec.name, f"/triggers/{name}", "cron", event, result, started)
+            message = "last run: succeeded" if result.ok else f"last run failed: {result.output[-300:]}"
+        self._note_trigger(trigger, message)
+        return message

@@ -1,36 +1,38 @@
-"""In-process cron for the standalone backend.
+"""In-process cron for the standalone backend, by the rules of ``sless_core.contract`` (as on Kubernetes).
 
-Each enabled cron trigger gets its next fire time from croniter; one asyncio task sleeps until the
-earliest and fires due triggers concurrently, so a slow function never delays another trigger's tick.
-A tick missed while `sless up` was down is not replayed (like a CronJob with no startingDeadlineSeconds).
+One asyncio task sleeps until the earliest next tick of the enabled cron triggers, then fires each
+due trigger on its own task, so a slow function never delays another trigger's tick:
+
+- a firing runs the function's runner once with ``{"type": "cron", "trigger", "schedule",
+  "scheduled_at"}`` (what a CronJob's runner pod gets on Kubernetes);
+- a tick missed while ``sless up`` was down fires late only within ``CRON_START_DEADLINE_SEC`` (the
+  latest one; older ones are never replayed), and never a tick from before the trigger existed;
+- a tick that comes while the same trigger's previous firing still runs is skipped (no overlap).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
-from datetime import UTC, datetime
 
-from croniter import croniter
-
-from sless_api.platform import PlatformError, TriggerRecord
-from sless_api.proxy import Invoker
+from sless_api.platform import TriggerRecord
 from sless_api.standalone.platform import StandalonePlatform
+from sless_core import contract
 
 log = logging.getLogger("sless.cron")
+Key = tuple[str, str, str]  # namespace, trigger, schedule
+IDLE_WAKE_SEC = 30.0
 
 
 class CronScheduler:
-    def __init__(self, platform: StandalonePlatform, invoker: Invoker) -> None:
+    def __init__(self, platform: StandalonePlatform) -> None:
         self.platform = platform
-        self.invoker = invoker
-        self._next: dict[tuple[str, str, str], float] = {}
+        self._fired: dict[Key, float] = {}  # the last tick fired (or skipped) per trigger and schedule
+        self._running: dict[Key, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._inflight: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         self.platform.cron = self
@@ -39,7 +41,7 @@ class CronScheduler:
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            await asyncio.gather(self._task, *self._inflight, return_exceptions=True)
+            await asyncio.gather(self._task, *self._running.values(), return_exceptions=True)
 
     def refresh(self) -> None:
         """Called on any trigger change: recompute on the loop's next turn."""
@@ -48,39 +50,38 @@ class CronScheduler:
     async def _loop(self) -> None:
         while True:
             now = time.time()
-            planned: dict[tuple[str, str, str], float] = {}
+            wake = now + IDLE_WAKE_SEC
+            fired: dict[Key, float] = {}
             for trig in self.platform.cron_triggers():
                 schedule = trig.spec.schedule or ""
                 key = (trig.namespace, trig.spec.name, schedule)
-                due = self._next.get(key) or _next_after(schedule, now)
-                if due <= now:
-                    task = asyncio.create_task(self._fire(trig, due))
-                    self._inflight.add(task)
-                    task.add_done_callback(self._inflight.discard)
-                    due = _next_after(schedule, now)
-                planned[key] = due
-            self._next = planned
-            delay = min([t - now for t in planned.values()] + [30.0])
+                last = max(self._fired.get(key, 0.0), trig.last_fired_at or 0.0, trig.created_at)
+                tick = contract.due_tick(schedule, now, last)
+                if tick is not None:
+                    self._fire(key, trig, tick)
+                    last = tick
+                fired[key] = last
+                wake = min(wake, contract.next_tick(schedule, now))
+            self._fired = fired
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=max(delay, 0.05))
+                await asyncio.wait_for(self._wake.wait(), timeout=max(wake - time.time(), 0.05))
 
-    async def _fire(self, trig: TriggerRecord, due_at: float) -> None:
-        event = {"trigger": trig.spec.name, "type": "cron", "schedule": trig.spec.schedule,
-                 "scheduled_at": datetime.fromtimestamp(due_at, UTC).isoformat()}
+    def _fire(self, key: Key, trig: TriggerRecord, tick: float) -> None:
+        running = self._running.get(key)
+        if running is not None and not running.done() and not contract.CRON_OVERLAP:
+            log.info("cron %s/%s: tick %s skipped, the previous firing still runs", trig.namespace, trig.spec.name,
+                     contract.scheduled_at(tick))
+            self.platform.cron_skipped(trig, tick)
+            return
+        task = asyncio.create_task(self._run(trig, tick))
+        self._running[key] = task
+        task.add_done_callback(lambda t: self._running.pop(key, None) if self._running.get(key) is t else None)
+
+    async def _run(self, trig: TriggerRecord, tick: float) -> None:
         try:
-            route = await self.platform.cron_route(trig.namespace, trig.spec.function)
-            result = await self.invoker.call(route, "POST", "/", [("Content-Type", "application/json")],
-                                             json.dumps(event).encode(), trigger="cron")
-            message = f"last run: HTTP {result.status}"
-            if result.error:
-                message += f": {result.error[:300]}"
-        except PlatformError as exc:
-            message = f"last run failed: {exc.message}"
-        log.info("cron %s/%s fired: %s", trig.namespace, trig.spec.name, message)
-        self.platform.mark_fired(trig, message)
-
-
-def _next_after(schedule: str, now: float) -> float:
-    value: float = croniter(schedule, datetime.fromtimestamp(now, UTC)).get_next(float)
-    return value
+            message = await self.platform.fire_cron(trig, tick)
+        except Exception:  # one failed firing must not stop the schedule
+            log.exception("cron %s/%s: the firing failed", trig.namespace, trig.spec.name)
+            return
+        log.info("cron %s/%s fired (%s): %s", trig.namespace, trig.spec.name, contract.scheduled_at(tick), message)
