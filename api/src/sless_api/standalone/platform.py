@@ -25,6 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from sless_api import metrics
 from sless_api.buildcontext import make_build_context
 from sless_api.config import ApiConfig
 from sless_api.contract import check_queue_free, check_rerun
@@ -39,6 +40,7 @@ from sless_api.platform import (
     Unavailable,
     Unsupported,
 )
+from sless_api.requestid import new_request_id
 from sless_api.secrets import SecretMeta, SecretValues
 from sless_api.secrets.factory import secret_store_from_env
 from sless_api.secrets.usage import (
@@ -594,13 +596,16 @@ class StandalonePlatform:
 
     def _record_run(self, namespace: str, function: str, path: str, trigger: str, event: dict[str, Any],
                     result: RunResult, started: float) -> None:
+        """A run (job, cron firing) in the metrics and the invocation log, as the proxy records a call."""
+        status, duration = (200 if result.ok else 500), time.monotonic() - started
+        metrics.observe_invocation(namespace, function, trigger, status, duration)
         if self.invocations is None:
             return
         self.invocations.record(Invocation(
-            namespace=namespace, function=function, method="RUN", path=path,
-            status=200 if result.ok else 500, duration_ms=(time.monotonic() - started) * 1000,
-            request_bytes=len(json.dumps(event)), response_bytes=len(result.output), trigger=trigger,
-            error=None if result.ok else result.output[-500:], started_at=time.time()))
+            namespace=namespace, function=function, method="RUN", path=path, status=status,
+            duration_ms=duration * 1000, request_bytes=len(json.dumps(event)), response_bytes=len(result.output),
+            trigger=trigger, error=None if result.ok else result.output[-500:], started_at=time.time(),
+            request_id=new_request_id()))
 
     # cron
     def cron_triggers(self) -> list[TriggerRecord]:
