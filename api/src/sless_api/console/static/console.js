@@ -107,17 +107,22 @@ async function showDetail(fn, triggers, fresh = true) {
 }
 
 async function start() {
+  let who;
   try {
-    const who = await api("GET", "/v1/whoami");
-    session.namespace = who.namespace;
-    $("who").textContent = `${who.sub} · ${who.namespace}`;
-    $("login").hidden = true;
-    for (const id of ["functions", "jobs", "secrets", "logout"]) $(id).hidden = false;
-    await Promise.all([loadFunctions(), loadJobs(), loadSecrets()]);
-  } catch (e) {
+    who = await api("GET", "/v1/whoami");
+  } catch (e) {  // the token is refused: say why and forget it
     say($("login-error"), e.message, true);
     sessionStorage.removeItem("sless-token");
+    return;
   }
+  session.namespace = who.namespace;
+  $("who").textContent = `${who.sub} · ${who.namespace}`;
+  $("login").hidden = true;
+  for (const id of ["functions", "jobs", "secrets", "logout"]) $(id).hidden = false;
+  // A list that fails to load says so in its own section; the others still show.
+  loadFunctions().catch((e) => say($("functions-status"), e.message, true));
+  loadJobs().catch((e) => say($("jobs-status"), e.message, true));
+  loadSecrets().catch((e) => say($("secret-status"), e.message, true));
 }
 
 $("login-form").addEventListener("submit", (ev) => {
