@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from sless_api.asynccalls.model import AsyncCall, CallState, new_call_id
 from sless_api.asynccalls.store import CallStore, store_from_url
-from tests.support.services import fresh_pg_database
 
 NOW = 1_800_000_000.0  # fixed times: the store compares what it is given, never the clock
 
@@ -22,17 +20,10 @@ def call(n: int, namespace: str = "sless-00000000000000aa", function: str = "fn"
                      next_attempt_at=NOW + n)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.pg)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'calls.db'}"
-    return fresh_pg_database(request.getfixturevalue("pg_url"))
-
-
 @pytest.fixture
-def stores(url: str) -> Iterator[tuple[CallStore, CallStore]]:
+def stores(db_url: str) -> Iterator[tuple[CallStore, CallStore]]:
     """Two stores on one database, as two API processes have."""
-    first, second = store_from_url(url), store_from_url(url)
+    first, second = store_from_url(db_url), store_from_url(db_url)
     yield first, second
     first.close()
     second.close()
@@ -114,11 +105,11 @@ def test_listing_pages_newest_first_by_function_and_state_and_purge_forgets_old_
     assert len(store.list(made[0].namespace, None, None, 10, None)) == 5
 
 
-def test_a_store_opens_an_existing_database_again(url: str) -> None:
-    first = store_from_url(url)
+def test_a_store_opens_an_existing_database_again(db_url: str) -> None:
+    first = store_from_url(db_url)
     first.add(call(1))
     first.close()
-    again = store_from_url(url)
+    again = store_from_url(db_url)
     try:
         assert len(again.list("sless-00000000000000aa", None, None, 10, None)) == 1
     finally:

@@ -47,13 +47,6 @@ def pg_count(url: str, where: str = "TRUE") -> int:
         conn.close()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("pg", marks=pytest.mark.pg)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/invocations.db"
-    return fresh_pg_database(request.getfixturevalue("pg_url"))
-
-
 @pytest.fixture
 def inv_log(db_url: str) -> Iterator[InvocationLog]:
     log = log_from_url(db_url, flush_interval=0.05)
