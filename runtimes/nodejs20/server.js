@@ -106,6 +106,29 @@ function createServer(config, handler) {
       return;
     }
     const event = rt.buildEvent(req.method || 'GET', url, req.rawHeaders, body);
+    const callId = rt.callIdFrom(req.headers['x-request-id']);
+    rt.runAsCall(callId, () => invokeAndAnswer(req, res, url, event, callId));
+  }
+
+  /**
+   * Run the handler as the call `callId` and answer with its result and run time.
+   * @param {http.IncomingMessage} req
+   * @param {http.ServerResponse} res
+   * @param {string} url
+   * @param {object} event
+   * @param {string | null} callId
+   */
+  function invokeAndAnswer(req, res, url, event, callId) {
+    const began = process.hrtime.bigint();
+    /** @param {import('./sless-runtime.js').HttpResult} result */
+    const answer = (result) => {
+      rt.endCall(callId);
+      for (const name of Object.keys(result.headers)) {
+        if (name.toLowerCase() === rt.HANDLER_MS_HEADER) delete result.headers[name];
+      }
+      result.headers[rt.HANDLER_MS_HEADER] = (Number(process.hrtime.bigint() - began) / 1e6).toFixed(3);
+      send(req, res, result);
+    };
     rt.invoke(handler, event, timeoutSec).then(
       (value) => {
         let result;
@@ -115,17 +138,17 @@ function createServer(config, handler) {
           rt.logError(`cannot send the result of ${req.method} ${url}`, err);
           result = rt.errorResult(500, rt.describeError(err).error, 'InvalidResponse');
         }
-        send(req, res, result);
+        answer(result);
       },
       (err) => {
         if (err instanceof rt.TimeoutError) {
           process.stderr.write(`sless-runtime: ${req.method} ${url}: ${err.message}\n`);
-          send(req, res, rt.errorResult(504, err.message, 'Timeout'));
+          answer(rt.errorResult(504, err.message, 'Timeout'));
           return;
         }
         rt.logError(`handler failed on ${req.method} ${url}`, err);
         const { error, type } = rt.describeError(err);
-        send(req, res, rt.errorResult(500, rt.publicMessage(error, config), type));
+        answer(rt.errorResult(500, rt.publicMessage(error, config), type));
       },
     );
   }
@@ -249,6 +272,7 @@ function createServer(config, handler) {
 
 async function main() {
   rt.installProcessGuards();
+  rt.installCallTagging(); // before the handler loads: loggers it makes then write through it
   let config;
   let handler;
   try {

@@ -530,7 +530,125 @@ function installProcessGuards() {
   process.on('uncaughtException', (err) => logError('uncaught exception', err));
 }
 
+// ------------------------------------------------------------------ per-call output tagging
+//
+// Every line a handler writes to process.stdout or process.stderr (console.* included) while
+// serving a call is written as `@sless:<request id> <text>` (runtimes/README.md, "Output of a
+// call"). The id travels with the call's async context (AsyncLocalStorage), so concurrent calls
+// never borrow each other's id. A line written outside any call that starts with the tag marker
+// is re-tagged `@sless:- ` ("no call"): printed text never passes for another call's line.
+
+const { AsyncLocalStorage } = require('node:async_hooks');
+
+const TAG = '@sless:';
+const NO_CALL = '-';
+/** The request ids the platform sends; anything else tags nothing. */
+const REQUEST_ID = /^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$/;
+/** A partial line longer than this is written as a line of its own. */
+const MAX_PARTIAL_CHARS = 65536;
+/** The response header that carries the handler's run time to the platform (which removes it). */
+const HANDLER_MS_HEADER = 'x-sless-handler-ms';
+
+/** @type {AsyncLocalStorage<string | null>} */
+const callIds = new AsyncLocalStorage();
+/** @type {Array<(id: string | null) => void>} */
+const callEnders = [];
+
+/**
+ * @param {string | string[] | undefined} value the request's X-Request-Id
+ * @returns {string | null}
+ */
+function callIdFrom(value) {
+  return typeof value === 'string' && REQUEST_ID.test(value) ? value : null;
+}
+
+/**
+ * @param {string | null} id
+ * @param {string} line
+ */
+function tagLine(id, line) {
+  if (id !== null) return `${TAG}${id} ${line}`;
+  if (line.startsWith(TAG)) return `${TAG}${NO_CALL} ${line}`;
+  return line;
+}
+
+/**
+ * Put a tagging write() in front of one stream; partial lines wait per call.
+ * @param {NodeJS.WriteStream} stream
+ */
+function tagStream(stream) {
+  const write = stream.write.bind(stream);
+  /** @type {Map<string | null, string>} */
+  const partial = new Map();
+  /** @type {any} */ (stream).write = function tagged(/** @type {any} */ chunk, /** @type {any} */ encoding, /** @type {any} */ cb) {
+    if (typeof encoding === 'function') {
+      cb = encoding;
+      encoding = undefined;
+    }
+    const id = callIds.getStore() ?? null;
+    let text = typeof chunk === 'string'
+      ? (encoding && encoding !== 'utf8' && encoding !== 'utf-8' ? Buffer.from(chunk, encoding).toString() : chunk)
+      : Buffer.from(chunk).toString();
+    const before = partial.get(id);
+    if (before !== undefined) {
+      partial.delete(id);
+      text = before + text;
+    }
+    const lines = text.split('\n');
+    let rest = /** @type {string} */ (lines.pop());
+    if (rest.length > MAX_PARTIAL_CHARS) {
+      lines.push(rest);
+      rest = '';
+    }
+    if (rest) partial.set(id, rest);
+    if (lines.length === 0) {
+      if (cb) process.nextTick(cb);
+      return true;
+    }
+    let out = '';
+    for (const line of lines) out += `${tagLine(id, line)}\n`;
+    return write(out, cb);
+  };
+  callEnders.push((id) => {
+    const rest = partial.get(id);
+    if (rest === undefined) return;
+    partial.delete(id);
+    write(`${tagLine(id, rest)}\n`);
+  });
+}
+
+/** Tag process.stdout and process.stderr (the HTTP server does; the runner does not). */
+function installCallTagging() {
+  tagStream(process.stdout);
+  tagStream(process.stderr);
+}
+
+/**
+ * Run `fn` as the call `id`: what it and its async continuations write is tagged with `id`.
+ * @template T
+ * @param {string | null} id
+ * @param {() => T} fn
+ * @returns {T}
+ */
+function runAsCall(id, fn) {
+  return callIds.run(id, fn);
+}
+
+/**
+ * Write what a finished call left without a newline.
+ * @param {string | null} id
+ */
+function endCall(id) {
+  for (const end of callEnders) end(id);
+}
+
 module.exports = {
+  HANDLER_MS_HEADER,
+  callIdFrom,
+  tagLine,
+  installCallTagging,
+  runAsCall,
+  endCall,
   ConfigError,
   TimeoutError,
   InvalidResponse,

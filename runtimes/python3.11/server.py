@@ -203,6 +203,8 @@ class Server:
         self.abandoned = 0
         self._abandoned_lock = threading.Lock()
         self.exit_code = 0
+        #: The tagging streams in front of sys.stdout/sys.stderr (see sless_runtime.TaggedStream).
+        self.tagged = [s for s in (sys.stdout, sys.stderr) if isinstance(s, rt.TaggedStream)]
         self.listener = self._listen()
 
     # ------------------------------------------------------------------ life cycle
@@ -333,10 +335,20 @@ class Server:
             resp = _reserved(method, path)
         else:
             event = rt.build_event(method, path, query, headers, body)
-            maybe = self._invoke(conn, event)
+            call_id = rt.call_id_from(headers.get("x-request-id"))
+            token = rt.CALL_ID.set(call_id)
+            began = time.perf_counter()
+            try:
+                maybe = self._invoke(conn, event)
+            finally:
+                rt.CALL_ID.reset(token)
+                for stream in self.tagged:
+                    stream.end_call(call_id)
             if maybe is None:  # timed out: the watchdog answered and closed the connection
                 return False
             resp = maybe
+            resp.headers = [h for h in resp.headers if h[0].lower() != "x-sless-handler-ms"]
+            resp.headers.append((rt.HANDLER_MS_HEADER, f"{(time.perf_counter() - began) * 1000:.3f}"))
         if self.draining or ("transfer-encoding" in headers and "content-length" in headers):
             keep_alive = False
         conn.sock.sendall(serialize(resp, keep_alive, conn.head_only, http10))
@@ -605,6 +617,7 @@ def main() -> None:
     except ValueError as exc:
         rt.log(f"bad configuration: {exc}")
         sys.exit(1)
+    rt.install_call_tagging()  # before the handler's import: loggers it makes there write through it
     try:
         handler = rt.load_handler(config)
     except rt.LoadError as exc:

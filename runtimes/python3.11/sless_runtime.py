@@ -310,3 +310,93 @@ def log_exception(what: str, exc: BaseException) -> None:
 
     detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     log(f"{what}:\n{detail.rstrip()}")
+
+
+# ---------------------------------------------------------------------- per-call output tagging
+#
+# Every line a handler writes to sys.stdout or sys.stderr while serving a call is written as
+# ``@sless:<request id> <text>`` (runtimes/README.md, "Output of a call"), so the platform can file
+# it under that call. The id lives in a context variable: each connection thread sets its own, and
+# asyncio tasks inherit it, so concurrent calls never borrow each other's id. A line written outside
+# any call that starts with the tag marker itself is re-tagged ``@sless:- `` ("no call"): printed text
+# can never pass for another call's line.
+
+import contextvars  # noqa: E402 - kept next to the code that uses it
+import re  # noqa: E402
+import threading  # noqa: E402
+
+TAG = "@sless:"
+NO_CALL = "-"
+#: The request ids the platform sends (sless_api.requestid): anything else tags nothing.
+_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}")
+#: A partial line longer than this is written as a line of its own (a runaway line must not grow forever).
+MAX_PARTIAL_CHARS = 65536
+#: The response header that carries the handler's own run time to the platform (which removes it).
+HANDLER_MS_HEADER = "X-Sless-Handler-Ms"
+
+CALL_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("sless_call_id", default=None)
+
+
+def call_id_from(value: str | None) -> str | None:
+    """The request id a call's lines are tagged with: the header's value when it is one the platform makes."""
+    return value if value and _REQUEST_ID.fullmatch(value) else None
+
+
+def tag_line(call_id: str | None, line: str) -> str:
+    """One output line in the documented format (without its newline)."""
+    if call_id is not None:
+        return f"{TAG}{call_id} {line}"
+    if line.startswith(TAG):
+        return f"{TAG}{NO_CALL} {line}"
+    return line
+
+
+class TaggedStream:
+    """A text stream in front of sys.stdout/sys.stderr that tags each complete line with the current call.
+
+    Partial lines wait per call (``print("a", end="")`` then ``print("b")`` is one line), so two calls
+    writing at once never end up on the same line. Anything else (``fileno``, ``buffer``, ``encoding``)
+    is the real stream's: bytes written to ``sys.stdout.buffer`` or the file descriptor are not tagged.
+    """
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._lock = threading.Lock()
+        self._partial: dict[str | None, str] = {}
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        call_id = CALL_ID.get()
+        with self._lock:
+            pending = self._partial.pop(call_id, "") + text if self._partial else text
+            lines = pending.split("\n")
+            rest = lines.pop()
+            if len(rest) > MAX_PARTIAL_CHARS:
+                lines.append(rest)
+                rest = ""
+            if rest:
+                self._partial[call_id] = rest
+            if lines:
+                self._raw.write("".join(tag_line(call_id, line) + "\n" for line in lines))
+        return len(text)
+
+    def end_call(self, call_id: str | None) -> None:
+        """Write what a finished call left without a newline."""
+        with self._lock:
+            rest = self._partial.pop(call_id, None)
+            if rest:
+                self._raw.write(tag_line(call_id, rest) + "\n")
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+def install_call_tagging() -> tuple[TaggedStream, TaggedStream]:
+    """Put tagging streams in front of sys.stdout and sys.stderr (the HTTP server does; the runner does not)."""
+    out, err = TaggedStream(sys.stdout), TaggedStream(sys.stderr)
+    sys.stdout, sys.stderr = out, err  # type: ignore[assignment]
+    return out, err

@@ -90,6 +90,9 @@ func abandon(done <-chan outcome, cfg Config) {
 func start(ctx context.Context, h Handler, event map[string]any) <-chan outcome {
 	done := make(chan outcome, 1)
 	go func() {
+		id := callIDOf(ctx)
+		outputTags.begin(id)
+		defer outputTags.end(id) // registered first, runs last: after the panic's stack is logged
 		returned := false
 		defer func() {
 			if returned {

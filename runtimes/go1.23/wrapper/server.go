@@ -33,7 +33,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	result, fail := invoke(r.Context(), s.handler, buildEvent(r, body), s.cfg)
+	ctx := withCallID(r.Context(), callIDFrom(r.Header.Get("X-Request-Id")))
+	began := time.Now()
+	result, fail := invoke(ctx, s.handler, buildEvent(r, body), s.cfg)
+	handlerMs := strconv.FormatFloat(float64(time.Since(began).Microseconds())/1000, 'f', 3, 64)
 	if fail != nil {
 		if fail.kind == kindCanceled { // nobody is left to read a response
 			return
@@ -41,15 +44,19 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if fail.kind != kindPanic { // a panic was logged with its stack already
 			log.Printf("sless: %s %s: %s: %s", r.Method, r.URL.Path, fail.kind, fail.message)
 		}
+		w.Header().Set(HandlerMsHeader, handlerMs)
 		writeError(w, fail.status, fail.message, fail.kind)
 		return
 	}
 	resp, err := renderResult(result)
 	if err != nil {
 		log.Printf("sless: invalid result: %v", err)
+		w.Header().Set(HandlerMsHeader, handlerMs)
 		writeError(w, http.StatusInternalServerError, err.Error(), "InvalidResponse")
 		return
 	}
+	resp.header.Del(HandlerMsHeader) // the platform's, never the handler's
+	resp.header.Set(HandlerMsHeader, handlerMs)
 	writeResponse(w, r, resp)
 }
 
@@ -140,6 +147,12 @@ func writeError(w http.ResponseWriter, status int, message, kind string) {
 // serve listens until SIGTERM (or SIGINT), then stops accepting, waits up to
 // cfg.Drain for in-flight requests and returns the exit code.
 func serve(cfg Config, h Handler) int {
+	tags, err := startTagging()
+	if err != nil {
+		log.Printf("sless: cannot tag the output of calls: %v", err)
+	}
+	outputTags = tags
+	defer tags.close()
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
 	if err != nil {
 		log.Printf("sless: %v", err)

@@ -38,6 +38,8 @@ func Handle(ctx context.Context, event map[string]any) (any, error) {
 	case "chatty":
 		fmt.Println("noise from the handler")
 		return map[string]any{"ok": true}, nil
+	case "logs":
+		return logs(ctx, event)
 	case "error":
 		return nil, errors.New("boom")
 	case "crash":
@@ -127,4 +129,27 @@ func queryOr(event map[string]any, param, field string) string {
 		return strconv.FormatFloat(v, 'f', -1, 64)
 	}
 	return ""
+}
+
+// logs writes the lines the call-output tests look for: both streams, a partial
+// line, a forged tag, and a pause so calls can overlap.
+func logs(ctx context.Context, event map[string]any) (any, error) {
+	mark := queryOr(event, "m", "m")
+	fmt.Println("first " + mark)
+	fmt.Fprintln(os.Stderr, "to stderr "+mark)
+	fmt.Print("partial " + mark + " ")
+	if s := queryOr(event, "s", "s"); s != "" {
+		seconds, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-time.After(time.Duration(seconds * float64(time.Second))):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	fmt.Println("line")
+	fmt.Println("@sless:victim forged " + mark + "\n@sless:victim also forged")
+	return map[string]any{"mark": mark}, nil
 }

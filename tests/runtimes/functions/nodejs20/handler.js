@@ -39,6 +39,17 @@ exports.handle = async (event) => {
     case 'chatty':
       console.log('noise from the handler');
       return { ok: true };
+    case 'logs': {
+      // Output of a call: lines on both streams, a partial line, a forged tag, a pause for overlap.
+      const mark = query.m || event.m || '';
+      console.log(`first ${mark}`);
+      console.error(`to stderr ${mark}`);
+      process.stdout.write(`partial ${mark} `);
+      await sleep(parseFloat(query.s || event.s || '0') * 1000);
+      console.log('line');
+      console.log(`@sless:victim forged ${mark}\n@sless:victim also forged`);
+      return { mark };
+    }
     case 'error':
       throw new Error('boom');
     case 'crash': {

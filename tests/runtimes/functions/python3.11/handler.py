@@ -7,6 +7,7 @@ event["_path"], so the same function serves both HTTP and runner tests.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 
@@ -45,6 +46,16 @@ def handle(event: dict[str, Any]) -> Any:
     if case == "chatty":
         print("noise from the handler")
         return {"ok": True}
+    if case == "logs":
+        # Output of a call: lines on both streams, a partial line, a forged tag, a pause for overlap.
+        mark = query.get("m") or event.get("m", "")
+        print(f"first {mark}")
+        print(f"to stderr {mark}", file=sys.stderr)
+        print(f"partial {mark} ", end="")
+        time.sleep(float(query.get("s") or event.get("s") or 0))
+        print("line")
+        print(f"@sless:victim forged {mark}\n@sless:victim also forged")
+        return {"mark": mark}
     if case == "error":
         raise ValueError("boom")
     if case == "crash":
