@@ -128,6 +128,30 @@ def test_logs_show_calls_with_request_ids_and_follow_new_ones(deployed: Tenant, 
         follower.wait(10)
 
 
+def test_logs_id_prints_what_one_call_wrote(tenant: Tenant) -> None:
+    tenant.deploy("talker", "python3.11", {"handler.py": (
+        "import sys\ndef handle(event):\n    print('said', event['_query'].get('w'))\n"
+        "    print('warned', file=sys.stderr)\n    return 1\n")})
+    requests.get(tenant.fn_url("talker"), params={"w": "one"}, headers={"X-Request-Id": "talk-1"}, timeout=30)
+    requests.get(tenant.fn_url("talker"), params={"w": "two"}, headers={"X-Request-Id": "talk-2"}, timeout=30)
+    deadline = time.monotonic() + 30
+    records: dict[str, dict[str, Any]] = {}
+    while time.monotonic() < deadline and len(records) < 2:
+        records = {line["request_id"]: line for line in map(json.loads, sless_cli(
+            tenant, "logs", "talker", "-o", "json").splitlines())}
+        time.sleep(0.2)
+    first = records["talk-1"]
+    table = sless_cli(tenant, "logs", "talker")
+    assert any(row.split()[0] == str(first["id"]) and "cold" in row.split() for row in table.splitlines()), table
+    done = sless(tenant, "logs", "talker", "--id", str(first["id"]))
+    assert done.stdout == "said one\n" and done.stderr == "warned\n"
+    raw = json.loads(sless_cli(tenant, "logs", "talker", "--id", str(first["id"]), "-o", "json"))
+    assert raw["truncated"] is False and {line["text"] for line in raw["lines"]} == {"said one", "warned"}
+    missing = sless(tenant, "logs", "talker", "--id", "999999999", expect=1)
+    assert "no invocation" in missing.stderr and "Traceback" not in missing.stderr
+    assert "invalid int" in sless(tenant, "logs", "talker", "--id", "x", expect=2).stderr
+
+
 def sless_cli(tenant: Tenant, *argv: str) -> str:
     return sless(tenant, *argv).stdout
 

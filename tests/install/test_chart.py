@@ -192,6 +192,27 @@ def test_operator_may_write_status_but_api_may_not(default: list[dict[str, Any]]
     assert not any(r.endswith("/status") for r in resources("sless-api"))
 
 
+def _grants(objects: list[dict[str, Any]], role: str) -> set[tuple[str, str, str]]:
+    return {(group, resource, verb) for rule in one(objects, "ClusterRole", role)["rules"]
+            for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def test_api_reads_pod_logs_and_nothing_more_of_pods(default: list[dict[str, Any]]) -> None:
+    pods = {g for g in _grants(default, API) if g[0] == "" and g[1].startswith("pods")}
+    assert pods == {("", "pods", "list"), ("", "pods/log", "get")}
+
+
+def test_call_logs_off_grants_no_pod_access(default: list[dict[str, Any]]) -> None:
+    off = render({"api.callLogs.enabled": False})
+    assert not any(g[1].startswith("pods") for g in _grants(off, API))
+    assert _grants(off, API) == {g for g in _grants(default, API) if not g[1].startswith("pods")}
+
+
+def test_call_logs_setting_is_a_boolean() -> None:
+    with pytest.raises(HelmError):
+        render({"api.callLogs": {"enabled": "yes"}})
+
+
 # ---------------------------------------------------------------- secrets and config
 
 

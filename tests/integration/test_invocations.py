@@ -139,6 +139,65 @@ def test_odd_values_do_not_fail_a_batch(inv_log: InvocationLog) -> None:
     assert stored.error is not None and len(stored.error) == 2000
 
 
+def test_cold_and_phases_round_trip_and_stay_null_when_unknown(inv_log: InvocationLog) -> None:
+    known = inv(1, fn="phased")
+    known.cold, known.queue_ms, known.start_ms, known.handler_ms = True, 0.25, 812.5, 40.125
+    warm = inv(2, fn="phased")
+    warm.cold, warm.queue_ms, warm.start_ms, warm.handler_ms = False, 0.5, 0.0, None
+    odd = inv(3, fn="phased")
+    odd.queue_ms, odd.start_ms, odd.handler_ms = float("nan"), -3.0, 1e30  # out of range: stored as 0
+    inv_log.record(known)
+    inv_log.record(warm)
+    inv_log.record(odd)
+    inv_log.record(inv(4, fn="phased"))  # an old-style record: nothing known
+    assert inv_log.flush(30), inv_log.last_error
+    page, _ = inv_log.list("ns", "phased", limit=10)
+    by_path = {r.path: r for r in page}
+    first, second, third, plain = by_path["/p/1"], by_path["/p/2"], by_path["/p/3"], by_path["/p/4"]
+    assert (first.cold, first.queue_ms, first.start_ms, first.handler_ms) == (True, 0.25, 812.5, 40.125)
+    assert (second.cold, second.start_ms, second.handler_ms) == (False, 0.0, None)
+    assert (third.queue_ms, third.start_ms, third.handler_ms) == (0.0, 0.0, 0.0)
+    assert (plain.cold, plain.queue_ms, plain.start_ms, plain.handler_ms) == (None, None, None, None)
+    api = first.to_dict()
+    assert api["cold"] is True and api["phases_ms"] == {"queue": 0.25, "start": 812.5, "handler": 40.125}
+    assert "queue_ms" not in api
+    assert plain.to_dict()["phases_ms"] == {"queue": None, "start": None, "handler": None}
+
+
+def test_get_finds_a_record_only_under_its_own_function(inv_log: InvocationLog) -> None:
+    inv_log.record(inv(1, fn="mine"))
+    inv_log.record(inv(2, ns="tenant-b", fn="mine"))
+    assert inv_log.flush(30)
+    ident = inv_log.list("ns", "mine")[0][0].id
+    assert ident is not None
+    found = inv_log.get("ns", "mine", ident)
+    assert found is not None and found.path == "/p/1"
+    assert inv_log.get("ns", "other", ident) is None
+    assert inv_log.get("tenant-b", "mine", ident) is None
+    assert inv_log.get("ns", "mine", ident + 1000) is None
+
+
+def test_a_database_from_before_the_phases_is_upgraded_in_place(tmp_path: Path) -> None:
+    """Records written before migration 0004 keep their values and read back with nulls."""
+    db = tmp_path / "old.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    older = tmp_path / "older-migrations"
+    older.mkdir()
+    for migration in sorted((REPO / "api/src/sless_api/migrations").glob("000[123]_*.sql")):
+        (older / migration.name).write_text(migration.read_text())
+    migrate_sqlite(conn, older)
+    conn.execute("INSERT INTO invocations (namespace, function, method, path, status, duration_ms, request_bytes, "
+                 "response_bytes, trigger, error, started_at, request_id) "
+                 "VALUES ('ns', 'fn', 'GET', '/', 200, 1.5, 0, 0, 'http', NULL, 1700000000.0, 'old-1')")
+    conn.close()
+    sink = SqliteSink(db)
+    try:
+        (old,) = sink.list("ns", "fn", 10, None)
+        assert old.request_id == "old-1" and old.cold is None and old.handler_ms is None
+    finally:
+        sink.close()
+
+
 def test_migrations_are_idempotent_sqlite(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     versions = [m.version for m in load_migrations("sqlite")]

@@ -96,6 +96,8 @@ def build_rest(services: Services) -> falcon.asgi.App[Any, Any]:
                   functions.Upload(platform, cfg.max_upload_bytes, upload_spool(cfg)))
     app.add_route(f"{base}/functions/{{name}}/source", functions.Source(platform))
     app.add_route(f"{base}/functions/{{name}}/invocations", functions.Invocations(platform, services.invocations))
+    app.add_route(f"{base}/functions/{{name}}/invocations/{{ident}}/logs",
+                  functions.InvocationLogs(platform, services.invocations))
     app.add_route(f"{base}/triggers", triggers.Triggers(platform, cfg.public_url))
     app.add_route(f"{base}/triggers/{{name}}", triggers.Trigger(platform, cfg.public_url))
     app.add_route(f"{base}/jobs", jobs.Jobs(platform))

@@ -239,8 +239,10 @@ def parser() -> argparse.ArgumentParser:
     invoke.add_argument("--timeout", type=float, default=930)
     client_args(invoke)
     invoke.set_defaults(run=cmd_invoke)
-    logs = verbs.add_parser("logs", help="recent invocations of a function (--follow: keep printing new ones)")
+    logs = verbs.add_parser("logs", help="recent invocations of a function (--follow: keep printing new ones; "
+                                         "--id N: what call N wrote)")
     logs.add_argument("name")
+    logs.add_argument("--id", type=int, default=None, help="an invocation's id (first column): print its output")
     logs.add_argument("--limit", type=int, default=20)
     logs.add_argument("--follow", "-f", action="store_true")
     logs.add_argument("--interval", type=float, default=1.0, help="--follow: seconds between polls")

@@ -66,8 +66,11 @@ def write_source(folder: Path, files: list[dict[str, Any]]) -> None:
 
 
 def cmd_logs(args: argparse.Namespace, client: Client) -> int:
-    """Recent invocations, oldest first; with --follow, new ones as they are recorded (Ctrl-C ends)."""
+    """Recent invocations, oldest first; with --follow, new ones as they are recorded (Ctrl-C ends);
+    with --id, what that one call wrote."""
     path = client.ns_path(f"/functions/{args.name}/invocations")
+    if args.id is not None:
+        return print_call_output(client.request("GET", f"{path}/{args.id}/logs"), args.output == "json")
     items: list[dict[str, Any]] = client.request("GET", path, params={"limit": args.limit})["items"]
     last = max((int(i["id"]) for i in items if i.get("id") is not None), default=0)
     for item in reversed(items):
@@ -87,8 +90,22 @@ def print_invocation(item: dict[str, Any], as_json: bool) -> None:
         print(json.dumps(item, sort_keys=True))
         return
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(item["started_at"])))
-    print(f"{at} {item['trigger']:6} {item['method']:6} {item['status']:3} {item['duration_ms']:9.1f}ms "
-          f"{item.get('request_id') or '-':32} {one_line(item['path'], 40)} {one_line(item.get('error'), 60)}")
+    cold = "-" if item.get("cold") is None else "cold" if item["cold"] else "warm"
+    print(f"{item.get('id') or '-':>8} {at} {item['trigger']:6} {item['method']:6} {item['status']:3} "
+          f"{item['duration_ms']:9.1f}ms {cold:4} {item.get('request_id') or '-':32} {one_line(item['path'], 40)} "
+          f"{one_line(item.get('error'), 60)}")
+
+
+def print_call_output(found: dict[str, Any], as_json: bool) -> int:
+    """One call's lines as the function wrote them: stderr's on stderr, the rest on stdout."""
+    if as_json:
+        print(json.dumps(found, sort_keys=True))
+        return 0
+    for line in found["lines"]:
+        print(line["text"], file=sys.stderr if line["stream"] == "stderr" else sys.stdout)
+    if found.get("truncated"):
+        print("[sless: this call wrote more than is kept; the rest is cut]", file=sys.stderr)
+    return 0
 
 
 # -- triggers --------------------------------------------------------------------------------------

@@ -46,7 +46,8 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 ERROR_REASONS = {400: "invalid input (`field` names it)", 401: "missing or bad token",
                  403: "another tenant's namespace", 404: "no such object (or path)", 405: "method not allowed",
                  409: "conflict", 413: "body too large", 415: "wrong content type",
-                 422: "not supported by this backend", 503: "not ready, or no token key configured"}
+                 422: "not supported by this backend", 501: "this cluster does not let the API read pod logs",
+                 503: "not ready, or no token key configured"}
 COMMON = (400, 401, 403, 404, 405, 413, 503)
 WRITE = (*COMMON, 409, 415)
 
@@ -139,7 +140,19 @@ SCHEMAS: dict[str, Any] = {
         "duration_ms": {"type": "number"}, "request_bytes": {"type": "integer"},
         "response_bytes": {"type": "integer"}, "trigger": {"type": "string"},
         "error": _nullable({"type": "string"}), "started_at": {"type": "number"},
-        "request_id": _nullable({"type": "string"})}},
+        "request_id": _nullable({"type": "string"}),
+        "cold": _nullable({"type": "boolean", "description": "a function process had to start for this call"}),
+        "phases_ms": {"type": "object", "required": ["queue", "start", "handler"], "properties": {
+            "queue": _nullable({"type": "number", "description": "waiting in the platform, without a start"}),
+            "start": _nullable({"type": "number", "description": "waiting for a process to start (cold)"}),
+            "handler": _nullable({"type": "number", "description": "in the handler, measured by the runtime"})}}}},
+    "CallLogs": {"type": "object", "required": ["lines", "truncated"], "properties": {
+        "lines": {"type": "array", "items": {"type": "object", "required": ["stream", "text", "ts"], "properties": {
+            "stream": {"enum": ["stdout", "stderr", "log"],
+                       "description": "log: on Kubernetes, where the pod log holds both streams as one"},
+            "text": {"type": "string"},
+            "ts": {"type": "number", "description": "epoch seconds the platform read the line"}}}},
+        "truncated": {"type": "boolean", "description": "the call wrote more than is kept (64 KiB)"}}},
 }
 
 
@@ -216,6 +229,11 @@ def paths() -> dict[str, Any]:
             "recent invocations, newest first", "200", _page("Invocation"), COMMON,
             params=[_query("limit", {"type": "integer", "minimum": 1, "maximum": 500}),
                     _query("cursor", {"type": "string", "pattern": "^[0-9]{1,18}$"})])},
+        f"{ns}/functions/{{name}}/invocations/{{ident}}/logs": {"parameters": [NS, NAME, {
+            "name": "ident", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"},
+            "description": "an invocation record's id"}], "get": _operation(
+            "what one call wrote to stdout/stderr (tagged by the runtime with its request id)", "200",
+            _ref("CallLogs"), (*COMMON, 501))},
         f"{ns}/triggers": {"parameters": [NS],
                            "get": _operation("list triggers", "200", _page("Trigger"), COMMON, params=PAGING),
                            "post": _operation("create a trigger", "201", _ref("Trigger"), (*WRITE, 422),

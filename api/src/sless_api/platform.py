@@ -124,6 +124,15 @@ class Route:
     max_concurrency: int = 0  # the function's own limit of calls in flight through /fn; 0: none
 
 
+@dataclass(frozen=True)
+class CallRef:
+    """Which call's output to read: its request id and when it ran (epoch seconds)."""
+
+    request_id: str
+    started_at: float
+    duration_sec: float
+
+
 class Platform(Protocol):
     async def start(self) -> None: ...
     async def close(self) -> None: ...
@@ -158,4 +167,11 @@ class Platform(Protocol):
 
     async def route(self, namespace: str, name: str) -> Route: ...
     def upstream(self, route: Route) -> contextlib.AbstractAsyncContextManager[str]: ...
+
+    async def call_logs(self, namespace: str, name: str, call: CallRef) -> dict[str, Any]:
+        """``{"lines": [{"stream", "text", "ts"}], "truncated": bool}``: what one call of the function wrote.
+
+        Raises Unsupported/Unavailable (with the reason) where the backend cannot read them back.
+        """
+        ...
 

@@ -17,9 +17,10 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from sless_api import metrics
+from sless_api import calltiming, metrics
 from sless_api.admission import Admission, Throttled
 from sless_api.auth import AuthError, TokenVerifier, bearer_token
+from sless_api.calltiming import CallTiming
 from sless_api.invocations import Invocation, InvocationLog
 from sless_api.pathguard import raw_path, reaches_runtime_internals, split_invoke
 from sless_api.platform import Platform, PlatformError, Route
@@ -43,6 +44,12 @@ def end_to_end(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     pairs = list(headers)
     named = {t.strip().lower() for k, v in pairs if k.lower() == "connection" for t in v.split(",")}
     return [(k, v) for k, v in pairs if k.lower() not in HOP_BY_HOP and k.lower() not in named]
+
+
+def to_caller(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A function's response headers as its caller gets them: end-to-end, without the runtime's report
+    to the platform (``X-Sless-Handler-Ms``)."""
+    return [(k, v) for k, v in end_to_end(headers) if k.lower() != calltiming.HANDLER_MS_HEADER]
 
 
 @dataclass
@@ -82,32 +89,51 @@ class Invoker:
             self._session = None
 
     def record(self, route_ns: str, name: str, method: str, path: str, status: int, started: float,
-               req_bytes: int, resp_bytes: int, trigger: str, error: str | None, request_id: str | None) -> None:
+               req_bytes: int, resp_bytes: int, trigger: str, error: str | None, request_id: str | None,
+               timing: CallTiming | None = None) -> None:
         duration = time.monotonic() - started
         metrics.observe_invocation(route_ns, name, trigger, status, duration)
         if self.invocations is None:
             return
+        reached = timing is not None and (timing.forwarded or timing.cold)
         self.invocations.record(Invocation(
             namespace=route_ns, function=name, method=method, path=path, status=status,
             duration_ms=duration * 1000, request_bytes=req_bytes, response_bytes=resp_bytes, trigger=trigger,
-            error=error, started_at=time.time(), request_id=request_id))
+            error=error, started_at=time.time(), request_id=request_id,
+            cold=timing.cold if timing is not None and reached else None,
+            queue_ms=None if timing is None or timing.queue_sec is None else timing.queue_sec * 1000,
+            start_ms=timing.start_sec * 1000 if timing is not None and reached else None,
+            handler_ms=timing.handler_ms if timing is not None else None))
 
     @contextlib.asynccontextmanager
     async def request(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
-                      body: bytes) -> AsyncIterator[aiohttp.ClientResponse]:
-        """One upstream exchange on a pooled connection; timeouts and connection failures become UpstreamError."""
+                      body: bytes, timing: CallTiming | None = None) -> AsyncIterator[aiohttp.ClientResponse]:
+        """One upstream exchange on a pooled connection; timeouts and connection failures become UpstreamError.
+
+        ``timing`` (when given) learns whether a process had to start, how long the call waited in the
+        platform, and the handler's time the runtime reported.
+        """
+        token = calltiming.CURRENT.set(timing)
         try:
-            async with self.platform.upstream(route) as base_url, self.session.request(
-                method, base_url + path_qs, headers=headers, data=body or None,
-                timeout=aiohttp.ClientTimeout(total=route.timeout_sec + self.margin), allow_redirects=False,
-            ) as resp:
-                yield resp
+            async with self.platform.upstream(route) as base_url:
+                if timing is not None:
+                    timing.forwarded = True
+                    timing.queue_sec = max(0.0, time.monotonic() - timing.ready - timing.start_sec)
+                async with self.session.request(
+                    method, base_url + path_qs, headers=headers, data=body or None,
+                    timeout=aiohttp.ClientTimeout(total=route.timeout_sec + self.margin), allow_redirects=False,
+                ) as resp:
+                    if timing is not None:
+                        timing.handler_ms = calltiming.handler_ms(resp.headers.get(calltiming.HANDLER_MS_HEADER))
+                    yield resp
         except TimeoutError:
             metrics.UPSTREAM_ERRORS.labels("timeout").inc()
             raise UpstreamError(504, f"function did not answer within {route.timeout_sec:g}s") from None
         except aiohttp.ClientError as exc:
             metrics.UPSTREAM_ERRORS.labels("unreachable").inc()
             raise UpstreamError(502, f"function unreachable: {type(exc).__name__}") from None
+        finally:
+            calltiming.CURRENT.reset(token)
 
     async def call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
                    body: bytes, trigger: str, request_id: str | None = None) -> InvokeResult:
@@ -116,15 +142,16 @@ class Invoker:
         started = time.monotonic()
         request_id = request_id or new_request_id()
         headers = [*((k, v) for k, v in headers if k.lower() != HEADER), ("X-Request-Id", request_id)]
+        timing = CallTiming(ready=started)
         try:
-            async with self.request(route, method, path_qs, headers, body) as resp:
+            async with self.request(route, method, path_qs, headers, body, timing) as resp:
                 data = await resp.read()
-                result = InvokeResult(resp.status, end_to_end(resp.headers.items()), data,
+                result = InvokeResult(resp.status, to_caller(resp.headers.items()), data,
                                       error=None if resp.status < 500 else data[:500].decode("utf-8", "replace"))
         except (UpstreamError, PlatformError) as exc:
             result = error_body(exc.status, exc.message)
         self.record(route.namespace, route.function, method, path_qs.split("?", 1)[0], result.status, started,
-                    len(body), len(result.body), trigger, result.error, request_id)
+                    len(body), len(result.body), trigger, result.error, request_id, timing)
         return result
 
 
@@ -189,11 +216,13 @@ class ProxyApp:
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
         request_id = scope_request_id(scope)
         req_bytes, status, error, resp_bytes = 0, 500, None, 0
+        timing: CallTiming | None = None
         try:
             route = await self.invoker.platform.route(ns, name)
             caller = await self._authorize(route, headers) if route.auth == "token" else None
             body = await self._read_body(receive, headers)
             req_bytes = len(body)
+            timing = CallTiming(ready=time.monotonic())
             forwarded = upstream_headers(headers, (scope.get("client") or [None])[0], scope.get("scheme", "http"),
                                          next((v for k, v in headers if k.lower() == "host"), None), caller,
                                          request_id)
@@ -202,7 +231,7 @@ class ProxyApp:
                                                           headers))
                 return  # recorded when it runs
             async with self.admission.admit(ns, name, route.max_concurrency):
-                status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, send)
+                status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, send, timing)
         except _Reply as reply:
             status, error = reply.result.status, reply.result.error
             await self._send(send, reply.result)
@@ -217,7 +246,7 @@ class ProxyApp:
             await self._send(send, refused)
         if status != 404 or error is None:
             self.invoker.record(ns, name, method, sub, status, started, req_bytes, resp_bytes, "http", error,
-                                request_id)
+                                request_id, timing)
 
     async def _accept(self, ns: str, name: str, method: str, path_qs: str, forwarded: list[tuple[str, str]],
                       body: bytes, request_id: str, headers: list[tuple[str, str]]) -> InvokeResult:
@@ -262,12 +291,12 @@ class ProxyApp:
                 return b"".join(chunks)
 
     async def _forward(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
-                       body: bytes, send: Send) -> tuple[int, int, str | None]:
+                       body: bytes, send: Send, timing: CallTiming) -> tuple[int, int, str | None]:
         started, sent = False, 0
         try:
-            async with self.invoker.request(route, method, path_qs, headers, body) as resp:
+            async with self.invoker.request(route, method, path_qs, headers, body, timing) as resp:
                 out = [(k.lower().encode("latin-1"), v.encode("latin-1"))
-                       for k, v in end_to_end(resp.headers.items()) if k.lower() not in SERVER_OWNED]
+                       for k, v in to_caller(resp.headers.items()) if k.lower() not in SERVER_OWNED]
                 out.extend(self.csp)
                 if "Content-Length" in resp.headers:
                     out.append((b"content-length", resp.headers["Content-Length"].encode("latin-1")))
@@ -322,4 +351,4 @@ class _Reply(Exception):
 
 
 __all__ = ["HOP_BY_HOP", "AsyncQueue", "InvokeResult", "Invoker", "ProxyApp", "UpstreamError", "end_to_end",
-           "upstream_headers", "wants_async"]
+           "to_caller", "upstream_headers", "wants_async"]

@@ -103,6 +103,10 @@ class InvocationLog:
         next_cursor = items[-1].id if len(rows) > limit and items else None
         return items, next_cursor
 
+    def get(self, namespace: str, function: str, ident: int) -> Invocation | None:
+        """One record by id, only when it is that function's in that namespace (blocking I/O)."""
+        return self.sink.get(namespace, function, ident)
+
     def stats(self) -> dict[str, int]:
         """Counters: recorded, queued (accepted, not yet written or dropped), written,
         dropped (queue full, failed batches, after close), failed_batches."""

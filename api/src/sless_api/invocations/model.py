@@ -30,15 +30,26 @@ class Invocation:
     error: str | None
     started_at: float  # seconds since the epoch
     request_id: str | None = None  # the call's X-Request-Id (accepted from the caller or made by the platform)
+    #: A function process had to start for this call (None: unknown, e.g. it never reached a function).
+    cold: bool | None = None
+    #: Milliseconds waiting in the platform (not counting a start), waiting for a process to start, and in
+    #: the handler as the runtime measured it; None where unknown.
+    queue_ms: float | None = None
+    start_ms: float | None = None
+    handler_ms: float | None = None
     id: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form for the API."""
-        return asdict(self)
+        """JSON-ready form for the API: the three phases as one ``phases_ms`` object."""
+        out = asdict(self)
+        out["phases_ms"] = {"queue": out.pop("queue_ms"), "start": out.pop("start_ms"),
+                            "handler": out.pop("handler_ms")}
+        return out
 
 
 #: A record as stored: the values of sink.COLUMNS in order, each within its column's range.
-Row = tuple[str, str, str, str, int, float, int, int, str, str | None, float, str | None]
+Row = tuple[str, str, str, str, int, float, int, int, str, str | None, float, str | None,
+            bool | None, float | None, float | None, float | None]
 
 
 def _text(value: object, limit: int) -> str:
@@ -89,13 +100,21 @@ def sanitized_row(inv: Invocation) -> Row:
         None if inv.error is None else _text(inv.error, MAX_ERROR_CHARS),
         _float(inv.started_at, 0.0, 1e11),
         None if inv.request_id is None else _text(inv.request_id, 128),
+        None if inv.cold is None else bool(inv.cold),
+        _optional_ms(inv.queue_ms),
+        _optional_ms(inv.start_ms),
+        _optional_ms(inv.handler_ms),
     )
+
+
+def _optional_ms(value: object) -> float | None:
+    return None if value is None else _float(value, 0.0, 1e12)
 
 
 def from_row(row: Sequence[Any]) -> Invocation:
     """An Invocation from a database row ``(id, *COLUMNS)``."""
     (ident, namespace, function, method, path, status, duration_ms, request_bytes, response_bytes,
-     trigger, error, started_at, request_id) = row  # fmt: skip
+     trigger, error, started_at, request_id, cold, queue_ms, start_ms, handler_ms) = row  # fmt: skip
     return Invocation(
         namespace=namespace,
         function=function,
@@ -109,5 +128,9 @@ def from_row(row: Sequence[Any]) -> Invocation:
         error=error,
         started_at=float(started_at),
         request_id=request_id,
+        cold=None if cold is None else bool(cold),
+        queue_ms=None if queue_ms is None else float(queue_ms),
+        start_ms=None if start_ms is None else float(start_ms),
+        handler_ms=None if handler_ms is None else float(handler_ms),
         id=int(ident),
     )

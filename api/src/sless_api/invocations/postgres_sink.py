@@ -124,6 +124,11 @@ class PostgresSink:
         rows = self._read(sql, (*args, int(limit)))
         return [from_row(row) for row in rows]
 
+    def get(self, namespace: str, function: str, ident: int) -> Invocation | None:
+        rows = self._read(f"{_SELECT} WHERE id = %s AND namespace = %s AND function = %s",
+                          (int(ident), namespace, function))
+        return from_row(rows[0]) if rows else None
+
     def count(self) -> int:
         """All stored records (tests and diagnostics)."""
         rows = self._read("SELECT count(*) FROM invocations", ())

@@ -20,6 +20,10 @@ COLUMNS = (
     "error",
     "started_at",
     "request_id",
+    "cold",
+    "queue_ms",
+    "start_ms",
+    "handler_ms",
 )
 
 
@@ -33,6 +37,9 @@ class Sink(Protocol):
              since: float | None = None) -> list[Invocation]:
         """Up to LIMIT records of the function (or the whole namespace), newest first,
         only ids below BEFORE_ID and records started at or after SINCE (epoch seconds) when given."""
+
+    def get(self, namespace: str, function: str, ident: int) -> Invocation | None:
+        """The record ``ident`` when it belongs to that function of that namespace, else None."""
 
     def close(self) -> None:
         """Release connections."""

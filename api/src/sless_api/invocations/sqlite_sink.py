@@ -101,6 +101,12 @@ class SqliteSink:
             rows = self._read_conn.execute(sql, (*args, int(limit))).fetchall()
         return [from_row(row) for row in rows]
 
+    def get(self, namespace: str, function: str, ident: int) -> Invocation | None:
+        sql = f"{_SELECT} WHERE id = ? AND namespace = ? AND function = ?"
+        with self._read_lock:
+            row = self._read_conn.execute(sql, (int(ident), namespace, function)).fetchone()
+        return None if row is None else from_row(row)
+
     def count(self) -> int:
         """All stored records (tests and diagnostics)."""
         with self._read_lock:

@@ -115,5 +115,22 @@ class KubeClient:
     async def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(self.call_sync, what, fn, *args, **kwargs)
 
+    async def call_raw(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Like :meth:`call`, but the API server's refusals (``ApiException``) reach the caller as they are, for
+        callers that answer some statuses their own way; network failures still become Unavailable."""
+        kwargs.setdefault("_request_timeout", self.timeout)
+
+        def run() -> T:
+            try:
+                return fn(*args, **kwargs)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise translate(exc, "the Kubernetes API") from exc
+
+        return await asyncio.to_thread(run)
+
+    @staticmethod
+    def translate(exc: BaseException, what: str) -> PlatformError | ValidationError:
+        return translate(exc, what)
+
     def close(self) -> None:
         self.api_client.close()

@@ -32,10 +32,12 @@ from sless_api.invocations import InvocationLog
 from sless_api.kube import resources
 from sless_api.kube.client import KubeClient, KubeConflict, KubeNotFound
 from sless_api.kube.code import CodeArchive
+from sless_api.kube.podlogs import read_call_logs
 from sless_api.kube.routes import FUNCTIONS, TRIGGERS, RouteTable
 from sless_api.kube.settings import KubeSettings
 from sless_api.kube.watch import TENANT_LABEL, RouteWatch
 from sless_api.platform import (
+    CallRef,
     Conflict,
     FunctionRecord,
     JobRecord,
@@ -418,3 +420,7 @@ class KubernetesPlatform:
     @contextlib.asynccontextmanager
     async def upstream(self, route: Route) -> AsyncIterator[str]:
         yield self.settings.service_url(route.namespace, route.function)
+
+    async def call_logs(self, namespace: str, name: str, call: CallRef) -> dict[str, Any]:
+        """From the function's pods' logs, where the cluster lets the API read them (see podlogs.py)."""
+        return await read_call_logs(self.kube, namespace, name, call)

@@ -14,7 +14,7 @@ import falcon.asgi
 
 from sless_api.http import ApiError, json_body, page, query_int, read_bounded
 from sless_api.invocations import InvocationLog
-from sless_api.platform import FunctionRecord, Platform
+from sless_api.platform import CallRef, FunctionRecord, Platform
 from sless_core.models import FunctionSpec
 from sless_core.naming import validate_name
 
@@ -182,3 +182,34 @@ class Invocations:
         items, next_cursor = await asyncio.to_thread(self.log.list, ns, name, limit, before, since)
         resp.media = {"items": [i.to_dict() for i in items],
                       "next_cursor": None if next_cursor is None else str(next_cursor)}
+
+
+class InvocationLogs:
+    """``GET .../invocations/{id}/logs``: what one call wrote (runtimes tag each line with its request id).
+
+    The record is looked up by id *within* this function of this namespace, so another tenant's or
+    another function's id is a 404 like an id that never existed; the lines come from the backend,
+    filed under this function only.
+    """
+
+    def __init__(self, platform: Platform, log: InvocationLog | None) -> None:
+        self.platform = platform
+        self.log = log
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str,
+                     ident: str) -> None:
+        record = await self.platform.get_function(ns, validate_name(name))
+        if not (ident.isascii() and ident.isdigit() and len(ident) <= 19 and 0 < int(ident) <= MAX_CURSOR):
+            raise ApiError(400, "an invocation id is a positive integer")
+        missing = ApiError(404, f"no invocation {ident} of function {name!r}")
+        if self.log is None:
+            raise missing
+        call = await asyncio.to_thread(self.log.get, ns, name, int(ident))
+        # A function deleted and created again under the same name does not show its predecessor's calls.
+        if call is None or call.started_at < float(int(record.created_at)):
+            raise missing
+        if not call.request_id:
+            resp.media = {"lines": [], "truncated": False}
+            return
+        ref = CallRef(call.request_id, call.started_at, call.duration_ms / 1000)
+        resp.media = await self.platform.call_logs(ns, name, ref)

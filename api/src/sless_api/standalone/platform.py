@@ -31,6 +31,7 @@ from sless_api.config import ApiConfig
 from sless_api.contract import check_queue_free, check_rerun
 from sless_api.invocations import Invocation, InvocationLog
 from sless_api.platform import (
+    CallRef,
     Conflict,
     FunctionRecord,
     JobRecord,
@@ -51,6 +52,7 @@ from sless_api.secrets.usage import (
     refuse_if_used,
 )
 from sless_api.standalone.builder import BuildArtifact, Builder, BuildFailed, BuildRequest, toolchain_paths
+from sless_api.standalone.calllogs import CallLogStore
 from sless_api.standalone.failures import NO_REASON, caller_reason
 from sless_api.standalone.retention import (
     QuotaExceeded,
@@ -116,7 +118,9 @@ class StandalonePlatform:
         self.state = StateStore(data / "state.db")
         self.secrets = secret_store_from_env(os.environ, "standalone", data)
         self.builder = Builder(data / "cache", sandbox=self.sandbox)
-        self.supervisor = Supervisor(idle_timeout_sec=config.idle_timeout_sec, log_dir=data / "logs")
+        self.call_logs_store = CallLogStore()
+        self.supervisor = Supervisor(idle_timeout_sec=config.idle_timeout_sec, log_dir=data / "logs",
+                                     call_logs=self.call_logs_store)
         self.zip_limits = ZipLimits()
         self.retention = RetentionPolicy.from_env()
         self._routes: dict[tuple[str, str], Route] = {}
@@ -445,6 +449,11 @@ class StandalonePlatform:
             if any(ref.name == name for ref in rec.spec.secrets):
                 log.info("%s/%s: secret %r changed: restarting", namespace, rec.spec.name, name)
                 await self._sync_process(namespace, rec.spec.name)
+
+    async def call_logs(self, namespace: str, name: str, call: CallRef) -> dict[str, Any]:
+        """Kept in memory as the function's processes wrote them (see calllogs.py)."""
+        found = self.call_logs_store.get(_key(namespace, name), call.request_id)
+        return found if found is not None else {"lines": [], "truncated": False}
 
     # triggers
     def _trigger(self, namespace: str, name: str) -> TriggerRecord:

@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from sless_api import metrics
+from sless_api import calltiming, metrics
+from sless_api.standalone.calllogs import CallLogStore, LineRouter
 from sless_api.standalone.sandbox import JailSpec, Prepared, Sandbox
 
 HEALTH_PATH = "/_/health"
@@ -282,6 +283,7 @@ class Supervisor:
         health_interval_sec: float = 5.0,
         health_timeout_sec: float = 2.0,
         health_failures: int = 3,
+        call_logs: CallLogStore | None = None,
     ) -> None:
         """``stable_after_sec``: a process that ran this long before crashing resets the backoff.
 
@@ -299,6 +301,8 @@ class Supervisor:
         self.health_interval_sec = health_interval_sec
         self.health_timeout_sec = health_timeout_sec
         self.health_failures = health_failures
+        #: Where the tagged lines of each call go (runtimes/README.md, "Output of a call"); None keeps none.
+        self.call_logs = call_logs
         self._prober: asyncio.Task[None] | None = None
         self._slots: dict[str, _Slot] = {}
         self._ports: set[int] = set()
@@ -471,7 +475,11 @@ class Supervisor:
             if slot.starting is None or slot.starting.done():
                 slot.starting = asyncio.create_task(self._start_for_call(slot), name=f"sless-start-{key}")
                 slot.starting.add_done_callback(_retrieve_exception)
-            proc = await asyncio.shield(slot.starting)
+            waited = time.monotonic()
+            try:
+                proc = await asyncio.shield(slot.starting)
+            finally:
+                calltiming.note_start(time.monotonic() - waited)
             # Between the start finishing and this task resuming, a redeploy or
             # removal may already have retired the process: ask again.
             if proc.alive:
@@ -573,8 +581,8 @@ class Supervisor:
         proc = _Proc(child, port, spec.version, time.monotonic(), drain, jail=jail)
         assert child.stdout is not None and child.stderr is not None
         proc.readers = [
-            asyncio.create_task(_pump(child.stdout, slot.log, None)),
-            asyncio.create_task(_pump(child.stderr, slot.log, proc.stderr_tail)),
+            asyncio.create_task(_pump(child.stdout, slot.log, None, self._router(slot.key, "stdout"))),
+            asyncio.create_task(_pump(child.stderr, slot.log, proc.stderr_tail, self._router(slot.key, "stderr"))),
         ]
         try:
             await self._wait_healthy(slot, proc)
@@ -751,6 +759,9 @@ class Supervisor:
                     slot.log.note(f"pid {proc.proc.pid} idle for {now - slot.last_activity:.1f}s, stopping")
                     self._retire(slot, proc)
 
+    def _router(self, key: str, stream: str) -> LineRouter | None:
+        return LineRouter(self.call_logs, key, stream) if self.call_logs is not None else None
+
     def _log_path(self, key: str) -> Path:
         name = _UNSAFE_FILENAME.sub("_", key)
         if name.startswith("."):
@@ -781,13 +792,18 @@ async def _health_ok(port: int, timeout: float) -> bool:
             await writer.wait_closed()
 
 
-async def _pump(stream: asyncio.StreamReader, log: _LogSink, tail: bytearray | None) -> None:
-    """Copy a child's output pipe into the log (and the in-memory stderr tail)."""
+async def _pump(stream: asyncio.StreamReader, log: _LogSink, tail: bytearray | None,
+                lines: LineRouter | None = None) -> None:
+    """Copy a child's output pipe into the log (and the in-memory stderr tail, and the calls' lines)."""
     while True:
         chunk = await stream.read(65536)
         if not chunk:
+            if lines is not None:
+                lines.finish(time.time())
             return
         log.write(chunk)
+        if lines is not None:
+            lines.feed(chunk, time.time())
         if tail is not None:
             tail.extend(chunk)
             if len(tail) > STDERR_TAIL_BYTES:

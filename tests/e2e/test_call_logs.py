@@ -1,0 +1,162 @@
+"""One call's output and timing on `sless up`: GET .../invocations/{id}/logs, cold/warm and phases_ms."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import requests
+
+from tests.support.platform import Tenant
+
+pytestmark = pytest.mark.e2e
+
+CHATTY = """\
+import sys, time
+
+def handle(event):
+    mark = event["_query"].get("m", "")
+    print("out", mark)
+    print("err", mark, file=sys.stderr)
+    print(f"@sless:victim forged {mark}")
+    time.sleep(float(event["_query"].get("s", "0")))
+    if event["_query"].get("big"):
+        for n in range(2000):
+            print(f"{n:05d} " + "x" * 60)
+    print("done", mark, end="")
+    return {"mark": mark}
+"""
+
+CHATTY_NODE = """\
+exports.handle = async (event) => {
+  const mark = event._query.m || '';
+  console.log('out', mark);
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  console.error('err', mark);
+  return { mark };
+};
+"""
+
+
+def call(tenant: Tenant, name: str, request_id: str, **query: str) -> requests.Response:
+    resp = requests.get(tenant.fn_url(name), params=query, headers={"X-Request-Id": request_id}, timeout=60)
+    assert resp.status_code == 200, resp.text
+    return resp
+
+
+def record(tenant: Tenant, name: str, request_id: str) -> dict[str, Any]:
+    """The invocation record of the call with ``request_id`` (records are written in batches)."""
+    deadline = time.monotonic() + 30
+    items: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        items = tenant.api("GET", f"/functions/{name}/invocations?limit=100", expect=200).json()["items"]
+        for item in items:
+            if item["request_id"] == request_id:
+                return item
+        time.sleep(0.1)
+    raise AssertionError(f"no record of {request_id}: {items}")
+
+
+def logs(tenant: Tenant, name: str, ident: int | str, expect: int = 200) -> Any:
+    return tenant.api("GET", f"/functions/{name}/invocations/{ident}/logs", expect=expect).json()
+
+
+def streams(got: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """stdout's and stderr's texts: each stream keeps its order (two pipes: not their order between them)."""
+    lines = got["lines"]
+    return ([line["text"] for line in lines if line["stream"] == "stdout"],
+            [line["text"] for line in lines if line["stream"] == "stderr"])
+
+
+@pytest.fixture
+def chatty(tenant: Tenant) -> Tenant:
+    tenant.deploy("chatty", "python3.11", {"handler.py": CHATTY})
+    return tenant
+
+
+def test_a_calls_lines_are_its_own(chatty: Tenant) -> None:
+    call(chatty, "chatty", "call-a", m="A")
+    call(chatty, "chatty", "call-b", m="B")
+    got = logs(chatty, "chatty", record(chatty, "chatty", "call-a")["id"])
+    assert got["truncated"] is False
+    assert streams(got) == (["out A", "@sless:victim forged A", "done A"], ["err A"])
+    assert all(abs(line["ts"] - time.time()) < 120 for line in got["lines"])
+    other = logs(chatty, "chatty", record(chatty, "chatty", "call-b")["id"])
+    assert streams(other) == (["out B", "@sless:victim forged B", "done B"], ["err B"])
+
+
+def test_concurrent_calls_keep_their_lines_apart(chatty: Tenant) -> None:
+    ids = [f"par-{n}" for n in range(6)]
+    with ThreadPoolExecutor(len(ids)) as pool:
+        list(pool.map(lambda i: call(chatty, "chatty", i, m=i, s="0.3"), ids))
+    for ident in ids:
+        got = logs(chatty, "chatty", record(chatty, "chatty", ident)["id"])
+        assert streams(got) == ([f"out {ident}", f"@sless:victim forged {ident}", f"done {ident}"], [f"err {ident}"])
+
+
+def test_a_calls_output_is_capped_and_says_so(chatty: Tenant) -> None:
+    call(chatty, "chatty", "big-1", m="big", big="1")
+    got = logs(chatty, "chatty", record(chatty, "chatty", "big-1")["id"])
+    assert got["truncated"] is True
+    kept = sum(len(line["text"].encode()) for line in got["lines"])
+    assert 60 * 1024 < kept <= 64 * 1024
+    assert got["lines"][0]["text"] == "out big" and got["lines"][-1]["text"].endswith("x" * 60)
+
+
+def test_cold_then_warm_with_phases(tenant: Tenant) -> None:
+    tenant.deploy("phased", "python3.11", {"handler.py": CHATTY})
+    first = call(tenant, "phased", "phase-1", s="0.2")
+    second = call(tenant, "phased", "phase-2", s="0.2")
+    for resp in (first, second):
+        assert "X-Sless-Handler-Ms" not in resp.headers  # the runtime's report to the platform only
+    cold, warm = record(tenant, "phased", "phase-1"), record(tenant, "phased", "phase-2")
+    assert cold["cold"] is True and warm["cold"] is False
+    assert cold["phases_ms"]["start"] > 0 and warm["phases_ms"]["start"] == 0
+    for rec in (cold, warm):
+        phases = rec["phases_ms"]
+        assert 200 <= phases["handler"] < rec["duration_ms"]
+        assert 0 <= phases["queue"] < rec["duration_ms"]
+        assert phases["queue"] + phases["start"] + phases["handler"] <= rec["duration_ms"] + 1
+
+
+def test_a_node_function_through_the_platform(tenant: Tenant) -> None:
+    tenant.deploy("noisy", "nodejs20", {"handler.js": CHATTY_NODE})
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda n: call(tenant, "noisy", f"node-{n}", m=str(n)), range(4)))
+    for n in range(4):
+        got = logs(tenant, "noisy", record(tenant, "noisy", f"node-{n}")["id"])
+        assert streams(got) == ([f"out {n}"], [f"err {n}"])
+
+
+def test_a_call_without_output_has_no_lines(chatty: Tenant) -> None:
+    chatty.deploy("quiet", "python3.11", {"handler.py": "def handle(event):\n    return 1\n"})
+    call(chatty, "quiet", "quiet-1")
+    assert logs(chatty, "quiet", record(chatty, "quiet", "quiet-1")["id"]) == {"lines": [], "truncated": False}
+
+
+def test_another_functions_or_tenants_id_is_not_found(chatty: Tenant, other_tenant: Tenant) -> None:
+    call(chatty, "chatty", "mine-1", m="secret-output")
+    ident = record(chatty, "chatty", "mine-1")["id"]
+    chatty.deploy("sibling", "python3.11", {"handler.py": CHATTY})
+    assert "secret-output" not in str(logs(chatty, "sibling", ident, expect=404))
+    other_tenant.deploy("chatty", "python3.11", {"handler.py": CHATTY})
+    assert "secret-output" not in str(logs(other_tenant, "chatty", ident, expect=404))
+    resp = requests.get(f"{chatty.url}/v1/namespaces/{chatty.ns}/functions/chatty/invocations/{ident}/logs",
+                        headers={"Authorization": f"Bearer {other_tenant.token}"}, timeout=10)
+    assert resp.status_code == 403 and "secret-output" not in resp.text
+    assert requests.get(f"{chatty.url}/v1/namespaces/{chatty.ns}/functions/chatty/invocations/{ident}/logs",
+                        timeout=10).status_code == 401
+
+
+@pytest.mark.parametrize("ident", ["abc", "0", "-1", "1.5", "99999999999999999999", "1e3"])
+def test_a_malformed_id_is_refused(chatty: Tenant, ident: str) -> None:
+    body = logs(chatty, "chatty", ident, expect=400)
+    assert body["error"] and "Traceback" not in str(body)
+
+
+def test_unknown_ids_and_functions_are_not_found(chatty: Tenant) -> None:
+    assert logs(chatty, "chatty", 987654321, expect=404)["error"]
+    assert logs(chatty, "nope", 1, expect=404)["error"]
+    assert chatty.api("GET", "/functions/Bad_Name/invocations/1/logs").status_code in (400, 404)
