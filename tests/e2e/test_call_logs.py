@@ -150,13 +150,26 @@ def test_another_functions_or_tenants_id_is_not_found(chatty: Tenant, other_tena
                         timeout=10).status_code == 401
 
 
-@pytest.mark.parametrize("ident", ["abc", "0", "-1", "1.5", "99999999999999999999", "1e3"])
+@pytest.mark.parametrize("ident", ["-1", "_x", "x" * 129])
 def test_a_malformed_id_is_refused(chatty: Tenant, ident: str) -> None:
     body = logs(chatty, "chatty", ident, expect=400)
     assert body["error"] and "Traceback" not in str(body)
 
 
-def test_unknown_ids_and_functions_are_not_found(chatty: Tenant) -> None:
-    assert logs(chatty, "chatty", 987654321, expect=404)["error"]
+def test_a_calls_request_id_finds_it_too(chatty: Tenant, other_tenant: Tenant) -> None:
+    call(chatty, "chatty", "by-request-id", m="R")
+    record(chatty, "chatty", "by-request-id")
+    assert streams(logs(chatty, "chatty", "by-request-id")) == (["out R", "@sless:victim forged R", "done R"],
+                                                                ["err R"])
+    other_tenant.deploy("chatty", "python3.11", {"handler.py": CHATTY})
+    assert "out R" not in str(logs(other_tenant, "chatty", "by-request-id", expect=404))
+
+
+@pytest.mark.parametrize("ident", ["987654321", "abc", "0", "1.5", "99999999999999999999", "1e3"])
+def test_unknown_ids_are_not_found(chatty: Tenant, ident: str) -> None:
+    assert logs(chatty, "chatty", ident, expect=404)["error"]
+
+
+def test_unknown_functions_are_not_found(chatty: Tenant) -> None:
     assert logs(chatty, "nope", 1, expect=404)["error"]
     assert chatty.api("GET", "/functions/Bad_Name/invocations/1/logs").status_code in (400, 404)

@@ -175,6 +175,17 @@ def test_get_finds_a_record_only_under_its_own_function(inv_log: InvocationLog) 
     assert inv_log.get("ns", "other", ident) is None
     assert inv_log.get("tenant-b", "mine", ident) is None
     assert inv_log.get("ns", "mine", ident + 1000) is None
+    again = inv(3, fn="mine")
+    again.request_id = "req-1"
+    elsewhere = inv(4, ns="tenant-b", fn="mine")
+    elsewhere.request_id = "req-1"
+    inv_log.record(again)
+    inv_log.record(elsewhere)
+    assert inv_log.flush(30)
+    by_request = inv_log.find_request("ns", "mine", "req-1")
+    assert by_request is not None and by_request.path == "/p/3"
+    assert inv_log.find_request("ns", "other", "req-1") is None
+    assert inv_log.find_request("ns", "mine", "req-2") is None
 
 
 def test_a_database_from_before_the_phases_is_upgraded_in_place(tmp_path: Path) -> None:

@@ -230,8 +230,9 @@ def paths() -> dict[str, Any]:
             params=[_query("limit", {"type": "integer", "minimum": 1, "maximum": 500}),
                     _query("cursor", {"type": "string", "pattern": "^[0-9]{1,18}$"})])},
         f"{ns}/functions/{{name}}/invocations/{{ident}}/logs": {"parameters": [NS, NAME, {
-            "name": "ident", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"},
-            "description": "an invocation record's id"}], "get": _operation(
+            "name": "ident", "in": "path", "required": True, "schema": {"type": "string",
+                                                        "pattern": "^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$"},
+            "description": "an invocation record's id, or the call's request id (X-Request-Id)"}], "get": _operation(
             "what one call wrote to stdout/stderr (tagged by the runtime with its request id)", "200",
             _ref("CallLogs"), (*COMMON, 501))},
         f"{ns}/triggers": {"parameters": [NS],

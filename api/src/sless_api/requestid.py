@@ -22,6 +22,11 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
+def is_request_id(value: str) -> bool:
+    """An id the platform would accept from a caller (or has made)."""
+    return _SANE.fullmatch(value) is not None
+
+
 def accept_or_new(values: Iterable[str]) -> str:
     """The caller's id when exactly one sane value was sent, else a fresh one."""
     sent = list(values)

@@ -107,6 +107,10 @@ class InvocationLog:
         """One record by id, only when it is that function's in that namespace (blocking I/O)."""
         return self.sink.get(namespace, function, ident)
 
+    def find_request(self, namespace: str, function: str, request_id: str) -> Invocation | None:
+        """The newest record of that function with that request id (blocking I/O)."""
+        return self.sink.find_request(namespace, function, request_id)
+
     def stats(self) -> dict[str, int]:
         """Counters: recorded, queued (accepted, not yet written or dropped), written,
         dropped (queue full, failed batches, after close), failed_batches."""

@@ -129,6 +129,11 @@ class PostgresSink:
                           (int(ident), namespace, function))
         return from_row(rows[0]) if rows else None
 
+    def find_request(self, namespace: str, function: str, request_id: str) -> Invocation | None:
+        rows = self._read(f"{_SELECT} WHERE namespace = %s AND function = %s AND request_id = %s "
+                          "ORDER BY id DESC LIMIT 1", (namespace, function, request_id))
+        return from_row(rows[0]) if rows else None
+
     def count(self) -> int:
         """All stored records (tests and diagnostics)."""
         rows = self._read("SELECT count(*) FROM invocations", ())

@@ -41,5 +41,8 @@ class Sink(Protocol):
     def get(self, namespace: str, function: str, ident: int) -> Invocation | None:
         """The record ``ident`` when it belongs to that function of that namespace, else None."""
 
+    def find_request(self, namespace: str, function: str, request_id: str) -> Invocation | None:
+        """The newest record of that function with that request id, else None."""
+
     def close(self) -> None:
         """Release connections."""

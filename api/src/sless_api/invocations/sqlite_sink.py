@@ -107,6 +107,12 @@ class SqliteSink:
             row = self._read_conn.execute(sql, (int(ident), namespace, function)).fetchone()
         return None if row is None else from_row(row)
 
+    def find_request(self, namespace: str, function: str, request_id: str) -> Invocation | None:
+        sql = f"{_SELECT} WHERE namespace = ? AND function = ? AND request_id = ? ORDER BY id DESC LIMIT 1"
+        with self._read_lock:
+            row = self._read_conn.execute(sql, (namespace, function, request_id)).fetchone()
+        return None if row is None else from_row(row)
+
     def count(self) -> int:
         """All stored records (tests and diagnostics)."""
         with self._read_lock:

@@ -15,6 +15,7 @@ import falcon.asgi
 from sless_api.http import ApiError, json_body, page, query_int, read_bounded
 from sless_api.invocations import InvocationLog
 from sless_api.platform import CallRef, FunctionRecord, Platform
+from sless_api.requestid import is_request_id
 from sless_core.models import FunctionSpec
 from sless_core.naming import validate_name
 
@@ -187,6 +188,8 @@ class Invocations:
 class InvocationLogs:
     """``GET .../invocations/{id}/logs``: what one call wrote (runtimes tag each line with its request id).
 
+    ``{id}`` is the record's id or the call's request id (what the caller got in ``X-Request-Id``).
+
     The record is looked up by id *within* this function of this namespace, so another tenant's or
     another function's id is a 404 like an id that never existed; the lines come from the backend,
     filed under this function only.
@@ -199,12 +202,15 @@ class InvocationLogs:
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str,
                      ident: str) -> None:
         record = await self.platform.get_function(ns, validate_name(name))
-        if not (ident.isascii() and ident.isdigit() and len(ident) <= 19 and 0 < int(ident) <= MAX_CURSOR):
-            raise ApiError(400, "an invocation id is a positive integer")
+        number = ident.isascii() and ident.isdigit() and len(ident) <= 19 and 0 < int(ident) <= MAX_CURSOR
+        if not number and not is_request_id(ident):
+            raise ApiError(400, "give an invocation's id (a positive integer) or its request id")
         missing = ApiError(404, f"no invocation {ident} of function {name!r}")
         if self.log is None:
             raise missing
-        call = await asyncio.to_thread(self.log.get, ns, name, int(ident))
+        call = await asyncio.to_thread(self.log.get, ns, name, int(ident)) if number else None
+        if call is None and is_request_id(ident):  # an id made of digits may be a caller's request id too
+            call = await asyncio.to_thread(self.log.find_request, ns, name, ident)
         # A function deleted and created again under the same name does not show its predecessor's calls.
         if call is None or call.started_at < float(int(record.created_at)):
             raise missing
