@@ -28,8 +28,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq, pytest.mark.slow]
 
 HELLO = {"handler.py": "def handle(event):\n    return {'hello': event.get('name')}\n\n"
                        "def other(event):\n    return 'other'\n"}
-FUNCTION_FIELDS = {"name", "runtime", "entrypoint", "memory_mb", "timeout_sec", "env_vars", "secrets", "namespace",
-                   "phase", "message", "code_hash", "image", "created_at", "last_built_at"}
+FUNCTION_FIELDS = {"name", "runtime", "entrypoint", "memory_mb", "timeout_sec", "env_vars", "secrets",
+                   "max_concurrency", "namespace", "phase", "message", "code_hash", "image", "created_at",
+                   "last_built_at"}
 TRIGGER_FIELDS = {"name", "type", "function", "enabled", "schedule", "queue", "auth", "namespace", "created_at",
                   "last_fired_at", "message"}
 JOB_FIELDS = {"name", "function", "event", "run_id", "namespace", "phase", "message", "started_at",
