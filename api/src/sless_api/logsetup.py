@@ -2,7 +2,9 @@
 
 Log collectors (Loki, Elasticsearch, CloudWatch) parse JSON lines without a per-service grammar, and a
 request id in every line joins the API's access log, the proxy's errors and the function's own output.
-``SLESS_LOG_FORMAT=text`` keeps the human format for a terminal; ``SLESS_LOG_LEVEL`` sets the level.
+``SLESS_LOG_FORMAT`` is ``json``, ``text`` (the human format), or ``auto`` (the default: text on a terminal, JSON
+otherwise, so a pod or a log file gets JSON and `sless up` in a shell stays readable); ``SLESS_LOG_LEVEL`` sets
+the level.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import contextvars
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -18,7 +21,7 @@ from typing import Any
 #: The request id of the call being served, set by the access-log middleware for everything it awaits.
 current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("sless_request_id", default=None)
 
-FORMATS = ("json", "text")
+FORMATS = ("auto", "json", "text")
 # LogRecord's own attributes: everything else on a record came from `extra=` and is logged as a field.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
 
@@ -64,10 +67,13 @@ class TextFormatter(logging.Formatter):
 
 
 def log_format(env: Mapping[str, str] | None = None) -> str:
+    """``json`` or ``text``, as configured (``auto``: text when stderr is a terminal)."""
     env = os.environ if env is None else env
-    chosen = env.get("SLESS_LOG_FORMAT", "json").strip().lower()
+    chosen = env.get("SLESS_LOG_FORMAT", "auto").strip().lower()
     if chosen not in FORMATS:
         raise ValueError(f"SLESS_LOG_FORMAT must be one of {', '.join(FORMATS)}, not {chosen!r}")
+    if chosen == "auto":
+        return "text" if sys.stderr.isatty() else "json"
     return chosen
 
 
