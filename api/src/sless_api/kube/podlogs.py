@@ -76,14 +76,15 @@ async def read_call_logs(kube: KubeClient, namespace: str, function: str, call: 
                                    limit=MAX_PODS)
         for pod in pods.items or []:
             try:
-                text = await kube.call_raw(kube.core.read_namespaced_pod_log, pod.metadata.name, namespace,
-                                           container=CONTAINER, since_seconds=since, timestamps=True,
-                                           limit_bytes=MAX_READ_BYTES)
+                # The raw answer: the generated client would hand back the repr of the bytes as "text".
+                raw = await kube.call_raw(kube.core.read_namespaced_pod_log, pod.metadata.name, namespace,
+                                          container=CONTAINER, since_seconds=since, timestamps=True,
+                                          limit_bytes=MAX_READ_BYTES, _preload_content=False)
             except ApiException as exc:
                 if exc.status in (400, 404):  # a pod that went away, or whose container has not started
                     continue
                 raise
-            collect(text or "", call.request_id, found)
+            collect(bytes(raw.data or b"").decode("utf-8", "replace"), call.request_id, found)
     except ApiException as exc:
         if exc.status == 403:
             raise PodLogsNotAllowed(
