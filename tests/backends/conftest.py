@@ -22,13 +22,15 @@ from __future__ import annotations
 import itertools
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from sless_core import crd
 from sless_core.naming import tenant_namespace
-from tests.k8s.conftest import Operator, strip_finalizers
+from tests.k8s.conftest import Operator, render_stage, strip_finalizers
 from tests.k8s.test_api_kube import KubeApi, start_api
 from tests.support.platform import SlessProcess, Tenant, start_sless
 from tests.support.services import S3Endpoint
@@ -57,7 +59,24 @@ class Backend:
     runs_functions: bool  # False on kwok: nothing really runs, a routable function answers 502
     build_wait_sec: float
     bed: Testbed | None = None  # the kubernetes backend's cluster
+    build_namespace: str = ""  # and its operator's build namespace
     namespaces: list[str] = field(default_factory=list)
+
+    @contextmanager
+    def failing_builds(self, namespace: str, function: str) -> Iterator[None]:
+        """While the block runs, FUNCTION's builds fail for a reason outside its code: on kwok a Stage fails
+        its build pods; ``sless up`` really builds, so there the test's code must fail by itself."""
+        if self.bed is None:
+            yield
+            return
+        labels = {crd.LABEL_COMPONENT: "build", crd.LABEL_NAMESPACE: namespace, crd.LABEL_FUNCTION: function}
+        name = f"sless-fail-build-{secrets.token_hex(4)}"
+        self.bed.apply(render_stage(name, labels=labels, namespace=self.build_namespace, succeed=False,
+                                    message="the build failed (simulated)"))
+        try:
+            yield
+        finally:
+            self.bed.delete_stage(name)
 
     def tenant(self, label: str = "t") -> Tenant:
         sub = suite_sub(f"{label}-{secrets.token_hex(4)}")
@@ -88,7 +107,7 @@ def _kubernetes(bed: Testbed, s3: S3Endpoint, tmp: Path, rabbitmq_url: str) -> I
     api: KubeApi = start_api(bed, s3, tmp / "api", extra_env={"SLESS_RABBITMQ_URL": rabbitmq_url})
     build_ns = f"sless-build-{secrets.token_hex(4)}"
     op = Operator(bed, f"{NAMESPACE_PREFIX}*", build_ns, tmp, extra_env=s3.env()).start()
-    backend = Backend("kubernetes", api.url, False, 120, bed)
+    backend = Backend("kubernetes", api.url, False, 120, bed, build_ns)
     try:
         yield backend
     finally:

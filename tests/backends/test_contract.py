@@ -216,6 +216,26 @@ def test_upload_build_identical_upload_source_and_rebuild_rules(backend: Backend
     assert (final["entrypoint"], final["env_vars"], final["timeout_sec"]) == ("handler.other", {"A": "1"}, 20)
 
 
+def test_an_identical_upload_builds_a_failed_function_again(backend: Backend, tenant: Tenant) -> None:
+    """Identical code does not rebuild, except when the function is Failed: the cause may have gone
+    (a passing failure, or an environment variable its import needs, which an update does not rebuild for)."""
+    code: dict[str, str | bytes] = {"handler.py": "import os\nNEEDED = os.environ['NEEDED']\n\n"
+                                                  "def handle(event):\n    return NEEDED\n"}
+    tenant.api("POST", "/functions", json={"name": "flaky", "runtime": "python3.11"}, expect=201)
+    with backend.failing_builds(tenant.ns, "flaky"):
+        tenant.upload("flaky", code)
+        failed = tenant.wait_phase("flaky", ("Failed",), backend.build_wait_sec)
+        tenant.api("PUT", "/functions/flaky", json={"env_vars": {"NEEDED": "yes"}}, expect=200)
+        tenant.wait_phase("flaky", ("Failed",), backend.build_wait_sec)
+    again = tenant.upload("flaky", code).json()
+    assert (again["code_hash"], again["phase"]) == (failed["code_hash"], "Building"), again
+    assert "identical" not in again["message"]
+    ready = tenant.wait_phase("flaky", ("Ready",), backend.build_wait_sec)
+    assert ready["code_hash"] == failed["code_hash"]
+    same = tenant.upload("flaky", code).json()  # Ready: identical code builds nothing
+    assert same["phase"] == "Ready" and "identical code uploaded: no rebuild" in same["message"]
+
+
 def test_upload_errors(tenant: Tenant) -> None:
     tenant.api("POST", "/functions", json={"name": "up", "runtime": "python3.11"}, expect=201)
     error_of(tenant.api("POST", "/functions/up/upload", data=b"", headers={"Content-Type": "application/zip"}), 400)

@@ -93,6 +93,9 @@ def test_new_code_always_gets_a_new_image_tag_and_build_job() -> None:
     assert a == manifests.build_job_name(NS, "hello", HASH)  # deterministic: a retry finds it
     assert a != manifests.build_job_name(NS, "hello", OTHER_HASH)
     assert a != manifests.build_job_name("sless-fedcba9876543210", "hello", HASH)  # shared build namespace
+    # the same code uploaded again (a new build context) is a new build: a Failed function builds again
+    assert manifests.build_job_name(NS, "hello", HASH, "contexts/a.tar.gz") != manifests.build_job_name(
+        NS, "hello", HASH, "contexts/b.tar.gz")
     assert a.startswith("hello-build-")
 
 
@@ -108,7 +111,7 @@ def test_child_names_fit_kubernetes_limits_for_the_longest_user_names() -> None:
 
 def test_build_job_runs_kaniko_on_the_fetched_context_with_bounds() -> None:
     job = manifests.build_job(CONFIG, fn_ref())
-    assert job["metadata"]["name"] == manifests.build_job_name(NS, "hello", HASH)
+    assert job["metadata"]["name"] == manifests.build_job_name(NS, "hello", HASH, fn_ref().context_key)
     assert job["metadata"]["namespace"] == "sless-build"
     assert "ownerReferences" not in job["metadata"]  # no owner reference across namespaces
     labels = job["metadata"]["labels"]

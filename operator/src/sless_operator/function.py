@@ -144,7 +144,7 @@ async def _build(ctx: Context, ref: FunctionRef, old: dict[str, Any], st: Status
     """Make sure the current code has an image: "built", "building" or "failed"."""
     config = ctx.config
     want_image = manifests.image_ref(config, ref.namespace, ref.name, ref.code_hash)
-    job_name = manifests.build_job_name(ref.namespace, ref.name, ref.code_hash)
+    job_name = manifests.build_job_name(ref.namespace, ref.name, ref.code_hash, ref.context_key)
     built = condition_of(old, "Built")
     st.set(buildJob=job_name)
     if old.get("codeHash") == ref.code_hash and old.get("image") == want_image:

@@ -118,10 +118,13 @@ def image_ref(config: OperatorConfig, namespace: str, name: str, code_hash: str)
     return f"{config.registry}/{namespace}/{name}:{code_hash[:16]}"
 
 
-def build_job_name(namespace: str, name: str, code_hash: str) -> str:
+def build_job_name(namespace: str, name: str, code_hash: str, context_key: str = "") -> str:
     """``<fn>-build-<10 hex>``: the digest covers namespace, name and code hash, because every
-    tenant's builds share the build namespace (two tenants may upload the same code)."""
-    digest = hashlib.sha256(f"{namespace}/{name}/{code_hash}".encode()).hexdigest()[:10]
+    tenant's builds share the build namespace (two tenants may upload the same code), and the build
+    context: a failed build is remembered by its Job, and uploading the same code again (a new context)
+    builds again, the platform's rule for a Failed function (``sless_core.contract.upload_builds``)."""
+    source = f"{namespace}/{name}/{code_hash}" + (f"/{context_key}" if context_key else "")
+    digest = hashlib.sha256(source.encode()).hexdigest()[:10]
     return f"{name}-build-{digest}"
 
 
@@ -313,7 +316,7 @@ def build_job(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
     runs the tenant's Dockerfile steps as root, so nothing secret but the registry's push
     credentials (``SLESS_BUILD_REGISTRY_SECRET``) may be in its reach.
     """
-    name = build_job_name(fn.namespace, fn.name, fn.code_hash)
+    name = build_job_name(fn.namespace, fn.name, fn.code_hash, fn.context_key)
     image = image_ref(config, fn.namespace, fn.name, fn.code_hash)
     labels = {**base_labels(fn.name, COMPONENT_BUILD), crd.LABEL_NAMESPACE: fn.namespace,
               LABEL_CODE: fn.code_hash[:16]}  # fmt: skip
