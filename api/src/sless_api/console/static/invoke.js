@@ -54,6 +54,8 @@ async function send() {
   if (http.auth === "token") Object.assign(headers, authHeader());  // the proxy checks it and removes it
   const mine = ++calls;
   say($("invoke-status"), "calling…");
+  for (const id of ["invoke-request-id", "invoke-headers", "invoke-body"]) $(id).textContent = "";
+  $("invoke-logs").replaceChildren();
   $("invoke-send").disabled = true;
   try {
     const resp = await fetch(`/fn/${seg(session.namespace)}/${seg(fn.name)}${sub}`,
@@ -81,12 +83,12 @@ async function showAnswer(resp, requestId) {
     $("invoke-body").textContent = "";
     return;
   }
-  say($("invoke-status"), `${resp.status} ${resp.statusText}`.trim(), !resp.ok);
+  const text = await resp.text();  // the whole answer first: the status line says the call is complete
   $("invoke-request-id").textContent = resp.headers.get("X-Request-Id") || requestId;
   $("invoke-headers").textContent = [...resp.headers].map(([k, v]) => `${k}: ${v}`).join("\n");
-  const text = await resp.text();
   $("invoke-body").textContent = text.length > MAX_SHOWN_CHARS
     ? `${text.slice(0, MAX_SHOWN_CHARS)}\n… (${text.length - MAX_SHOWN_CHARS} more characters not shown)` : text;
+  say($("invoke-status"), `${resp.status} ${resp.statusText}`.trim(), !resp.ok);
 }
 
 async function findRecord(name, requestId) {
