@@ -3,6 +3,7 @@
 #   molecule/run.sh default            # install, idempotence, verify, uninstall  (molecule test)
 #   molecule/run.sh e2e                # the platform against the test bed + real services
 #   molecule/run.sh stress             # stress functions on the standalone platform
+#   molecule/run.sh functions          # the hello examples deployed by playbook (sless.platform collection)
 #   molecule/run.sh default converge   # any other molecule verb
 # Needs the project's .venv (scripts/bootstrap.sh). Builds, once, the test bed's binaries
 # (tests/testbed/testbed build) and Vault (tests/install/build-vault.sh); both are cached.
@@ -16,7 +17,7 @@ T0=$SECONDS
 bash scripts/install-collections.sh
 SLESS_TESTBED_BIN=$(python3 tests/testbed/testbed build)
 export SLESS_TESTBED_BIN PATH="$SLESS_TESTBED_BIN:$PATH"
-if [ "$SCENARIO" != stress ]; then
+if [ "$SCENARIO" != stress ] && [ "$SCENARIO" != functions ]; then
   bash tests/install/build-vault.sh >/dev/null
 fi
 export ANSIBLE_CONFIG="$PWD/ansible.cfg"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Ansible collections pinned in requirements.yml into .ansible/collections.
+# Installs the Ansible collections pinned in requirements.yml into .ansible/collections, and this
+# repository's own collection sless.platform (ansible_collections/sless/platform) beside them.
 # Ansible Galaxy first (when it answers); otherwise the collections are taken from the `ansible`
 # community release on PyPI, which bundles these exact versions (checked below: a version
 # mismatch fails instead of installing something else). Quick when everything is in place.
@@ -23,11 +24,17 @@ installed_version() {  # version of collection $1 in $DEST, or nothing
   [ -f "$manifest" ] && "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["collection_info"]["version"])' "$manifest"
 }
 
+install_own() {  # this repository's collection (ansible_collections/sless/platform), from its folder: offline
+  "${SLESS_VENV:-.venv}/bin/ansible-galaxy" collection install ansible_collections/sless/platform -p "$DEST" \
+    --force >/dev/null
+  log "sless.platform $(installed_version sless.platform) from ansible_collections/sless/platform"
+}
+
 missing=0
 while read -r name version; do
   [ "$(installed_version "$name")" = "$version" ] || missing=1
 done < <(wanted)
-if [ "$missing" = 0 ]; then log "all collections of requirements.yml present in $DEST"; exit 0; fi
+if [ "$missing" = 0 ]; then log "all collections of requirements.yml present in $DEST"; install_own; exit 0; fi
 
 mkdir -p "$DEST"
 if [ "${SLESS_COLLECTIONS_FROM:-auto}" != pypi ] && \
@@ -67,3 +74,4 @@ while read -r name version; do
   [ "$got" = "$version" ] || { log "$name: installed '${got}', wanted $version"; exit 1; }
 done < <(wanted)
 log "done: $(wanted | tr '\n' ' ')"
+install_own

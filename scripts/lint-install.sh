@@ -16,10 +16,10 @@ command -v "$HELM" >/dev/null || { log "no helm: run tests/testbed/testbed build
 log "helm lint --strict charts/sless"
 "$HELM" lint --strict charts/sless --kube-version 1.34.4
 log "yamllint"
-yamllint -s -c .yamllint.yml roles playbooks inventory molecule requirements.yml \
+yamllint -s -c .yamllint.yml roles playbooks inventory molecule ansible_collections requirements.yml \
   charts/sless/Chart.yaml charts/sless/values.yaml
 log "ansible-lint (production profile)"
-ansible-lint --strict roles playbooks inventory molecule
+ansible-lint --strict roles playbooks inventory molecule ansible_collections
 log "ansible-playbook --syntax-check"
 for p in playbooks/*.yml; do ansible-playbook -i inventory/local --syntax-check "$p" >/dev/null; done
 log "chart and role tests"

@@ -48,7 +48,7 @@ lint=0
 .venv/bin/lint-imports || lint=1
 log "lint of the install: helm lint, yamllint, ansible-lint (production profile), chart and role tests"
 bash scripts/lint-install.sh || lint=1
-SCENARIOS=${SLESS_MOLECULE_SCENARIOS:-default e2e stress}
+SCENARIOS=${SLESS_MOLECULE_SCENARIOS:-default e2e stress functions}
 molecule_scenarios() {  # one after the other: they share the fixed Vault and S3 ports of molecule/shared
   [ "${SLESS_SKIP_MOLECULE:-0}" = 1 ] && return 0
   local failed=0 scenario t
