@@ -2,13 +2,14 @@
 # Installs the Debian packages a real test-bed node needs (tests/testbed `up --real-node`):
 # containerd and runc (the container runtime; runc because crun refuses this kernel's hybrid
 # cgroups), the CNI plugins, iptables and conntrack (kube-proxy and the CNI firewall/portmap
-# plugins call them), debootstrap (the Debian base image, since no public registry is reachable)
+# plugins call them), ipset (the NetworkPolicy engine, kube-router's firewall, keeps a policy's
+# pods and peers in ipsets), debootstrap (the Debian base image, since no public registry is reachable)
 # and buildah (builds the runtime images from their Dockerfiles). Idempotent: a second run only
 # checks. No service is started: the test bed runs its own containerd with a private config, so
 # packaged services are kept from starting during the install (policy-rc.d) and stopped if an
 # init system started them anyway.
 set -euo pipefail
-PKGS=(containerd runc containernetworking-plugins iptables conntrack debootstrap buildah skopeo)
+PKGS=(containerd runc containernetworking-plugins iptables ipset conntrack debootstrap buildah skopeo)
 log() { echo "[install-realnode $(date +%T)] $*" >&2; }
 missing=()
 for p in "${PKGS[@]}"; do

@@ -14,7 +14,7 @@ bash scripts/install-test-services.sh
 REALNODE=0
 if [ "$(id -u)" = 0 ] && [ "${SLESS_TESTBED_EXISTING:-0}" != 1 ] && [ "${SLESS_SKIP_REALNODE:-0}" != 1 ]; then
   REALNODE=1
-  log "real-node packages (containerd, runc, CNI plugins, debootstrap, buildah)"
+  log "real-node packages (containerd, runc, CNI plugins, ipset, debootstrap, buildah)"
   bash scripts/install-realnode.sh
 fi
 log "python environment"
@@ -31,7 +31,7 @@ if [ "${SLESS_TESTBED_EXISTING:-0}" != 1 ]; then
   t=$SECONDS; tests/testbed/build.sh >/dev/null; log "test bed binaries ready in $((SECONDS - t))s"
 fi
 if [ "$REALNODE" = 1 ]; then
-  log "real node: CoreDNS, registry, kaniko, pause and the images (cold build once per version; timings follow)"
+  log "real node: CoreDNS, registry, kaniko, pause, kube-router and the images (cold build once per version; timings follow)"
   t=$SECONDS; .venv/bin/python tests/testbed/testbed build --real-node >/dev/null
   log "real node ready in $((SECONDS - t))s"
   export SLESS_REALNODE=1  # the realnode tests run a kubelet node on this machine (root)

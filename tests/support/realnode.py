@@ -2,7 +2,7 @@
 
 `real_node` runs `tests/testbed/testbed up --real-node` (containerd, kubelet, kube-proxy, CNI
 bridge, CoreDNS, a local registry with the runtime images) and `down` at the end, then checks
-that the host is as before: no bridge, no iptables rule, no process, no mount, no cgroup left.
+that the host is as before: no bridge, no iptables rule or ipset, no process, no mount, no cgroup left.
 
 Opt-in: these tests need root, the packages of scripts/install-realnode.sh and a few minutes the
 first time (images), so they are skipped unless SLESS_REALNODE=1. Warm the caches first with
@@ -95,6 +95,9 @@ def leftovers(state: Path) -> list[str]:
         dump = subprocess.run([binary], capture_output=True, text=True, check=False).stdout
         ours = (":CNI-", ":KUBE-", "10.199.0.", "sless-testbed")
         found += [f"{binary}: {line}" for line in dump.splitlines() if any(mark in line for mark in ours)]
+    # kube-router's ipsets (the NetworkPolicy firewall): KUBE-SRC-*, KUBE-DST-*, TMP-* while swapping
+    sets = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True, check=False).stdout.split()
+    found += [f"ipset {name}" for name in sets if name.removeprefix("inet6:").startswith(("KUBE-", "TMP-"))]
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")

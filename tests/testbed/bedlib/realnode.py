@@ -33,7 +33,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import images, procs
+from . import images, netpol, procs
 from .kubectl import Kubectl, wait_for
 from .pki import Pki, _leaf
 
@@ -55,7 +55,7 @@ CONTAINERD_ROOT = images.CACHE / "containerd-root"  # content store and snapshot
 SYSCTLS = ("net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables", "net/ipv4/conf/all/route_localnet")
 # folders containerd, libcni and the kubelet create outside the state folder; removed when empty
 HOST_DIRS = ("/run/netns", "/var/lib/cni/results", "/var/lib/cni", "/var/log/containers", "/var/log/pods")
-COMPONENTS = ("registry", "containerd", "coredns", "kubelet", "kube-proxy")
+COMPONENTS = ("registry", "containerd", "coredns", "kubelet", "kube-proxy", netpol.NAME)
 PAUSE_IMAGE = f"{REGISTRY}/sless-testbed/pause:3.10"
 
 
@@ -92,7 +92,7 @@ def preflight() -> None:
     if os.geteuid() != 0:
         raise RuntimeError("a real node needs root (network, mounts, cgroups)")
     needed = {"containerd": "containerd", "runc": "runc", "iptables": "iptables", "buildah": "buildah",
-              "debootstrap": "debootstrap", "ctr": "containerd"}  # fmt: skip
+              "debootstrap": "debootstrap", "ctr": "containerd", "ipset": "ipset"}  # fmt: skip
     missing = sorted({pkg for exe, pkg in needed.items() if not _which(exe)})
     if not Path(CNI_BIN, "bridge").exists():
         missing.append("containernetworking-plugins")
@@ -465,11 +465,12 @@ def prepare(state: Path) -> Path:
     the node's binaries.
     """
     realnode_bin = build()
+    netpol.build()  # a cold build happens here, before the control plane starts; `up` then finds it cached
     preflight()
-    leftovers = cni_chains()
+    leftovers = cni_chains() + netpol.ipsets()
     if leftovers:
-        raise RuntimeError(f"iptables already has CNI/KUBE chains ({', '.join(leftovers[:5])}): another node or a "
-                           "leftover; `down` removes ours only when it made all of them")  # fmt: skip
+        raise RuntimeError(f"iptables/ipset already has CNI/KUBE chains or sets ({', '.join(leftovers[:5])}): "
+                           "another node or a leftover; `down` removes ours only when it made all of them")  # fmt: skip
     (state / "realnode.json").write_text(json.dumps({"node": NODE, "bridge": BRIDGE}) + "\n")
     setup_host(state)
     return realnode_bin
@@ -531,7 +532,11 @@ def up(state: Path, bin_dir: Path, realnode_bin: Path, kubectl: Kubectl, pki: Pk
     wait_for("coredns /health", lambda: _http_ok(f"http://127.0.0.1:{health_port}/health"), 30, abort=died)
     wait_for("kube-proxy /healthz", lambda: _http_ok(f"http://127.0.0.1:{proxy_healthz}/healthz"), timeout,
              abort=died)  # fmt: skip
-    mark("node: kubelet Ready, kube-proxy, coredns", t)
+    t = mark("node: kubelet Ready, kube-proxy, coredns", t)
+    from .cluster import SERVICE_CIDR  # cluster imports this module: a top-level import would be circular
+
+    started.append(netpol.start(netpol.build(), state, NODE, SERVICE_CIDR, timeout))
+    mark("node: NetworkPolicy firewall (kube-router)", t)
     timings["node total"] = round(time.monotonic() - t0, 2)
     refs = {ref.split(":")[0]: f"{REGISTRY}/{ref}" for ref in (i.ref for i in images.Builder(
         bin_dir, realnode_bin, REGISTRY).images())}  # fmt: skip
@@ -621,6 +626,7 @@ def down(state: Path, kubectl: Kubectl | None, apiserver_alive: bool) -> list[st
     if kube_proxy.is_file():
         _run(str(kube_proxy), "--cleanup", "--proxy-mode=iptables", check=False, timeout=60)
     found += _iptables_sweep()
+    found += netpol.sweep()
     host = json.loads((state / "realnode-host.json").read_text()) if (state / "realnode-host.json").exists() else {}
     before_netns = set(host.get("netns", []))
     for target in _mounts_under(state, CONTAINERD_ROOT, Path("/run/netns"), Path("/var/run/netns")):
