@@ -162,6 +162,17 @@ def test_invoke_shows_the_answer_its_request_id_and_its_logs(browser: webdriver.
     assert "stdout console-log-line console" in lines.text and "stderr console-err-line" in lines.text
     assert "@sless:" not in lines.text  # the runtime's tags are the platform's, not shown
 
+    # The same call's lines again, later, from its row under Recent invocations.
+    browser.find_element(By.ID, "refresh").click()
+    row = f"tr[data-invocation='{record['id']}']"
+    button = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f"{row} button.call-logs"))[0]
+    assert browser.find_element(By.CSS_SELECTOR, row).text.split()[5] in ("cold", "warm")
+    button.send_keys(Keys.ENTER)
+    again = until(browser, lambda d: d.find_elements(By.ID, "call-log-lines"))[0]
+    assert "stdout console-log-line console" in again.text and "stderr console-err-line" in again.text
+    assert request_id in text(browser, "call-record")
+    assert browser.find_element(By.ID, "invocation-logs") == browser.switch_to.active_element
+
     invoke(browser, "GET", "/", "")
     assert text(browser, "invoke-status") == "200 OK"
     assert json.loads(text(browser, "invoke-body"))["method"] == "GET"

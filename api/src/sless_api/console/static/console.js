@@ -3,6 +3,7 @@
 // REST API and is rendered as text.
 "use strict";
 import { $, api, el, listAll, nsPath, say, seg, session } from "./api.js";
+import { callLogNodes } from "./calllogs.js";
 import { highlight } from "./highlight.js";
 import { setInvokeTarget } from "./invoke.js";
 import { loadJobs, setJobFunction } from "./jobs.js";
@@ -68,10 +69,25 @@ async function renderInvocations(fn) {
   const rows = $("invocation-rows");
   rows.replaceChildren();
   for (const i of inv.items) {
-    rows.append(el("tr", {}, el("td", {}, new Date(i.started_at * 1000).toISOString()), el("td", {}, i.method),
+    rows.append(el("tr", { "data-invocation": String(i.id) },
+      el("td", {}, new Date(i.started_at * 1000).toISOString()), el("td", {}, i.method),
       el("td", {}, i.path), el("td", {}, String(i.status)), el("td", {}, Number(i.duration_ms).toFixed(1)),
-      el("td", {}, i.trigger), el("td", {}, i.request_id || ""), el("td", { class: "message" }, i.error || "")));
+      el("td", {}, i.cold === undefined ? "" : i.cold ? "cold" : "warm"),
+      el("td", {}, i.trigger), el("td", {}, i.request_id || ""), el("td", { class: "message" }, i.error || ""),
+      el("td", {}, el("button", { type: "button", class: "call-logs", "aria-label": `Logs of call ${i.id}`,
+        onclick: () => showCallLogs(fn, i) }, "Logs"))));
   }
+}
+
+async function showCallLogs(fn, record) {
+  const box = $("invocation-logs");
+  box.replaceChildren(el("h4", {}, `Call ${record.id} (${record.request_id || "no request id"})`));
+  try {
+    box.append(...await callLogNodes(fn.name, record, "call"));
+  } catch (e) {
+    say(box, e.message, true);
+  }
+  box.focus();
 }
 
 async function renderSource(fn) {
@@ -92,6 +108,7 @@ async function showDetail(fn, triggers, fresh = true) {
   renderTriggers(fn, triggers);
   if (opened) {
     say($("detail-status"), "");
+    $("invocation-logs").replaceChildren();
     setInvokeTarget(fn, triggers);
     setUploadTarget(fn, () => reload().catch((e) => say($("detail-status"), e.message, true)));
     setJobFunction(fn);

@@ -3,7 +3,8 @@
 // followed (a redirect to the API would otherwise carry the console's token along), and the call's log
 // lines come from the API, not from the function.
 "use strict";
-import { $, api, authHeader, el, errorOf, nsPath, say, seg, session, sleep } from "./api.js";
+import { $, api, authHeader, el, nsPath, say, seg, session, sleep } from "./api.js";
+import { callLogNodes } from "./calllogs.js";
 
 const MAX_SHOWN_CHARS = 64 * 1024;
 const LOG_WAIT_MS = 10000;
@@ -113,46 +114,8 @@ async function showLogs(name, requestId, mine) {
     box.replaceChildren(el("p", { class: "note" }, "No invocation record for this call yet: see Recent invocations."));
     return;
   }
-  const resp = await fetch(nsPath(`/functions/${seg(name)}/invocations/${seg(String(record.id))}/logs`),
-    { headers: authHeader(), cache: "no-store" });
-  const lines = resp.ok ? await resp.json() : null;
-  if (mine !== calls) return;
-  box.replaceChildren();
-  if (lines) {
-    box.append(el("h4", {}, "Log lines"), renderLines(lines));
-  } else if (resp.status === 404 || resp.status === 501) {
-    box.append(el("p", { class: "note" }, "Per-call log lines are not available here; the invocation record follows."));
-  } else {
-    const note = el("p", {});
-    say(note, `the call's logs: ${(await errorOf(resp)).message}`, true);
-    box.append(note);
-  }
-  box.append(el("h4", {}, "Invocation record"), renderRecord(record));
-}
-
-function when(ts) {
-  if (typeof ts === "number") return new Date(ts * 1000).toISOString();
-  return ts ? String(ts) : "";
-}
-
-function renderLines(logs) {
-  const list = el("ol", { class: "log-lines", id: "invoke-log-lines" });
-  for (const line of logs.lines || []) {
-    list.append(el("li", { class: `stream-${line.stream === "stderr" ? "stderr" : "stdout"}` },
-      el("span", { class: "ts" }, when(line.ts)), " ", el("span", { class: "stream" }, line.stream), " ",
-      el("span", { class: "text" }, line.text)));
-  }
-  if (!(logs.lines || []).length) list.append(el("li", {}, "(the call wrote no log lines)"));
-  if (logs.truncated) list.append(el("li", { class: "note" }, "(more lines were written than are kept)"));
-  return list;
-}
-
-function renderRecord(record) {
-  const dl = el("dl", { class: "record", id: "invoke-record" });
-  for (const [k, v] of Object.entries(record)) {
-    dl.append(el("dt", {}, k), el("dd", {}, v !== null && typeof v === "object" ? JSON.stringify(v) : String(v)));
-  }
-  return dl;
+  const nodes = await callLogNodes(name, record, "invoke");
+  if (mine === calls) box.replaceChildren(...nodes);
 }
 
 $("invoke-form").addEventListener("submit", (ev) => { ev.preventDefault(); send(); });
