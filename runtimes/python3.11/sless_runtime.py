@@ -383,6 +383,8 @@ class TaggedStream:
 
     def end_call(self, call_id: str | None) -> None:
         """Write what a finished call left without a newline."""
+        if not self._partial:  # the common case, read without the lock: nothing waits for any call
+            return
         with self._lock:
             rest = self._partial.pop(call_id, None)
             if rest:
