@@ -366,6 +366,13 @@ def test_tenant_namespace_is_restricted_and_marked() -> None:
     assert labels[manifests.TENANT_LABEL] == "true"  # what the chart's admission policy looks for
 
 
+def test_the_api_labels_a_tenant_namespace_as_the_operator_does() -> None:
+    from sless_api.kube.platform import NAMESPACE_LABELS
+
+    assert manifests.tenant_namespace_labels() == NAMESPACE_LABELS
+    assert NAMESPACE_LABELS["pod-security.kubernetes.io/audit"] == "restricted"
+
+
 @pytest.mark.parametrize("namespace", ["default", "kube-system", "sless-system", "sless-build",
                                        "sless-0123456789abcde", "sless-0123456789abcdef0", "sless-0123456789ABCDEF",
                                        "sless-0123456789abcdef\n", "xsless-0123456789abcdef", ""])  # fmt: skip

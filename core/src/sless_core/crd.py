@@ -63,3 +63,21 @@ def trigger_spec_to_cr(spec: dict[str, Any]) -> dict[str, Any]:
 
 def job_spec_to_cr(spec: dict[str, Any]) -> dict[str, Any]:
     return {"function": spec["function"], "runId": spec["run_id"], "event": spec.get("event", {})}
+
+# Marks a tenant namespace: the API sets it when it creates one, the operator when it prepares one,
+# and the chart's admission policy lets the operator write workloads only where it is "true".
+LABEL_TENANT = "sless.dev/tenant"
+POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
+
+
+def tenant_namespace_labels() -> dict[str, str]:
+    """Every tenant namespace's labels, whoever makes it (the API or the operator): the tenant mark and Pod
+    Security ``restricted``, enforced, audited and warned (function pods run non-root, read-only, unprivileged)."""
+    return {
+        LABEL_TENANT: "true",
+        POD_SECURITY_ENFORCE: "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+        "pod-security.kubernetes.io/audit": "restricted",
+        "pod-security.kubernetes.io/warn": "restricted",
+        LABEL_MANAGED: MANAGED_BY,
+    }

@@ -481,22 +481,9 @@ def cron_job(config: OperatorConfig, fn: FunctionRef, image: str, trigger: Owner
 
 # -- namespaces -----------------------------------------------------------------------------------
 
-PSA_LEVEL = "pod-security.kubernetes.io/enforce"
-# Marks a tenant namespace: the API sets it when it creates one, the operator when it prepares one,
-# and the chart's admission policy lets the operator write workloads only where it is "true".
-TENANT_LABEL = "sless.dev/tenant"
-
-
-def tenant_namespace_labels() -> dict[str, str]:
-    """Pod Security ``restricted`` (enforced, audited, warned) and the tenant mark on every tenant namespace."""
-    return {
-        TENANT_LABEL: "true",
-        PSA_LEVEL: "restricted",
-        "pod-security.kubernetes.io/enforce-version": "latest",
-        "pod-security.kubernetes.io/audit": "restricted",
-        "pod-security.kubernetes.io/warn": "restricted",
-        crd.LABEL_MANAGED: crd.MANAGED_BY,
-    }
+PSA_LEVEL = crd.POD_SECURITY_ENFORCE
+TENANT_LABEL = crd.LABEL_TENANT
+tenant_namespace_labels = crd.tenant_namespace_labels  # one definition for the API and the operator
 
 
 def build_namespace(config: OperatorConfig) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from sless_api.kube.code import CodeArchive
 from sless_api.kube.podlogs import read_call_logs
 from sless_api.kube.routes import FUNCTIONS, TRIGGERS, RouteTable
 from sless_api.kube.settings import KubeSettings
-from sless_api.kube.watch import TENANT_LABEL, RouteWatch
+from sless_api.kube.watch import RouteWatch
 from sless_api.platform import (
     CallRef,
     Conflict,
@@ -61,13 +61,7 @@ SECRETS_VERSION = crd.SECRETS_VERSION
 WRITE_ATTEMPTS = 4
 DELETE_WAIT_SEC = 10.0
 SYNC_WAIT_SEC = 5.0
-NAMESPACE_LABELS = {
-    crd.LABEL_MANAGED: crd.MANAGED_BY,
-    TENANT_LABEL: "true",
-    # Function pods run non-root, read-only, without privileges: the namespace enforces it.
-    "pod-security.kubernetes.io/enforce": "restricted",
-    "pod-security.kubernetes.io/enforce-version": "latest",
-}
+NAMESPACE_LABELS = crd.tenant_namespace_labels()  # the same as the operator's
 
 
 def _deleting(obj: dict[str, Any]) -> bool:
@@ -193,8 +187,8 @@ class KubernetesPlatform:
         if current.metadata.deletion_timestamp is not None:
             raise Unavailable(f"namespace {namespace} is being deleted; try again when it is gone")
         have = current.metadata.labels or {}
-        if any(have.get(k) != v for k, v in NAMESPACE_LABELS.items() if k in (crd.LABEL_MANAGED, TENANT_LABEL)):
-            patch = {"metadata": {"labels": {crd.LABEL_MANAGED: crd.MANAGED_BY, TENANT_LABEL: "true"}}}
+        if any(have.get(k) != v for k, v in NAMESPACE_LABELS.items() if k in (crd.LABEL_MANAGED, crd.LABEL_TENANT)):
+            patch = {"metadata": {"labels": {crd.LABEL_MANAGED: crd.MANAGED_BY, crd.LABEL_TENANT: "true"}}}
             await self.kube.call(what, self.kube.core.patch_namespace, namespace, patch)
         return False
 

@@ -28,7 +28,7 @@ from sless_api.kube.routes import FUNCTIONS, TRIGGERS, RouteTable
 from sless_core import crd
 
 log = logging.getLogger("sless.kube.watch")
-TENANT_LABEL = "sless.dev/tenant"
+TENANT_LABEL = crd.LABEL_TENANT
 LIST_PAGE = 500
 BACKOFF_MIN_SEC, BACKOFF_MAX_SEC = 0.5, 30.0
 DISCOVERY_INTERVAL_SEC = 30.0
