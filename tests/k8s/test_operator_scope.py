@@ -184,7 +184,8 @@ def platform(k8s_testbed: Testbed) -> Iterator[Platform]:
     objects = chart_objects(fullname, namespace, build_ns)
     kinds = sorted({o["kind"] for o in objects})
     assert kinds == sorted(SCOPE_KINDS), kinds
-    [policy] = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    [policy] = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
+                and o["metadata"]["name"].endswith("-operator-scope")]
     bed.kubectl("create", "namespace", namespace)
     found = Platform(bed, namespace, f"{fullname}-operator", build_ns, policy)
     try:
