@@ -97,6 +97,11 @@ class Operator:
             # fewer retries than the defaults: each failed attempt costs the Job controller's 10 s backoff
             "SLESS_BUILD_RETRIES": "1",
             "SLESS_JOB_RETRIES": "0",
+            # signs code download URLs (locally: no S3 server is asked)
+            "SLESS_S3_ENDPOINT": "s3.test.invalid:9000",
+            "SLESS_S3_ACCESS_KEY": "test-access",
+            "SLESS_S3_SECRET_KEY": "test-secret",
+            "SLESS_RUNTIME_IMAGE_PREFIX": "runtimes.test.invalid/sless",
             "PYTHONUNBUFFERED": "1",
             "SLESS_METRICS_TOKEN": SCRAPE_TOKEN,
             "SLESS_OPERATOR_METRICS_PORT": str(free_port()),

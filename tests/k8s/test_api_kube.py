@@ -36,7 +36,7 @@ import requests
 import yaml
 
 from sless_api.storage import S3CodeStore
-from sless_core import crd
+from sless_core import crd, rebuild
 from tests.support.platform import SECRET, Tenant, make_zip
 from tests.support.services import S3Endpoint, free_port
 from tests.support.testbed import Testbed
@@ -374,12 +374,19 @@ def test_upload_stores_zip_and_context_and_sets_the_code_hash(kube_api: KubeApi,
     assert context_key.startswith(f"contexts/{ns}/up/") and context_key.endswith(f"-{digest[:12]}.tar.gz")
     zips = store.list(f"functions/{ns}/up/")
     assert len(zips) == 1 and store.get_bytes(zips[0]) == data
+    # the code alone, fetched by the function's pods and checked against codeSha256
+    code_key = obj["spec"]["codeKey"]
+    assert code_key.startswith(f"code/{ns}/up/") and code_key.endswith(f"-{digest[:12]}.tar.gz")
+    assert obj["spec"]["codeSha256"] == hashlib.sha256(store.get_bytes(code_key)).hexdigest()
+    code = context_files(kube_api, code_key)
+    assert code == {"handler.py": HELLO["handler.py"], "requirements.txt": "six==1.16.0\n"}
+    # the build context installs the dependencies only: no code, so every code change reuses its image
     files = context_files(kube_api, context_key)
-    assert files["function/handler.py"] == HELLO["handler.py"]
-    # the build checks the context against this digest before unpacking it
+    assert set(files) == {"Dockerfile", "function/requirements.txt"}
+    assert obj["spec"]["depsHash"] == rebuild.dependency_key("python3.11", {"requirements.txt": b"six==1.16.0\n"})
     assert obj["spec"]["contextSha256"] == hashlib.sha256(store.get_bytes(context_key)).hexdigest()
     assert "FROM sless/python3.11:latest" in files["Dockerfile"]
-    assert digest in files["Dockerfile"]  # the code hash label: never a stale cached layer
+    assert digest not in files["Dockerfile"] and obj["spec"]["depsHash"] in files["Dockerfile"]
     assert "-r /app/manifest/requirements.txt" in files["Dockerfile"]
 
     # identical code: nothing is written, so nothing is rebuilt
@@ -402,11 +409,13 @@ def test_upload_stores_zip_and_context_and_sets_the_code_hash(kube_api: KubeApi,
     after = upload_raw(tenant, "up", data2).json()
     assert (after["code_hash"], after["phase"]) == (digest2, "Building")
     obj = cr(bed, crd.FUNCTION_PLURAL, ns, "up")
-    assert obj is not None and obj["spec"]["codeHash"] == digest2 and obj["spec"]["contextKey"] != context_key
+    # no requirements.txt any more: no build context, the runtime's image runs the new code
+    assert obj is not None and obj["spec"]["codeHash"] == digest2 and obj["spec"]["codeKey"] != code_key
+    assert (obj["spec"]["contextKey"], obj["spec"]["depsHash"]) == ("", "")
     assert obj["metadata"]["generation"] == generation + 1
     assert [f["content"] for f in tenant.api("GET", "/functions/up/source", expect=200).json()["files"]] == [
         "def handle(event):\n    return 'v2'\n"]
-    assert len(store.list(f"contexts/{ns}/up/")) == 2
+    assert len(store.list(f"contexts/{ns}/up/")) == 1 and len(store.list(f"code/{ns}/up/")) == 2
 
 
 def test_bad_zips_are_refused_and_change_nothing(kube_api: KubeApi, tenant: Tenant) -> None:
@@ -426,14 +435,15 @@ def test_bad_zips_are_refused_and_change_nothing(kube_api: KubeApi, tenant: Tena
 def test_runtime_change_regenerates_the_build_context(kube_api: KubeApi, tenant: Tenant) -> None:
     bed, ns = kube_api.bed, tenant.ns
     tenant.api("POST", "/functions", json={"name": "poly", "runtime": "python3.11"}, expect=201)
-    data, digest = zip_hash({"handler.js": "exports.handle = async () => 'hi'\n", **HELLO})
+    data, digest = zip_hash({"handler.js": "exports.handle = async () => 'hi'\n", "package.json": "{}",
+                             "requirements.txt": "six\n", **HELLO})  # fmt: skip
     upload_raw(tenant, "poly", data)
     before = cr(bed, crd.FUNCTION_PLURAL, ns, "poly")["spec"]["contextKey"]  # type: ignore[index]
     tenant.api("PUT", "/functions/poly", json={"runtime": "nodejs20"}, expect=200)
     spec = cr(bed, crd.FUNCTION_PLURAL, ns, "poly")["spec"]  # type: ignore[index]
     assert spec["runtime"] == "nodejs20" and spec["codeHash"] == digest and spec["contextKey"] != before
     dockerfile = context_files(kube_api, spec["contextKey"])["Dockerfile"]
-    assert "FROM sless/nodejs20:latest" in dockerfile
+    assert "FROM sless/nodejs20:latest" in dockerfile and "npm install" in dockerfile
     assert spec["contextSha256"] == hashlib.sha256(kube_api.store().get_bytes(spec["contextKey"])).hexdigest()
     tenant.api("PUT", "/functions/poly", json={"memory_mb": 512}, expect=200)
     assert cr(bed, crd.FUNCTION_PLURAL, ns, "poly")["spec"]["contextKey"] == spec["contextKey"]  # type: ignore[index]

@@ -15,6 +15,9 @@ stops the operator at start-up with the variable's name, instead of surfacing la
 | ``SLESS_S3_ENDPOINT`` | (AWS) | S3 endpoint of the build contexts: ``host:port`` (plain HTTP) or a URL |
 | ``SLESS_S3_BUCKET`` | ``sless`` | bucket of the build contexts |
 | ``SLESS_S3_REGION`` | ``us-east-1`` | region passed to the build's S3 client (``fetch-context``) |
+| ``SLESS_S3_ACCESS_KEY`` / ``_SECRET_KEY`` | (none) | key that signs code download URLs (bucket read) |
+| ``SLESS_CODE_URL_TTL_SEC`` | ``604800`` | lifetime of a code download URL (renewed at half of it, without a rollout) |
+| ``SLESS_RUNTIME_IMAGE_PREFIX`` / ``_TAG`` | ``sless`` / ``latest`` | runtime images run without deps |
 | ``SLESS_BUILD_DEADLINE_SEC`` | ``900`` | build Job ``activeDeadlineSeconds`` |
 | ``SLESS_BUILD_RETRIES`` | ``2`` | build Job ``backoffLimit`` (transient failures are retried by the Job controller) |
 | ``SLESS_BUILD_CPU`` / ``SLESS_BUILD_MEMORY_MB`` | ``1`` / ``2048`` | build container limits |
@@ -30,6 +33,16 @@ stops the operator at start-up with the variable's name, instead of surfacing la
 | ``SLESS_OPERATOR_API_CONCURRENCY`` | ``32`` | parallel API requests of the operator's own client |
 | ``SLESS_METRICS_TOKEN`` | (none: off) | serve Prometheus ``/metrics`` to this bearer token only |
 | ``SLESS_OPERATOR_METRICS_HOST``, ``_PORT`` | ``127.0.0.1``, ``8082`` | where ``/metrics`` listens |
+
+Code fetched at start. Python and Node functions run their runtime's image (or the tenant's
+dependency image, ``<prefix>/<ns>/deps:<key>``, built once per manifest) with the code in an
+emptyDir that the ``fetch-code`` init container fills: it downloads the code archive through a
+URL the operator signs for exactly that object (kept in the Secret ``sless-code-<fn>`` in the
+tenant namespace, renewed without a rollout) and checks its SHA-256. Function pods hold no S3
+credential: a pod can read its own code and nothing else. The operator needs create and patch
+on Secrets for this (never get or list). Tenant pods may reach the S3 endpoint (NetworkPolicy
+``sless-allow-code-fetch``) when ``SLESS_S3_ENDPOINT`` is an IP address; a host name cannot be a
+NetworkPolicy peer, so list its addresses in ``SLESS_FUNCTION_EGRESS_CIDRS`` then.
 
 Build Jobs and credentials. ``SLESS_BUILD_FETCH_IMAGE`` runs the ``fetch-context`` init container
 (``python -m sless_operator.contextfetch``): it needs Python, the minio client and this package,
@@ -84,6 +97,11 @@ class OperatorConfig:
     s3_endpoint: str = ""
     s3_bucket: str = "sless"
     s3_region: str = "us-east-1"
+    s3_access_key: str = ""
+    s3_secret_key: str = ""
+    code_url_ttl_sec: int = 7 * 86400
+    runtime_image_prefix: str = "sless"
+    runtime_image_tag: str = "latest"
     build_deadline_sec: int = 900
     build_retries: int = 2
     build_cpu: str = "1"
@@ -120,6 +138,12 @@ class OperatorConfig:
             s3_endpoint=reader.text("SLESS_S3_ENDPOINT", cls.s3_endpoint),
             s3_bucket=reader.text("SLESS_S3_BUCKET", cls.s3_bucket, required=True),
             s3_region=reader.text("SLESS_S3_REGION", cls.s3_region, required=True),
+            s3_access_key=reader.text("SLESS_S3_ACCESS_KEY", ""),
+            s3_secret_key=reader.text("SLESS_S3_SECRET_KEY", ""),
+            # SigV4 presigned URLs last at most 7 days
+            code_url_ttl_sec=reader.integer("SLESS_CODE_URL_TTL_SEC", cls.code_url_ttl_sec, 3600, 7 * 86400),
+            runtime_image_prefix=reader.image("SLESS_RUNTIME_IMAGE_PREFIX", cls.runtime_image_prefix).rstrip("/"),
+            runtime_image_tag=reader.image("SLESS_RUNTIME_IMAGE_TAG", cls.runtime_image_tag),
             build_deadline_sec=reader.integer("SLESS_BUILD_DEADLINE_SEC", cls.build_deadline_sec, 60, 86400),
             build_retries=reader.integer("SLESS_BUILD_RETRIES", cls.build_retries, 0, 10),
             build_cpu=reader.quantity("SLESS_BUILD_CPU", cls.build_cpu),

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sless_operator.codeurl import Signer
 from sless_operator.config import OperatorConfig
 from sless_operator.kube import Kube
 from sless_operator.metrics import MetricsServer
@@ -67,6 +68,8 @@ class State:
     statuses: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(default_factory=dict)
     # Kopf's live indices, taken at start-up
     indices: dict[str, Mapping[Any, Any]] = field(default_factory=dict)
+    # (namespace, function) -> (code hash[:16], why): a function pod could not fetch that code
+    fetch_failures: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
 
 
 class Context:
@@ -76,6 +79,7 @@ class Context:
         self.config = config
         self.kube = kube or Kube(concurrency=config.api_concurrency)
         self.state = State()
+        self.signer = Signer(config)
         # Kopf's pool: its long-lived watch streams plus as many requests as our own client; 0 (no bound)
         # when the streams are not known in advance (namespace patterns): a bound would starve new watches
         self.kopf_connections = 0 if watch_streams is None else watch_streams + config.api_concurrency
@@ -99,6 +103,11 @@ class Context:
         index = self.state.indices.get("sless_deployments", {})
         value: DeploymentSummary | None = _first(index.get((namespace, name)))
         return value
+
+    def functions_in(self, namespace: str) -> list[dict[str, Any]]:
+        """Every indexed Function of NAMESPACE (slim bodies)."""
+        index = self.state.indices.get("sless_functions", {})
+        return [body for key in list(index) if key[0] == namespace if (body := _first(index.get(key)))]
 
     def triggers_of(self, namespace: str, function: str) -> list[TriggerSummary]:
         return list(self.state.indices.get("sless_triggers", {}).get((namespace, function)) or ())

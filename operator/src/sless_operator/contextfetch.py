@@ -1,4 +1,4 @@
-"""``python -m sless_operator.contextfetch``: the build Job's init container.
+"""``python -m sless_operator.contextfetch``: the init container of build Jobs and of function pods.
 
 It alone holds the S3 credentials of a build: it downloads one build context (a tar.gz the
 API wrote, ``sless_api.buildcontext``) by key, checks its SHA-256 when the Function states
@@ -13,7 +13,9 @@ no absolute paths, ``..``, backslashes or duplicates, at most ``--max-entries`` 
 shows in the Function's status), 2 bad arguments.
 
 Credentials come from the environment: ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY``
-(the build S3 Secret, ``SLESS_BUILD_S3_SECRET``).
+(the build S3 Secret, ``SLESS_BUILD_S3_SECRET``). A function pod has none: ``--url-env`` names
+the variable holding a URL the operator signed for exactly its code archive, and ``--sha256``
+is then required (a pod never runs code other than the Function names).
 """
 
 from __future__ import annotations
@@ -42,10 +44,11 @@ class FetchError(Exception):
 
 @dataclass(frozen=True)
 class Limits:
-    """Bounds of one build context (archive bytes, unpacked bytes, entries)."""
+    """Bounds of one archive (archive bytes, unpacked bytes, entries), and what it is called in messages."""
 
     max_bytes: int = DEFAULT_MAX_BYTES
     max_entries: int = DEFAULT_MAX_ENTRIES
+    what: str = "build context"
 
 
 class ObjectSource(Protocol):
@@ -62,31 +65,31 @@ def download(source: ObjectSource, bucket: str, key: str, target: Path, sha256: 
         for chunk in source.chunks(bucket, key):
             size += len(chunk)
             if size > limits.max_bytes:
-                raise FetchError(f"build context {key} is larger than {limits.max_bytes} bytes")
+                raise FetchError(f"{limits.what} {key} is larger than {limits.max_bytes} bytes")
             digest.update(chunk)
             out.write(chunk)
     found = digest.hexdigest()
     if sha256 and found != sha256.lower():
-        raise FetchError(f"build context {key} has SHA-256 {found}, expected {sha256.lower()}")
+        raise FetchError(f"{limits.what} {key} has SHA-256 {found}, expected {sha256.lower()}")
     return found
 
 
-def _member_path(name: str) -> PurePosixPath:
+def _member_path(name: str, what: str) -> PurePosixPath:
     """The member's relative path, or FetchError when it could land outside the destination."""
     if not name or "\\" in name or "\x00" in name or name.startswith("/"):
-        raise FetchError(f"unsafe path in build context: {name!r}")
+        raise FetchError(f"unsafe path in {what}: {name!r}")
     parts = [p for p in PurePosixPath(name).parts if p != "."]
     if not parts or any(p == ".." for p in parts):
-        raise FetchError(f"unsafe path in build context: {name!r}")
+        raise FetchError(f"unsafe path in {what}: {name!r}")
     return PurePosixPath(*parts)
 
 
-def _copy(source: IO[bytes], out: IO[bytes], budget: int, name: str) -> int:
+def _copy(source: IO[bytes], out: IO[bytes], budget: int, name: str, what: str) -> int:
     written = 0
     while chunk := source.read(CHUNK):
         written += len(chunk)
         if written > budget:
-            raise FetchError(f"build context unpacks to more than the limit (at {name})")
+            raise FetchError(f"{what} unpacks to more than the limit (at {name})")
         out.write(chunk)
     return written
 
@@ -100,30 +103,30 @@ def unpack(archive: Path, dest: Path, limits: Limits) -> int:
         with tarfile.open(archive, mode="r:gz") as tar:
             for count, member in enumerate(tar, start=1):
                 if count > limits.max_entries:
-                    raise FetchError(f"build context has more than {limits.max_entries} entries")
-                rel = _member_path(member.name)
+                    raise FetchError(f"{limits.what} has more than {limits.max_entries} entries")
+                rel = _member_path(member.name, limits.what)
                 if rel in seen:
-                    raise FetchError(f"duplicate entry in build context: {member.name!r}")
+                    raise FetchError(f"duplicate entry in {limits.what}: {member.name!r}")
                 seen.add(rel)
                 path = dest.joinpath(*rel.parts)
                 if member.isdir():
                     path.mkdir(parents=True, exist_ok=True)
                     continue
                 if not member.isreg():
-                    raise FetchError(f"build context entry {member.name!r} is not a regular file or directory")
+                    raise FetchError(f"{limits.what} entry {member.name!r} is not a regular file or directory")
                 if member.size > limits.max_bytes - total:
-                    raise FetchError(f"build context unpacks to more than {limits.max_bytes} bytes")
+                    raise FetchError(f"{limits.what} unpacks to more than {limits.max_bytes} bytes")
                 path.parent.mkdir(parents=True, exist_ok=True)
                 if path.is_symlink() or path.is_dir():
-                    raise FetchError(f"build context entry {member.name!r} clashes with another entry")
+                    raise FetchError(f"{limits.what} entry {member.name!r} clashes with another entry")
                 stream = tar.extractfile(member)
                 if stream is None:
-                    raise FetchError(f"build context entry {member.name!r} cannot be read")
+                    raise FetchError(f"{limits.what} entry {member.name!r} cannot be read")
                 with stream, open(path, "xb") as out:
-                    total += _copy(stream, out, limits.max_bytes - total, member.name)
+                    total += _copy(stream, out, limits.max_bytes - total, member.name, limits.what)
                 path.chmod(0o755 if member.mode & 0o111 else 0o644)
     except (tarfile.TarError, EOFError, OSError) as exc:
-        raise FetchError(f"build context is not a readable tar.gz: {exc}") from exc
+        raise FetchError(f"{limits.what} is not a readable tar.gz: {exc}") from exc
     return total
 
 
@@ -152,6 +155,31 @@ class MinioSource:
             response.release_conn()
 
 
+class UrlSource:
+    """``ObjectSource`` over one signed URL: the object it was signed for, nothing else."""
+
+    def __init__(self, url: str, timeout: float = 30.0) -> None:
+        self.url = url
+        self.timeout = timeout
+
+    def chunks(self, bucket: str, key: str) -> Iterator[bytes]:
+        import urllib.error
+        import urllib.request
+
+        if not self.url.startswith(("http://", "https://")):
+            raise FetchError(f"cannot read {key}: the download URL is not http(s)")
+        try:
+            response = urllib.request.urlopen(self.url, timeout=self.timeout)  # noqa: S310  (scheme checked)
+        except urllib.error.HTTPError as exc:
+            why = {403: "access denied or the URL expired", 404: "no such object"}.get(exc.code, exc.reason)
+            raise FetchError(f"cannot read {key}: HTTP {exc.code} ({why})") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise FetchError(f"cannot read {key}: {exc}") from exc
+        with response:
+            while chunk := response.read(CHUNK):
+                yield chunk
+
+
 def fetch(source: ObjectSource, bucket: str, key: str, dest: Path, sha256: str, limits: Limits) -> str:
     """Download and unpack one context into DEST (the archive is removed afterwards); returns its SHA-256."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -172,7 +200,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--endpoint", default="", help="S3 endpoint: host:port (plain HTTP) or URL; empty: AWS")
     parser.add_argument("--region", default="", help="S3 region")
-    parser.add_argument("--bucket", required=True)
+    parser.add_argument("--bucket", default="", help="bucket (with S3 credentials)")
+    parser.add_argument("--url-env", default="", help="environment variable holding a signed URL of the object")
+    parser.add_argument("--what", default="build context", help="what the archive is called in messages")
     parser.add_argument("--key", required=True, help="object key of the tar.gz build context")
     parser.add_argument("--dest", required=True, type=Path, help="folder to unpack into (kaniko's dir:// context)")
     parser.add_argument("--sha256", default="", help="expected SHA-256 of the archive, when known")
@@ -194,14 +224,26 @@ def main(argv: list[str] | None = None) -> int:
     if sha256 and (len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256)):
         _report(f"--sha256 must be 64 hex digits, got {args.sha256!r}")
         return 2
-    source = MinioSource(args.endpoint, args.region, os.environ.get("AWS_ACCESS_KEY_ID", ""),
-                         os.environ.get("AWS_SECRET_ACCESS_KEY", ""))  # fmt: skip
+    source: ObjectSource
+    if args.url_env:
+        url = os.environ.get(args.url_env, "")
+        if not url or not sha256:
+            _report(f"{args.what}: --url-env needs ${args.url_env} set and --sha256")
+            return 2
+        source = UrlSource(url)
+    elif args.bucket:
+        source = MinioSource(args.endpoint, args.region, os.environ.get("AWS_ACCESS_KEY_ID", ""),
+                             os.environ.get("AWS_SECRET_ACCESS_KEY", ""))  # fmt: skip
+    else:
+        _report("either --bucket (with S3 credentials) or --url-env is required")
+        return 2
     try:
-        found = fetch(source, args.bucket, args.key, args.dest, sha256, Limits(args.max_bytes, args.max_entries))
+        found = fetch(source, args.bucket, args.key, args.dest, sha256,
+                      Limits(args.max_bytes, args.max_entries, args.what))  # fmt: skip
     except FetchError as exc:
-        _report(f"build context: {exc}")
+        _report(f"{args.what}: {exc}")
         return 1
-    print(f"build context s3://{args.bucket}/{args.key} (sha256 {found}) unpacked into {args.dest}")
+    print(f"{args.what} {args.key} (sha256 {found}) unpacked into {args.dest}")
     return 0
 
 

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from sless_core import crd
 from sless_core.models import Phase
-from sless_operator import capture, children, manifests, tenancy, trigger
+from sless_operator import capture, children, codeurl, manifests, tenancy, trigger
 from sless_operator.children import ChildConflict
+from sless_operator.codeurl import NoSigningKey
 from sless_operator.context import Context
 from sless_operator.kube import api_path
 from sless_operator.manifests import FunctionRef
@@ -88,8 +90,11 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         return
     try:
         ref = function_ref(body)
-        if ref.code_hash and not ref.context_key:
-            raise InvalidSpec("codeHash is set but contextKey (the build context in S3) is not")
+        if ref.code_hash and not (ref.context_key or ref.code_key):
+            raise InvalidSpec("codeHash is set but neither contextKey (a build context) nor codeKey (a code "
+                              "archive) is")  # fmt: skip
+        if ref.deps_hash and not (ref.code_key and ref.context_key):
+            raise InvalidSpec("depsHash needs codeKey (the code) and contextKey (the dependency build context)")
     except InvalidSpec as exc:
         message = f"invalid spec: {exc}"
         st.set(phase=Phase.FAILED.value, message=message)
@@ -104,13 +109,29 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         await _write(ctx, body, st)
         return
 
-    build = await _build(ctx, ref, old, st)
-    image = str(st.fields.get("image") or old.get("image") or "")
+    replicas = desired_replicas(int((body.get("spec") or {}).get("replicas", 1)), ctx.triggers_of(namespace, name))
     rollout: tuple[str, str] | None = None
-    if image:
-        base = int((body.get("spec") or {}).get("replicas", 1))
-        replicas = desired_replicas(base, ctx.triggers_of(namespace, name))
-        rollout = (await _deploy(ctx, ref, image, replicas)).rollout()
+    if ref.fetched:
+        build, image = await _dependencies(ctx, ref, old, st)
+        if build == "built":
+            try:
+                await _code_url(ctx, ref, old, st)
+            except NoSigningKey as exc:
+                st.set(phase=Phase.FAILED.value, message=str(exc)).condition("Ready", False, "NoSigningKey", str(exc))
+                await _write(ctx, body, st)
+                return
+            rollout = (await _deploy(ctx, ref, image, replicas)).rollout()
+            st.set(image=image, codeHash=ref.code_hash)
+        else:  # new dependencies are building: what runs keeps running as it is
+            live = ctx.deployment(namespace, name)
+            rollout = live.rollout() if live is not None else None
+            image = str(old.get("image") or "")
+        rollout = _fetch_failure(ctx, ref, rollout)
+    else:
+        build = await _build(ctx, ref, old, st)
+        image = str(st.fields.get("image") or old.get("image") or "")
+        if image:
+            rollout = (await _deploy(ctx, ref, image, replicas)).rollout()
 
     ready_state, ready_message = rollout or ("absent", "")
     if rollout is None:
@@ -127,7 +148,7 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
     if build == "failed":
         st.set(phase=Phase.FAILED.value)  # message: the build log's tail, set by _build
     elif build == "building":
-        target = manifests.image_ref(ctx.config, namespace, name, ref.code_hash)
+        target = _build_target(ctx, ref)
         st.set(phase=Phase.BUILDING.value, message=f"building {target}")
     elif ready_state == "ready":
         st.set(phase=Phase.READY.value, message="")
@@ -138,6 +159,78 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
     await _write(ctx, body, st)
     if image:
         await trigger.sync_for_function(ctx, body, image)
+
+
+def _build_target(ctx: Context, ref: FunctionRef) -> str:
+    if ref.fetched:
+        return manifests.deps_image_ref(ctx.config, ref.namespace, ref.deps_hash)
+    return manifests.image_ref(ctx.config, ref.namespace, ref.name, ref.code_hash)
+
+
+async def _dependencies(ctx: Context, ref: FunctionRef, old: dict[str, Any], st: StatusBuilder) -> tuple[str, str]:
+    """The image fetched code runs on: ("built" | "building" | "failed", image).
+
+    No dependencies: the runtime's image, nothing to build. Else the tenant's dependency image of
+    that key: one Job per tenant and key, whichever of its functions asks first; the others find the
+    Job (or a function whose status already names the image) and build nothing.
+    """
+    config = ctx.config
+    if not ref.deps_hash:
+        image = manifests.runtime_image(config, ref.spec.runtime)
+        st.set(buildJob="", depsImage="")
+        st.condition("Built", True, "NoDependencies", f"runs on {image}")
+        return "built", image
+    want = manifests.deps_image_ref(config, ref.namespace, ref.deps_hash)
+    job_name = manifests.deps_job_name(ref.namespace, ref.deps_hash)
+    built = condition_of(old, "Built")
+    st.set(buildJob=job_name)
+    shared = [f for f in ctx.functions_in(ref.namespace) if (f.get("status") or {}).get("depsImage") == want]
+    if old.get("depsImage") == want or shared:
+        st.set(depsImage=want)
+        st.condition("Built", True, "Built", want)
+        return "built", want
+    if old.get("buildJob") == job_name and built.get("reason") == "BuildFailed":
+        st.condition("Built", False, "BuildFailed", str(built.get("message") or ""))
+        st.set(message=str(old.get("message") or built.get("message") or "build failed"))
+        return "failed", want
+    job: JobSummary | None = ctx.job(config.build_namespace, job_name)
+    if job is None:
+        await tenancy.ensure_build_namespace(ctx)
+        job = job_summary(await children.ensure(ctx.kube, manifests.build_job(config, ref)))
+    if job.state == "complete":
+        st.set(depsImage=want, lastBuiltAt=job.completion_time or now())
+        st.condition("Built", True, "Built", want)
+        return "built", want
+    if job.state == "failed":
+        selector = f"{crd.LABEL_NAMESPACE}={ref.namespace},{manifests.LABEL_DEPS}={ref.deps_hash[:32]}"
+        output = await capture.pod_output(ctx.kube, config.build_namespace, selector, manifests.BUILD_CONTAINER,
+                                          succeeded=False, init_containers=(manifests.FETCH_CONTAINER,))  # fmt: skip
+        reason = f"{job.reason}: {job.message}".strip(": ")
+        message = f"dependency build failed ({reason})" + (f":\n{output}" if output else "")
+        st.condition("Built", False, "BuildFailed", message)
+        st.set(message=message)
+        return "failed", want
+    st.condition("Built", None, "Building", f"dependency build Job {config.build_namespace}/{job_name}")
+    return "building", want
+
+
+async def _code_url(ctx: Context, ref: FunctionRef, old: dict[str, Any], st: StatusBuilder) -> None:
+    """Make sure the Secret holds a live URL of the current code archive (renewed at half its life)."""
+    current = old.get("codeUrl") if isinstance(old.get("codeUrl"), dict) else {}
+    if codeurl.needs_renewal(ctx.config, ref, current or {}, time.time()):
+        current = await codeurl.publish(ctx.kube, ctx.signer, ctx.config, ref)
+    st.set(codeUrl=current)
+
+
+def _fetch_failure(ctx: Context, ref: FunctionRef, rollout: tuple[str, str] | None) -> tuple[str, str] | None:
+    """A rollout whose new pods cannot fetch their code is failed now, with the fetch's reason."""
+    failure = ctx.state.fetch_failures.get((ref.namespace, ref.name))
+    if failure is None or failure[0] != ref.code_hash[:16]:
+        return rollout
+    if rollout is not None and rollout[0] == "ready":
+        ctx.state.fetch_failures.pop((ref.namespace, ref.name), None)
+        return rollout
+    return "failed", f"the function's pods cannot start: {failure[1]}"
 
 
 async def _build(ctx: Context, ref: FunctionRef, old: dict[str, Any], st: StatusBuilder) -> str:

@@ -28,8 +28,15 @@ from sless_operator.config import OperatorConfig
 from sless_operator.context import Context
 from sless_operator.job import WaitingForFunction
 from sless_operator.kube import ApiError
-from sless_operator.manifests import COMPONENT_BUILD, COMPONENT_CRON, COMPONENT_FUNCTION, COMPONENT_RUN
-from sless_operator.observe import deployment_summary, job_summary, slim_function, trigger_summary
+from sless_operator.manifests import (
+    COMPONENT_BUILD,
+    COMPONENT_CRON,
+    COMPONENT_FUNCTION,
+    COMPONENT_RUN,
+    LABEL_CODE,
+    LABEL_DEPS,
+)
+from sless_operator.observe import deployment_summary, fetch_failure, job_summary, slim_function, trigger_summary
 from sless_operator.specs import InvalidSpec
 from sless_operator.tenancy import NamespaceMissing, NotATenant
 
@@ -40,9 +47,13 @@ TRIGGER = (crd.GROUP, crd.VERSION, crd.TRIGGER_PLURAL)
 FUNCTION_JOB = (crd.GROUP, crd.VERSION, crd.JOB_PLURAL)
 JOBS = ("batch", "v1", "jobs")
 DEPLOYMENTS = ("apps", "v1", "deployments")
+PODS = ("", "v1", "pods")
+FUNCTION_PODS = {**{crd.LABEL_MANAGED: crd.MANAGED_BY}, crd.LABEL_COMPONENT: COMPONENT_FUNCTION}
 MANAGED = {crd.LABEL_MANAGED: crd.MANAGED_BY}
 INDICES = ("sless_functions", "sless_jobs", "sless_deployments", "sless_triggers")
 FINALIZER = "sless.dev/finalizer"
+# well inside half of the shortest code URL lifetime (SLESS_CODE_URL_TTL_SEC >= 3600)
+RENEW_INTERVAL_SEC = 900
 
 
 class LeanDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
@@ -81,6 +92,7 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     selector = f"{crd.LABEL_MANAGED}={crd.MANAGED_BY}"
     settings.watching.label_selectors[JOBS] = selector
     settings.watching.label_selectors[DEPLOYMENTS] = selector
+    settings.watching.label_selectors[PODS] = f"{selector},{crd.LABEL_COMPONENT}={COMPONENT_FUNCTION}"
 
 
 # the Jobs whose ends are counted, by their component label
@@ -191,6 +203,12 @@ async def function_changed(namespace: str | None, name: str, body: kopf.Body, me
     await to_kopf(memo, lambda: function.reconcile(memo, namespace or "", name, dict(body)))
 
 
+@kopf.timer(*FUNCTION, id="function-renew", interval=RENEW_INTERVAL_SEC, initial_delay=RENEW_INTERVAL_SEC)
+async def function_renew(namespace: str | None, name: str, memo: Context, **_: Any) -> None:
+    """Now and then, a reconcile that renews the code download URL before it expires (else a no-op)."""
+    await to_kopf(memo, lambda: function.reconcile(memo, namespace or "", name))
+
+
 @kopf.on.delete(*FUNCTION, id="function-cleanup")
 async def function_deleted(namespace: str | None, name: str, memo: Context, **_: Any) -> None:
     await to_kopf(memo, lambda: function.cleanup(memo, namespace or "", name))
@@ -218,12 +236,21 @@ async def job_event(type: str | None, body: kopf.Body, memo: Context, **_: Any) 
         metrics.job_finished(METRIC_KINDS[component], ns, runtime, summary)
     if component == COMPONENT_BUILD:
         ns, fn = summary.labels.get(crd.LABEL_NAMESPACE, ""), summary.labels.get(crd.LABEL_FUNCTION, "")
-        if ns and fn and (summary.finished or type == "DELETED"):  # a running build changes nothing
-            memo.queue.add(("function", ns, fn), lambda: function.reconcile(memo, ns, fn))
+        deps = summary.labels.get(LABEL_DEPS, "")
+        if not (summary.finished or type == "DELETED"):
+            return  # a running build changes nothing
+        names = [fn] if fn else [f["metadata"]["name"] for f in memo.functions_in(ns)
+                                 if str((f.get("spec") or {}).get("depsHash", ""))[:32] == deps and deps]  # fmt: skip
+        for name in names:
+            _wake(memo, ns, name)
     elif component == COMPONENT_RUN and type != "DELETED":
         memo.queue.add(key, lambda: job.on_run_job(memo, summary))
     elif component == COMPONENT_CRON and type != "DELETED":
         memo.queue.add(key, lambda: trigger.on_cron_job(memo, summary))
+
+
+def _wake(memo: Context, namespace: str, name: str) -> None:
+    memo.queue.add(("function", namespace, name), lambda: function.reconcile(memo, namespace, name))
 
 
 @kopf.on.event(*DEPLOYMENTS, labels=MANAGED)
@@ -247,6 +274,21 @@ async def deployment_event(type: str | None, body: kopf.Body, memo: Context, **_
         if state == "progressing" and (previous is None or previous[1:] == seen[1:]):
             return
     ns, fn = summary.namespace, summary.name
+    memo.queue.add(("function", ns, fn), lambda: function.reconcile(memo, ns, fn))
+
+
+@kopf.on.event(*PODS, labels=FUNCTION_PODS)
+async def function_pod_event(type: str | None, body: kopf.Body, memo: Context, **_: Any) -> None:  # noqa: A002
+    """A function pod whose ``fetch-code`` failed: the Function says why now, not at the rollout's deadline."""
+    if type in (None, "DELETED"):
+        return
+    failure = fetch_failure(dict(body))
+    labels = body.get("metadata", {}).get("labels") or {}
+    ns, fn, code = body.get("metadata", {}).get("namespace", ""), labels.get(crd.LABEL_FUNCTION, ""), labels.get(
+        LABEL_CODE, "")
+    if failure is None or not (ns and fn and code) or memo.state.fetch_failures.get((ns, fn)) == (code, failure):
+        return
+    memo.state.fetch_failures[(ns, fn)] = (code, failure)
     memo.queue.add(("function", ns, fn), lambda: function.reconcile(memo, ns, fn))
 
 

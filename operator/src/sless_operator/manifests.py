@@ -17,9 +17,11 @@ Where things run:
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from sless_core import contract, crd
 from sless_core.models import FunctionSpec
@@ -51,6 +53,20 @@ BUILD_CONTEXT_DIR = "/workspace/context"
 BUILD_CONTEXT_MAX_BYTES = 512 * 1024 * 1024
 BUILD_WORKSPACE_SIZE = "1280Mi"
 FETCH_UID = 10001  # the platform image's user (Dockerfile)
+
+# Function pods with fetched code: ``fetch-code`` unpacks the archive into an emptyDir, which the
+# function container mounts read-only where the runtime looks for code.
+FETCH_CODE_CONTAINER = "fetch-code"
+CODE_VOLUME = "code"
+CODE_WORKSPACE = "/workspace"
+CODE_SUBDIR = "function"
+CODE_DIR = "/app/function"  # SLESS_CODE_DIR of the runtime images
+CODE_MAX_BYTES = 256 * 1024 * 1024
+CODE_VOLUME_SIZE = "640Mi"
+CODE_URL_ENV = "SLESS_CODE_URL"
+CODE_URL_KEY = "url"
+ANNOTATION_EXPIRES = "sless.dev/expires"
+LABEL_DEPS = "sless.dev/deps-hash"
 
 COMPONENT_FUNCTION = "function"
 COMPONENT_BUILD = "build"
@@ -108,6 +124,16 @@ class FunctionRef:
     # hash of the referenced secrets' revisions (spec.secretsVersion, set by the API): on the pod template,
     # so a written secret rolls the pods (env values from Secrets are read only when a container starts)
     secrets_version: str = ""
+    # code fetched at pod start (spec.codeKey, spec.codeSha256); empty: the code is in the image
+    code_key: str = ""
+    code_sha256: str = ""
+    # the dependency key (sless_core.rebuild); empty: the runtime image runs the code as it is
+    deps_hash: str = ""
+
+    @property
+    def fetched(self) -> bool:
+        """The pods fetch the code at start (Python, Node): a code change is a rollout, not a build."""
+        return bool(self.code_key)
 
 
 # -- names and labels -------------------------------------------------------------------------
@@ -116,6 +142,26 @@ class FunctionRef:
 def image_ref(config: OperatorConfig, namespace: str, name: str, code_hash: str) -> str:
     """Every code hash gets its own tag, so new code never runs from a stale image."""
     return f"{config.registry}/{namespace}/{name}:{code_hash[:16]}"
+
+
+def runtime_image(config: OperatorConfig, runtime: str) -> str:
+    """The runtime's own image: what a function without dependencies runs, its code fetched at start."""
+    return f"{config.runtime_image_prefix}/{runtime}:{config.runtime_image_tag}"
+
+
+def deps_image_ref(config: OperatorConfig, namespace: str, deps_hash: str) -> str:
+    """One dependency image per tenant and dependency key: the tenant's functions with the same manifest
+    share it. Not across tenants: installing runs the tenant's own code (setup.py, npm scripts)."""
+    return f"{config.registry}/{namespace}/deps:{deps_hash[:32]}"
+
+
+def deps_job_name(namespace: str, deps_hash: str) -> str:
+    digest = hashlib.sha256(f"{namespace}/deps/{deps_hash}".encode()).hexdigest()[:16]
+    return f"deps-build-{digest}"
+
+
+def code_secret_name(function: str) -> str:
+    return f"sless-code-{function}"
 
 
 def build_job_name(namespace: str, name: str, code_hash: str, context_key: str = "") -> str:
@@ -234,6 +280,40 @@ def restricted_container_security(read_only_root: bool) -> dict[str, Any]:
     }
 
 
+def fetch_code_container(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
+    """The init container that downloads the function's code archive through its signed URL (a Secret
+    key: renewing it restarts nothing) and unpacks it after checking its SHA-256; no S3 credential."""
+    args = [f"--url-env={CODE_URL_ENV}", f"--key={fn.code_key}", f"--sha256={fn.code_sha256}",
+            f"--dest={CODE_WORKSPACE}/{CODE_SUBDIR}", f"--max-bytes={CODE_MAX_BYTES}", "--what=code archive"]
+    return {
+        "name": FETCH_CODE_CONTAINER,
+        "image": config.build_fetch_image,
+        "command": ["python", "-m", "sless_operator.contextfetch"],
+        "args": args,
+        "env": [{"name": CODE_URL_ENV, "valueFrom": {"secretKeyRef": {"name": code_secret_name(fn.name),
+                                                                        "key": CODE_URL_KEY}}}],
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        "securityContext": {**restricted_container_security(True), "runAsUser": FETCH_UID, "runAsGroup": FETCH_UID},
+        "volumeMounts": [{"name": CODE_VOLUME, "mountPath": CODE_WORKSPACE}],
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }  # fmt: skip
+
+
+def code_secret(fn: FunctionRef, url: str, expires: int) -> dict[str, Any]:
+    """The signed URL of the function's current code archive, read by ``fetch-code`` at each pod start."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": code_secret_name(fn.name), "namespace": fn.namespace,
+                     "labels": base_labels(fn.name, COMPONENT_FUNCTION),
+                     "annotations": {ANNOTATION_EXPIRES: str(expires)},
+                     "ownerReferences": [fn.owner.reference()]},
+        "stringData": {CODE_URL_KEY: url},
+    }  # fmt: skip
+
+
 def _function_pod(config: OperatorConfig, fn: FunctionRef, image: str, *, runner: bool,
                   extra_env: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     runtime = RUNTIMES[fn.spec.runtime]
@@ -274,6 +354,11 @@ def _function_pod(config: OperatorConfig, fn: FunctionRef, image: str, *, runner
     else:
         # SIGTERM drains in-flight requests up to the function's timeout.
         pod["terminationGracePeriodSeconds"] = min(fn.spec.timeout_sec + 5, MAX_GRACE_SEC)
+    if fn.fetched:
+        pod["initContainers"] = [fetch_code_container(config, fn)]
+        pod["volumes"].append({"name": CODE_VOLUME, "emptyDir": {"sizeLimit": CODE_VOLUME_SIZE}})
+        container["volumeMounts"].append({"name": CODE_VOLUME, "mountPath": CODE_DIR, "subPath": CODE_SUBDIR,
+                                          "readOnly": True})  # fmt: skip
     if config.image_pull_secret:
         pod["imagePullSecrets"] = [{"name": config.image_pull_secret}]
     return pod
@@ -316,10 +401,16 @@ def build_job(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
     runs the tenant's Dockerfile steps as root, so nothing secret but the registry's push
     credentials (``SLESS_BUILD_REGISTRY_SECRET``) may be in its reach.
     """
-    name = build_job_name(fn.namespace, fn.name, fn.code_hash, fn.context_key)
-    image = image_ref(config, fn.namespace, fn.name, fn.code_hash)
-    labels = {**base_labels(fn.name, COMPONENT_BUILD), crd.LABEL_NAMESPACE: fn.namespace,
-              LABEL_CODE: fn.code_hash[:16]}  # fmt: skip
+    if fn.fetched:  # a dependency image, shared by the tenant's functions with the same manifest
+        name = deps_job_name(fn.namespace, fn.deps_hash)
+        image = deps_image_ref(config, fn.namespace, fn.deps_hash)
+        labels = {crd.LABEL_MANAGED: crd.MANAGED_BY, crd.LABEL_COMPONENT: COMPONENT_BUILD,
+                  crd.LABEL_NAMESPACE: fn.namespace, LABEL_DEPS: fn.deps_hash[:32]}  # fmt: skip
+    else:
+        name = build_job_name(fn.namespace, fn.name, fn.code_hash, fn.context_key)
+        image = image_ref(config, fn.namespace, fn.name, fn.code_hash)
+        labels = {**base_labels(fn.name, COMPONENT_BUILD), crd.LABEL_NAMESPACE: fn.namespace,
+                  LABEL_CODE: fn.code_hash[:16]}  # fmt: skip
     args = [
         f"--context=dir://{BUILD_CONTEXT_DIR}",
         "--dockerfile=Dockerfile",
@@ -379,6 +470,7 @@ def build_job(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
 
 def deployment(config: OperatorConfig, fn: FunctionRef, image: str, replicas: int) -> dict[str, Any]:
     labels = base_labels(fn.name, COMPONENT_FUNCTION)
+    pod_labels = {**labels, LABEL_CODE: fn.code_hash[:16]} if fn.fetched else labels
     return _stamp({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -392,7 +484,7 @@ def deployment(config: OperatorConfig, fn: FunctionRef, image: str, replicas: in
             "progressDeadlineSeconds": PROGRESS_DEADLINE_SEC,
             # a new version is up and ready before an old pod stops: no gap in service
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-            "template": {"metadata": {"labels": labels, "annotations": pod_annotations(fn)},
+            "template": {"metadata": {"labels": pod_labels, "annotations": pod_annotations(fn)},
                          "spec": _function_pod(config, fn, image, runner=False)},
         },
     })  # fmt: skip
@@ -502,6 +594,23 @@ DENY_NAME = "sless-default-deny"
 ALLOW_PLATFORM_NAME = "sless-allow-platform"
 ALLOW_DNS_NAME = "sless-allow-dns"
 ALLOW_EGRESS_NAME = "sless-allow-egress"
+ALLOW_CODE_FETCH_NAME = "sless-allow-code-fetch"
+
+
+def s3_address(config: OperatorConfig) -> tuple[str, int] | None:
+    """The S3 endpoint as (IP, port) when its host is an address literal (a NetworkPolicy needs addresses);
+    None for a name (allow it with ``SLESS_FUNCTION_EGRESS_CIDRS``) or AWS."""
+    endpoint = config.s3_endpoint
+    if not endpoint:
+        return None
+    secure = endpoint.startswith("https://")
+    parts = urlsplit("//" + endpoint.removeprefix("https://").removeprefix("http://"))
+    try:
+        ip = ipaddress.ip_address(parts.hostname or "")
+        port = parts.port or (443 if secure else 80)
+    except ValueError:
+        return None
+    return str(ip), port
 
 
 def tenant_objects(config: OperatorConfig, namespace: str) -> list[dict[str, Any]]:
@@ -548,6 +657,16 @@ def tenant_objects(config: OperatorConfig, namespace: str) -> list[dict[str, Any
              "egress": [{"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}],
          }},
     ]  # fmt: skip
+    address = s3_address(config)
+    if address is not None:  # function pods fetch their code from S3 (the signed URL grants one object)
+        ip, port = address
+        cidr = f"{ip}/{32 if ipaddress.ip_address(ip).version == 4 else 128}"
+        objects.append({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(ALLOW_CODE_FETCH_NAME),
+            # every pod of the tenant: function, run and cron pods all fetch their code
+            "spec": {"podSelector": {}, "policyTypes": ["Egress"],
+                     "egress": [{"to": [{"ipBlock": {"cidr": cidr}}], "ports": [{"protocol": "TCP", "port": port}]}]},
+        })  # fmt: skip
     if config.function_egress_cidrs:
         objects.append({
             "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(ALLOW_EGRESS_NAME),
@@ -566,4 +685,5 @@ PLURALS = {
     "LimitRange": "limitranges",
     "NetworkPolicy": "networkpolicies",
     "Namespace": "namespaces",
+    "Secret": "secrets",
 }

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sless_core import crd
-from sless_operator.manifests import SPEC_HASH
+from sless_operator.manifests import FETCH_CODE_CONTAINER, SPEC_HASH
 
 
 @dataclass(frozen=True)
@@ -163,3 +163,20 @@ def desired_replicas(base: int, triggers: list[TriggerSummary]) -> int:
     if http and not any(t.enabled for t in http):
         return 0
     return base
+
+
+def fetch_failure(pod: dict[str, Any]) -> str | None:
+    """Why a function pod's ``fetch-code`` init container failed (its termination message), or None.
+
+    The kubelet restarts a failed init container with backoff, so the reason may sit in the current
+    state or in the last one.
+    """
+    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        if status.get("name") != FETCH_CODE_CONTAINER:
+            continue
+        for state in (status.get("state") or {}, status.get("lastState") or {}):
+            terminated = state.get("terminated") or {}
+            if terminated and terminated.get("exitCode") not in (0, None):
+                message = str(terminated.get("message") or "").strip()
+                return message or f"{FETCH_CODE_CONTAINER} exited with code {terminated.get('exitCode')}"
+    return None

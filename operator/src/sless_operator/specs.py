@@ -38,6 +38,18 @@ def own_context_key(namespace: str, name: str, key: str) -> bool:
             and not rest.startswith(".") and rest.isprintable())  # fmt: skip
 
 
+def own_code_key(namespace: str, name: str, key: str) -> bool:
+    """Whether KEY is one of the Function's own code archives (``code/<ns>/<fn>/<file>``)."""
+    return own_context_key(namespace, name, "contexts/" + key.removeprefix("code/")) and key.startswith("code/")
+
+
+def _hex64(value: object, field: str) -> str:
+    text = str(value or "")
+    if text and (len(text) != 64 or any(c not in "0123456789abcdef" for c in text)):
+        raise InvalidSpec(f"{field} must be 64 lowercase hex digits")
+    return text
+
+
 def function_ref(body: dict[str, Any]) -> FunctionRef:
     """What the manifest builders need of a Function body; raises InvalidSpec."""
     meta, spec = body["metadata"], body.get("spec") or {}
@@ -45,6 +57,13 @@ def function_ref(body: dict[str, Any]) -> FunctionRef:
     if key and not own_context_key(meta["namespace"], meta["name"], key):
         raise InvalidSpec(f"contextKey must be contexts/{meta['namespace']}/{meta['name']}/<file>: "
                           "a Function builds only its own build context")  # fmt: skip
+    code_key = str(spec.get("codeKey") or "")
+    if code_key and not own_code_key(meta["namespace"], meta["name"], code_key):
+        raise InvalidSpec(f"codeKey must be code/{meta['namespace']}/{meta['name']}/<file>: "
+                          "a Function fetches only its own code")  # fmt: skip
+    code_sha256 = _hex64(spec.get("codeSha256"), "codeSha256")
+    if code_key and not code_sha256:
+        raise InvalidSpec("codeKey is set but codeSha256 (what the fetched archive must hash to) is not")
     return FunctionRef(
         namespace=meta["namespace"],
         name=meta["name"],
@@ -54,6 +73,9 @@ def function_ref(body: dict[str, Any]) -> FunctionRef:
         owner=Owner.of(body),
         context_sha256=str(spec.get("contextSha256") or ""),
         secrets_version=str(spec.get(crd.SECRETS_VERSION) or ""),
+        code_key=code_key,
+        code_sha256=code_sha256,
+        deps_hash=_hex64(spec.get("depsHash"), "depsHash"),
     )
 
 

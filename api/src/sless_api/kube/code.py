@@ -20,12 +20,13 @@ from typing import Any
 import urllib3.exceptions
 from minio.error import MinioException
 
-from sless_api.buildcontext import make_build_context
+from sless_api.buildcontext import make_build_context, make_code_archive, make_deps_context
 from sless_api.kube.settings import KubeSettings
 from sless_api.platform import NotFound, Unavailable
-from sless_api.storage import CodeStore, StorageError, context_key, function_prefixes, zip_key
+from sless_api.storage import CodeStore, StorageError, code_key, context_key, function_prefixes, zip_key
 from sless_api.storage.versions import newest_archive, prune, stamp, unpack_archive
 from sless_api.zipsafe import ZipLimits, extract_zip, read_source_files
+from sless_core import rebuild
 from sless_core.models import FunctionSpec
 
 log = logging.getLogger("sless.kube.code")
@@ -35,15 +36,29 @@ STORE_ERRORS = (StorageError, MinioException, urllib3.exceptions.HTTPError, OSEr
 
 @dataclass(frozen=True)
 class StoredCode:
-    """Where an upload went, and the build context's digest the build checks before it unpacks it."""
+    """Where an upload went, with the digests a pod or a build checks before it unpacks anything.
+
+    Python and Node code is fetched by the function's pods (``code_key``); an image is built only for
+    dependencies (``deps_key`` and a code-free build context) and shared by every function of the
+    tenant with the same manifest. Go code is compiled: its build context holds the code, and no
+    code archive is fetched (``sless_core.rebuild``).
+    """
 
     zip_key: str
-    context_key: str
-    context_sha256: str
+    context_key: str = ""
+    context_sha256: str = ""
+    code_key: str = ""
+    code_sha256: str = ""
+    deps_key: str = ""
 
     @property
-    def keys(self) -> tuple[str, str]:
-        return self.zip_key, self.context_key
+    def keys(self) -> tuple[str, ...]:
+        return tuple(k for k in (self.zip_key, self.context_key, self.code_key) if k)
+
+    def cr_fields(self) -> dict[str, str]:
+        """The Function spec fields that point at this code (every one set, "" clearing an old value)."""
+        return {"contextKey": self.context_key, "contextSha256": self.context_sha256, "codeKey": self.code_key,
+                "codeSha256": self.code_sha256, "depsHash": self.deps_key}
 
 
 class CodeArchive:
@@ -62,36 +77,58 @@ class CodeArchive:
         return make_build_context(code_dir, spec.runtime, spec.entrypoint, self.settings.base_image(spec.runtime),
                                   code_hash=code_hash, go_run_image=self.settings.go_run_image)
 
+    def _artifacts(self, code_dir: Path, spec: FunctionSpec, code_hash: str) -> dict[str, bytes | str]:
+        """What to store for this code: the Go build context, or the code archive (+ a dependency context)."""
+        needs = rebuild.plan(spec.runtime, code_dir)
+        if needs.compiled:
+            return {"context": self._context(code_dir, spec, code_hash)}
+        out: dict[str, bytes | str] = {"code": make_code_archive(code_dir), "deps_key": needs.deps_key}
+        if needs.deps_key:
+            manifests = rebuild.read_manifests(spec.runtime, code_dir)
+            out["context"] = make_deps_context(spec.runtime, manifests, self.settings.base_image(spec.runtime),
+                                               needs.deps_key)
+        return out
+
+    def _put(self, namespace: str, name: str, version: str, zip_path: Path | None,
+             artifacts: dict[str, bytes | str]) -> StoredCode:
+        context, code = artifacts.get("context"), artifacts.get("code")
+        stored = StoredCode(
+            zip_key=zip_key(namespace, name, version) if zip_path is not None else "",
+            context_key=context_key(namespace, name, version) if isinstance(context, bytes) else "",
+            context_sha256=hashlib.sha256(context).hexdigest() if isinstance(context, bytes) else "",
+            code_key=code_key(namespace, name, version) if isinstance(code, bytes) else "",
+            code_sha256=hashlib.sha256(code).hexdigest() if isinstance(code, bytes) else "",
+            deps_key=str(artifacts.get("deps_key") or ""),
+        )
+        try:
+            if zip_path is not None:
+                self.store.put_file(stored.zip_key, zip_path)
+            if isinstance(context, bytes):
+                self.store.put_bytes(stored.context_key, context)
+            if isinstance(code, bytes):
+                self.store.put_bytes(stored.code_key, code)
+        except STORE_ERRORS as exc:
+            self.discard(stored.keys)
+            raise Unavailable(f"code storage is unavailable ({type(exc).__name__}); try again") from exc
+        return stored
+
     def store_upload(self, namespace: str, spec: FunctionSpec, zip_path: Path, code_hash: str) -> StoredCode:
-        """Check and store an uploaded zip and its build context.
+        """Check and store an uploaded zip and what runs it (code archive, build context).
 
         Raises ``ZipRejected`` (a 400) for a bad archive; nothing is stored then.
         """
         with self._workdir() as work:
             code_dir = Path(work) / "code"
             extract_zip(zip_path, code_dir, self.limits)
-            context = self._context(code_dir, spec, code_hash)
-        version = stamp(code_hash)
-        keys = zip_key(namespace, spec.name, version), context_key(namespace, spec.name, version)
-        try:
-            self.store.put_file(keys[0], zip_path)
-            self.store.put_bytes(keys[1], context)
-        except STORE_ERRORS as exc:
-            self.discard(keys)
-            raise Unavailable(f"code storage is unavailable ({type(exc).__name__}); try again") from exc
-        return StoredCode(keys[0], keys[1], hashlib.sha256(context).hexdigest())
+            artifacts = self._artifacts(code_dir, spec, code_hash)
+        return self._put(namespace, spec.name, stamp(code_hash), zip_path, artifacts)
 
-    def rebuild_context(self, namespace: str, spec: FunctionSpec, code_hash: str) -> tuple[str, str]:
-        """A new context for stored code whose runtime or entrypoint changed (both are in the Dockerfile)."""
+    def rebuild_context(self, namespace: str, spec: FunctionSpec, code_hash: str) -> StoredCode:
+        """New artifacts for stored code whose runtime or entrypoint changed (the Go build needs both)."""
         with self._workdir() as work:
             code_dir = self._fetch(namespace, spec.name, code_hash, Path(work))
-            context = self._context(code_dir, spec, code_hash)
-        key = context_key(namespace, spec.name, stamp(code_hash))
-        try:
-            self.store.put_bytes(key, context)
-        except STORE_ERRORS as exc:
-            raise Unavailable(f"code storage is unavailable ({type(exc).__name__}); try again") from exc
-        return key, hashlib.sha256(context).hexdigest()
+            artifacts = self._artifacts(code_dir, spec, code_hash)
+        return self._put(namespace, spec.name, stamp(code_hash), None, artifacts)
 
     def source(self, namespace: str, name: str, code_hash: str) -> list[dict[str, Any]]:
         with self._workdir() as work:

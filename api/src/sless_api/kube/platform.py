@@ -221,8 +221,8 @@ class KubernetesPlatform:
             if version:
                 cr_spec[SECRETS_VERSION] = version
             if old.code_hash and contract.spec_change_rebuilds(old.spec, new_spec):
-                cr_spec["contextKey"], cr_spec["contextSha256"] = await asyncio.to_thread(
-                    self.archive.rebuild_context, namespace, new_spec, old.code_hash)
+                stored = await asyncio.to_thread(self.archive.rebuild_context, namespace, new_spec, old.code_hash)
+                cr_spec.update(stored.cr_fields())
             obj["spec"] = cr_spec
             try:
                 return resources.function_record(await self._replace(FUNCTIONS, namespace, obj))
@@ -256,8 +256,7 @@ class KubernetesPlatform:
                 return current
             stored = await asyncio.to_thread(self.archive.store_upload, namespace, current.spec, zip_path, code_hash)
             patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
-                     "spec": {"codeHash": code_hash, "contextKey": stored.context_key,
-                              "contextSha256": stored.context_sha256}}
+                     "spec": {"codeHash": code_hash, **stored.cr_fields()}}
             try:
                 updated = await self._patch(FUNCTIONS, namespace, name, patch)
             except (KubeConflict, NotFound):

@@ -88,7 +88,14 @@ def context_key(namespace: str, name: str, ts: int | str) -> str:
     return validate_key("contexts/{}/{}/{}.tar.gz".format(*parts))
 
 
-def function_prefixes(namespace: str, name: str) -> tuple[str, str]:
+def code_key(namespace: str, name: str, ts: int | str) -> str:
+    """``code/{ns}/{name}/{ts}.tar.gz``: the code alone, as a function pod fetches it at start."""
+    parts = (_segment(namespace, "namespace"), _segment(name, "name"), _segment(str(ts), "timestamp"))
+    return validate_key("code/{}/{}/{}.tar.gz".format(*parts))
+
+
+def function_prefixes(namespace: str, name: str) -> tuple[str, str, str]:
     """The prefixes holding everything stored for one function (to delete it with the function)."""
     ns, fn = _segment(namespace, "namespace"), _segment(name, "name")
-    return validate_prefix(f"functions/{ns}/{fn}/"), validate_prefix(f"contexts/{ns}/{fn}/")
+    return (validate_prefix(f"functions/{ns}/{fn}/"), validate_prefix(f"contexts/{ns}/{fn}/"),
+            validate_prefix(f"code/{ns}/{fn}/"))

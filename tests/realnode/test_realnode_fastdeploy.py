@@ -1,0 +1,100 @@
+"""Code fetched at pod start on a real kubelet: a code-only change serves without a build, and a pod
+whose archive is altered or gone does not start, the Function saying why.
+
+Everything is real: the API stores the code archive in S3 (moto on the bridge), the operator signs
+its URL into the function's Secret, the kubelet runs ``fetch-code`` (the platform image's
+``contextfetch``) and then the runtime image with the code mounted read-only.
+"""
+
+from __future__ import annotations
+
+import io
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.k8s.conftest import Operator, strip_finalizers
+from tests.realnode.test_realnode_operator import (  # noqa: F401  (fixtures)
+    ACCESS,
+    BUCKET,
+    SECRET_KEY,
+    api_url,
+    build_namespace,
+    operator_env,
+    s3_on_bridge,
+)
+from tests.support.platform import Tenant
+from tests.support.realnode import RealNode
+
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1200)]
+
+
+def handler(version: str) -> dict[str, str | bytes]:
+    return {"handler.py": f"def handle(event):\n    return {{'version': {version!r}}}\n"}
+
+
+def serves(t: Tenant, version: str) -> bool:
+    import requests
+
+    try:
+        resp = requests.get(t.fn_url("fast"), timeout=10)
+    except requests.RequestException:
+        return False
+    return resp.status_code == 200 and resp.json() == {"version": version}
+
+
+def _phase(t: Tenant, want: str) -> dict[str, Any] | None:
+    body: dict[str, Any] = t.api("GET", "/functions/fast", expect=200).json()
+    return body if body["phase"] == want else None
+
+
+def test_code_only_change_serves_without_a_build_and_a_bad_archive_fails_the_pod(
+    real_node: RealNode, s3_on_bridge: str, api_url: str, tmp_path: Path  # noqa: F811
+) -> None:
+    from minio import Minio
+
+    bed = real_node.bed
+    t = Tenant(api_url, f"fast-{secrets.token_hex(4)}")
+    t.api("POST", "/ensure", expect=201)
+    build_ns = build_namespace(real_node)
+    op = Operator(bed, t.ns, build_ns, tmp_path, extra_env=operator_env(real_node, s3_on_bridge)).start()
+    try:
+        t.api("POST", "/functions", json={"name": "fast", "runtime": "python3.11"}, expect=201)
+        t.upload("fast", handler("one"))
+        t.api("POST", "/triggers", json={"name": "fast", "type": "http", "function": "fast"}, expect=201)
+        bed.wait("v1 serves", lambda: serves(t, "one"), timeout=300, interval=0.5)
+
+        start = time.monotonic()
+        t.upload("fast", handler("two"))
+        bed.wait("v2 serves", lambda: serves(t, "two"), timeout=120, interval=0.2)
+        print(f"code-only change: upload -> new code answering in {time.monotonic() - start:.1f}s")
+        jobs = bed.get("jobs", "-n", build_ns) or {}
+        assert jobs.get("items", []) == [], "a code-only change ran a build"
+
+        # the stored archive altered: a new pod refuses it, the old one keeps serving
+        spec = bed.get("functions.sless.dev", "fast", "-n", t.ns)["spec"]
+        s3 = Minio(s3_on_bridge, access_key=ACCESS, secret_key=SECRET_KEY, secure=False)
+        evil = b"not the code"
+        s3.put_object(BUCKET, spec["codeKey"], io.BytesIO(evil), len(evil))
+        bed.kubectl("-n", t.ns, "scale", "deployment/fast", "--replicas=2")
+        failed = bed.wait("Failed with the reason", lambda: _phase(t, "Failed"), timeout=120, interval=1)
+        assert "code archive" in failed["message"] and "SHA-256" in failed["message"], failed
+        assert serves(t, "two")
+
+        # the archive gone: the reason says so
+        s3.remove_object(BUCKET, spec["codeKey"])
+        # (the kubelet restarts the failed fetch-code with backoff: the next attempt finds nothing)
+
+        def missing() -> dict[str, Any] | None:
+            body = _phase(t, "Failed")
+            return body if body and "404" in body["message"] else None
+
+        gone = bed.wait("Failed: archive missing", missing, timeout=120, interval=1)
+        assert "no such object" in gone["message"], gone
+    finally:
+        op.stop()
+        strip_finalizers(bed, t.ns)
+        bed.kubectl("delete", "namespace", t.ns, build_ns, "--wait=false", check=False)
