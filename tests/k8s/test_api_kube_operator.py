@@ -121,3 +121,42 @@ def test_jobs_run_and_rerun_with_the_operator(kube_api: KubeApi, served: tuple[T
     assert recorded["phase"] == "Recorded"
     time.sleep(2)
     assert t.api("GET", "/jobs/later", expect=200).json()["phase"] == "Recorded"
+
+
+def test_versions_and_rollback_with_the_operator(kube_api: KubeApi, served: tuple[Tenant, Operator]) -> None:
+    """Each Ready deploy is a version in the Function's status; a rollback writes an earlier one's code and
+    configuration back and the operator rolls it out (fetched code: no build), as a new version."""
+    t, op = served
+    bed = kube_api.bed
+    t.api("POST", "/functions", json={"name": "ver", "runtime": "python3.11", "env_vars": {"A": "1"}}, expect=201)
+    data1, digest1 = zip_hash(HELLO)
+    upload_raw(t, "ver", data1)
+    wait_api(op, "v1 Ready", t, "/functions/ver", lambda b: b["phase"] == "Ready" and b["code_hash"] == digest1)
+    data2, digest2 = zip_hash({"handler.py": "def handle(event):\n    return 'v2'\n"})
+    upload_raw(t, "ver", data2)
+    wait_api(op, "v2 Ready", t, "/functions/ver", lambda b: b["phase"] == "Ready" and b["code_hash"] == digest2)
+    listed = wait_api(op, "two versions", t, "/functions/ver/versions", lambda b: len(b["items"]) == 2)
+    assert [(v["version"], v["code_hash"], v["current"]) for v in listed["items"]] == [
+        (2, digest2, True), (1, digest1, False)]
+    assert listed["items"][1]["env_vars"] == {"A": "1"}
+
+    started = t.api("POST", "/functions/ver/rollback", json={"version": 1}, expect=202).json()
+    assert started["code_hash"] == digest1 and "version 1" in started["message"]
+    wait_api(op, "v1 Ready again", t, "/functions/ver", lambda b: b["phase"] == "Ready" and b["code_hash"] == digest1)
+    template = bed.get("deployment", "ver", "-n", t.ns)["spec"]["template"]
+    assert template["metadata"]["labels"]["sless.dev/code-hash"] == digest1[:16]
+    assert (bed.get("jobs", "-n", op.build_namespace) or {}).get("items", []) == []
+    after = wait_api(op, "three versions", t, "/functions/ver/versions", lambda b: len(b["items"]) == 3)
+    assert [(v["version"], v["code_hash"]) for v in after["items"]] == [(3, digest1), (2, digest2), (1, digest1)]
+
+    # refused: the current one, one never deployed, a malformed body; nothing changes
+    assert "is the one deployed" in t.api("POST", "/functions/ver/rollback", json={"version": 3},
+                                          expect=409).json()["error"]  # fmt: skip
+    t.api("POST", "/functions/ver/rollback", json={"version": 99}, expect=404)
+    t.api("POST", "/functions/ver/rollback", json={"version": "x"}, expect=400)
+    # default: the previous version (2); its archive gone from the store: refused with the reason
+    spec = cr(bed, crd.FUNCTION_PLURAL, t.ns, "ver")["status"]["versions"][1]["spec"]  # type: ignore[index]
+    kube_api.store().delete_prefix(spec["codeKey"])
+    gone = t.api("POST", "/functions/ver/rollback", expect=404).json()
+    assert "no longer stored" in gone["error"]
+    assert cr(bed, crd.FUNCTION_PLURAL, t.ns, "ver")["spec"]["codeHash"] == digest1  # type: ignore[index]

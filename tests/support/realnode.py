@@ -49,6 +49,22 @@ class RealNode:
     def image(self, repository: str) -> str:
         return self.images[repository]
 
+    def pinned(self, repository: str) -> str:
+        """The image by digest (``repo@sha256:...``), as the registry holds it now.
+
+        The node's containerd store outlives the bed and the tags are reused (``:testbed``), so a pod
+        pulling by tag with ``IfNotPresent`` may run an image built from older sources.
+        """
+        ref = self.images[repository]
+        name, tag = ref.removeprefix(f"{self.registry}/").rsplit(":", 1)
+        accept = ", ".join(["application/vnd.oci.image.manifest.v1+json",
+                            "application/vnd.docker.distribution.manifest.v2+json"])  # fmt: skip
+        request = urllib.request.Request(f"http://{self.registry}/v2/{name}/manifests/{tag}", method="HEAD",
+                                         headers={"Accept": accept})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            digest = resp.headers["Docker-Content-Digest"]
+        return f"{self.registry}/{name}@{digest}"
+
 
 def restricted_security() -> tuple[dict[str, Any], dict[str, Any]]:
     """Pod- and container-level securityContext that Pod Security `restricted` admits."""

@@ -36,6 +36,7 @@ def test_settings_defaults_and_overrides() -> None:
         "10.0.0.1:5000/static:1"
     with pytest.raises(ValueError):
         KubeSettings.from_env({"SLESS_GO_RUN_IMAGE": "static:1 RUN x"})
+    assert default.code_fetch and not KubeSettings.from_env({"SLESS_KUBE_CODE_FETCH": "false"}).code_fetch
 
 
 @pytest.mark.parametrize("env", [
@@ -44,6 +45,7 @@ def test_settings_defaults_and_overrides() -> None:
     {"SLESS_RUNTIME_IMAGE_TAG": "x\nRUN evil"},
     {"SLESS_KUBE_REQUEST_TIMEOUT_SEC": "0"},
     {"SLESS_KUBE_WATCH_TIMEOUT_SEC": "soon"},
+    {"SLESS_KUBE_CODE_FETCH": "maybe"},
 ])
 def test_bad_settings_name_the_variable(env: dict[str, str]) -> None:
     with pytest.raises(ValueError, match=next(iter(env))):

@@ -132,6 +132,11 @@ SCHEMAS: dict[str, Any] = {
                 "phase": {"enum": ["Pending", "Running", "Succeeded", "Failed"]}, "message": {"type": "string"},
                 "started_at": _nullable({"type": "string"}), "completed_at": _nullable({"type": "string"}),
                 "created_at": _nullable({"type": "string"})}},
+    "Version": {"allOf": [_ref("FunctionFields"), {"type": "object", "required": [
+        "version", "code_hash", "runtime", "deployed_at", "current"], "properties": {
+        "version": {"type": "integer", "minimum": 1}, "code_hash": {"type": "string"},
+        "deployed_at": _nullable({"type": "string"}),
+        "current": {"type": "boolean", "description": "the version deployed now (the newest)"}}}]},
     "SourceFile": {"type": "object", "required": ["name", "content", "binary"], "properties": {
         "name": {"type": "string"}, "content": {"type": "string"}, "binary": {"type": "boolean"}}},
     "Invocation": {"type": "object", "required": ["namespace", "function", "status", "trigger"], "properties": {
@@ -225,6 +230,16 @@ def paths() -> dict[str, Any]:
         f"{ns}/functions/{{name}}/source": {"parameters": [NS, NAME], "get": _operation(
             "the uploaded files", "200", {"type": "object", "required": ["files"], "properties": {
                 "files": {"type": "array", "items": _ref("SourceFile")}}}, COMMON)},
+        f"{ns}/functions/{{name}}/versions": {"parameters": [NS, NAME], "get": _operation(
+            "the deployed versions (code hash and configuration), newest first", "200",
+            {"type": "object", "required": ["items"], "properties": {"items": {"type": "array",
+                                                                               "items": _ref("Version")}}},
+            COMMON)},
+        f"{ns}/functions/{{name}}/rollback": {"parameters": [NS, NAME], "post": _operation(
+            "deploy an earlier version's code and configuration again (default: the previous version)", "202",
+            _ref("Function"), WRITE, body={"required": False, "content": {JSON: {"schema": {
+                "type": "object", "additionalProperties": False, "properties": {
+                    "version": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}}}}}})},
         f"{ns}/functions/{{name}}/invocations": {"parameters": [NS, NAME], "get": _operation(
             "recent invocations, newest first", "200", _page("Invocation"), COMMON,
             params=[_query("limit", {"type": "integer", "minimum": 1, "maximum": 500}),

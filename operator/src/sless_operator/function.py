@@ -22,7 +22,7 @@ from typing import Any
 
 from sless_core import crd
 from sless_core.models import Phase
-from sless_operator import capture, children, codeurl, manifests, tenancy, trigger
+from sless_operator import capture, children, codeurl, history, manifests, tenancy, trigger
 from sless_operator.children import ChildConflict
 from sless_operator.codeurl import NoSigningKey
 from sless_operator.context import Context
@@ -51,7 +51,8 @@ async def load(ctx: Context, namespace: str, name: str, body: dict[str, Any] | N
         return None
     written = ctx.state.statuses.get((namespace, name))
     if written is not None and written[0] == body["metadata"].get("uid"):
-        body = {**body, "status": written[1]}
+        # a status write is a merge patch: fields it did not name (versions, ...) are still there
+        body = {**body, "status": {**(body.get("status") or {}), **written[1]}}
     return body
 
 
@@ -152,6 +153,9 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         st.set(phase=Phase.BUILDING.value, message=f"building {target}")
     elif ready_state == "ready":
         st.set(phase=Phase.READY.value, message="")
+        versions = history.recorded(old, dict(body.get("spec") or {}), ref.code_hash, now())
+        if versions is not None:
+            st.set(versions=versions)
     elif ready_state == "failed":
         st.set(phase=Phase.FAILED.value, message=ready_message)
     else:

@@ -30,7 +30,7 @@ from sless_core import rebuild
 from sless_core.models import FunctionSpec
 
 log = logging.getLogger("sless.kube.code")
-KEEP_VERSIONS = 5
+KEEP_VERSIONS = 10  # as many as status.versions keeps: a rollback finds its code
 STORE_ERRORS = (StorageError, MinioException, urllib3.exceptions.HTTPError, OSError)
 
 
@@ -80,7 +80,7 @@ class CodeArchive:
     def _artifacts(self, code_dir: Path, spec: FunctionSpec, code_hash: str) -> dict[str, bytes | str]:
         """What to store for this code: the Go build context, or the code archive (+ a dependency context)."""
         needs = rebuild.plan(spec.runtime, code_dir)
-        if needs.compiled:
+        if needs.compiled or not self.settings.code_fetch:  # the code in the image: a build per change
             return {"context": self._context(code_dir, spec, code_hash)}
         out: dict[str, bytes | str] = {"code": make_code_archive(code_dir), "deps_key": needs.deps_key}
         if needs.deps_key:
@@ -150,6 +150,16 @@ class CodeArchive:
         if key is None:
             raise NotFound(f"the code of function {name!r} is no longer stored; upload it again")
         return key
+
+    def require(self, keys: list[str], version: int, name: str) -> None:
+        """NotFound unless every one of KEYS (a version's code archive, build context) is still stored."""
+        try:
+            for key in keys:
+                folder = key.rsplit("/", 1)[0] + "/"
+                if key not in self.store.list(folder):
+                    raise NotFound(f"the code of version {version} of function {name!r} is no longer stored")
+        except STORE_ERRORS as exc:
+            raise Unavailable(f"code storage is unavailable ({type(exc).__name__}); try again") from exc
 
     def prune(self, namespace: str, name: str, keep: int = KEEP_VERSIONS) -> None:
         """Delete all but the newest KEEP zips and contexts of a function (best effort)."""

@@ -51,6 +51,7 @@ from sless_api.secrets import SecretMeta, SecretValues
 from sless_api.secrets.factory import secret_store_from_env
 from sless_api.secrets.usage import checked_version, current_version, refuse_dropping_keys, refuse_if_used
 from sless_api.storage import CodeStore
+from sless_api.versions import Version, choose
 from sless_core import contract, crd
 from sless_core.models import FunctionSpec, JobSpec, TriggerSpec, TriggerType
 
@@ -266,6 +267,28 @@ class KubernetesPlatform:
                 continue  # changed (or deleted) meanwhile: read again
             await asyncio.to_thread(self.archive.prune, namespace, name)
             return resources.function_record(updated)
+        raise AssertionError("unreachable")
+
+    async def list_versions(self, namespace: str, name: str) -> list[Version]:
+        return resources.function_versions(await self._get(FUNCTIONS, namespace, name))
+
+    async def rollback(self, namespace: str, name: str, version: int | None) -> FunctionRecord:
+        """Write an earlier version's configuration and code back into the spec; the operator deploys it
+        (a rollout, or a build only when its dependency image is gone) and records it as a new version."""
+        for attempt in range(WRITE_ATTEMPTS):
+            obj = await self._get(FUNCTIONS, namespace, name)
+            target = choose(resources.function_versions(obj), version, name)
+            keys = [target.extra.get(k, "") for k in ("codeKey", "contextKey")]
+            await asyncio.to_thread(self.archive.require, [k for k in keys if k], target.version, name)
+            obj["spec"] = resources.rollback_spec(obj, target)
+            try:
+                record = resources.function_record(await self._replace(FUNCTIONS, namespace, obj))
+            except KubeConflict:
+                if attempt == WRITE_ATTEMPTS - 1:
+                    raise
+                continue
+            record.message = f"rolling back to version {target.version}"
+            return record
         raise AssertionError("unreachable")
 
     async def get_source(self, namespace: str, name: str) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from sless_api.platform import FunctionRecord, JobRecord, TriggerRecord
+from sless_api.versions import Version, function_config
 from sless_core import contract, crd
 from sless_core.models import DEFAULT_ENTRYPOINT, FunctionSpec, JobPhase, JobSpec, Phase, SecretRef, TriggerSpec
 
@@ -192,3 +193,32 @@ def job_record(obj: dict[str, Any]) -> JobRecord:
         started, completed = parse_time(status.get("startTime")), parse_time(status.get("completionTime"))
     return JobRecord(namespace=str(meta.get("namespace", "")), spec=spec, phase=str(phase), message=message,
                      started_at=started, completed_at=completed, created_at=_created(obj))
+
+
+# versions
+
+CODE_FIELDS = ("codeKey", "codeSha256", "contextKey", "contextSha256", "depsHash")
+
+
+def function_versions(obj: dict[str, Any]) -> list[Version]:
+    """``status.versions`` (the operator records each deploy that became Ready), oldest first."""
+    name = str(_meta(obj).get("name", ""))
+    found = []
+    for entry in _section(obj, "status").get("versions") or []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("version"), int):
+            continue
+        raw = entry.get("spec")
+        cr_spec: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        config = function_config(function_spec(name, cr_spec))
+        extra = {k: str(cr_spec.get(k) or "") for k in CODE_FIELDS}
+        found.append(Version(entry["version"], str(entry.get("codeHash") or ""), config,
+                             parse_time(entry.get("deployedAt")) or 0.0, extra))
+    return sorted(found, key=lambda v: v.version)
+
+
+def rollback_spec(obj: dict[str, Any], target: Version) -> dict[str, Any]:
+    """The Function's spec with TARGET's configuration and code (replicas and the like kept)."""
+    name = str(_meta(obj).get("name", ""))
+    spec = function_cr_spec(FunctionSpec.from_dict({**target.config, "name": name}), _section(obj, "spec"))
+    spec.update({"codeHash": target.code_hash, **{k: target.extra.get(k, "") for k in CODE_FIELDS}})
+    return spec

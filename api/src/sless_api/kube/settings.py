@@ -10,6 +10,7 @@
 | ``SLESS_RUNTIME_IMAGE_PREFIX`` | ``sless`` | build base images ``<prefix>/<runtime>:<tag>`` |
 | ``SLESS_RUNTIME_IMAGE_TAG`` | ``latest`` | tag of those base images |
 | ``SLESS_GO_RUN_IMAGE`` | ``gcr.io/distroless/static-debian12:nonroot`` | image a Go function's binary runs on |
+| ``SLESS_KUBE_CODE_FETCH`` | ``true`` | Python/Node pods fetch their code at start; ``false``: an image per code change |
 """
 
 from __future__ import annotations
@@ -40,6 +41,17 @@ def _positive(env: Mapping[str, str], key: str, default: float) -> float:
     return value
 
 
+def _boolean(env: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = (env.get(key) or "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{key} must be true or false, got {raw!r}")
+
+
 @dataclass(frozen=True)
 class KubeSettings:
     kubeconfig: str | None = None
@@ -50,6 +62,7 @@ class KubeSettings:
     runtime_image_prefix: str = "sless"
     runtime_image_tag: str = "latest"
     go_run_image: str = GO_RUN_IMAGE
+    code_fetch: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> KubeSettings:
@@ -73,6 +86,7 @@ class KubeSettings:
             runtime_image_prefix=prefix,
             runtime_image_tag=tag,
             go_run_image=go_run,
+            code_fetch=_boolean(source, "SLESS_KUBE_CODE_FETCH", cls.code_fetch),
         )
 
     def base_image(self, runtime: str) -> str:

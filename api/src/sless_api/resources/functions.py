@@ -12,6 +12,7 @@ from typing import Any
 import falcon
 import falcon.asgi
 
+from sless_api import versions
 from sless_api.http import ApiError, json_body, page, query_int, read_bounded
 from sless_api.invocations import InvocationLog
 from sless_api.platform import CallRef, FunctionRecord, Platform
@@ -159,6 +160,30 @@ class Source:
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
         files = await self.platform.get_source(ns, validate_name(name))
         resp.media = {"files": files}
+
+
+class Versions:
+    """``GET .../functions/{name}/versions``: the deployed versions, newest (current) first."""
+
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
+        resp.media = versions.listing(await self.platform.list_versions(ns, validate_name(name)))
+
+
+class Rollback:
+    """``POST .../functions/{name}/rollback`` ``{"version": N}`` (no body or ``{}``: the previous version)."""
+
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
+        validate_name(name)
+        body = await json_body(req) if req.content_length or req.content_type else None
+        record = await self.platform.rollback(ns, name, versions.requested_version(body))
+        resp.status = falcon.HTTP_202
+        resp.media = record.to_api()
 
 
 class Invocations:

@@ -67,6 +67,7 @@ from sless_api.standalone.state import StateStore
 from sless_api.standalone.supervisor import LimitExceeded, NotDeployed, ProcessSpec, StartFailed, Supervisor
 from sless_api.storage import CodeStore, context_key, function_prefixes, zip_key
 from sless_api.storage.versions import newest_archive, stamp, unpack_archive
+from sless_api.versions import Version, choose
 from sless_api.zipsafe import ZipLimits, extract_zip, read_source_files
 from sless_core import contract
 from sless_core.models import FunctionSpec, JobPhase, JobSpec, Phase, TriggerSpec, TriggerType
@@ -197,6 +198,8 @@ class StandalonePlatform:
         else:
             self.state.save_function(rec)
             await self._sync_process(namespace, name)
+            if rec.phase == Phase.READY:  # a new configuration is deployed at once: a new version
+                self.state.record_version(rec, time.time())
         return rec
 
     async def delete_function(self, namespace: str, name: str) -> None:
@@ -244,6 +247,36 @@ class StandalonePlatform:
         context = make_build_context(code_dir, rec.spec.runtime, rec.spec.entrypoint,
                                      BASE_IMAGES[rec.spec.runtime])
         self.store.put_bytes(context_key(rec.namespace, rec.spec.name, version), context)
+
+    async def list_versions(self, namespace: str, name: str) -> list[Version]:
+        self._function(namespace, name)
+        return self.state.list_versions(namespace, name)
+
+    async def rollback(self, namespace: str, name: str, version: int | None) -> FunctionRecord:
+        """Deploy an earlier version's code and configuration again (a build from the caches, then Ready)."""
+        rec = self._function(namespace, name)
+        target = choose(self.state.list_versions(namespace, name), version, name)
+        code_dir = self.code_root / namespace / name / target.code_hash
+        if not code_dir.is_dir():
+            await asyncio.to_thread(self._restore_code, namespace, name, target, code_dir)
+        rec.spec = FunctionSpec.from_dict({**target.config, "name": name})
+        rec.code_hash, rec.phase = target.code_hash, Phase.BUILDING
+        rec.message = f"rolling back to version {target.version}"
+        self.state.save_function(rec)
+        self._spawn(f"build:{_key(namespace, name)}", self._build(namespace, name))
+        return rec
+
+    def _restore_code(self, namespace: str, name: str, target: Version, code_dir: Path) -> None:
+        """Unpack a version's stored zip again when its folder was pruned from the disk."""
+        key = newest_archive(self.store, namespace, name, target.code_hash)
+        if key is None:
+            raise NotFound(f"the code of version {target.version} of function {name!r} is no longer stored")
+        work = self.config.data_dir / "tmp"
+        work.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="restore-", dir=work) as tmp:
+            unpacked = unpack_archive(self.store, key, Path(tmp), self.zip_limits)
+            code_dir.parent.mkdir(parents=True, exist_ok=True)
+            unpacked.rename(code_dir)
 
     async def get_source(self, namespace: str, name: str) -> list[dict[str, Any]]:
         rec = self._function(namespace, name)
@@ -350,6 +383,8 @@ class StandalonePlatform:
             current.last_built_at = time.time()
             current.image = f"local:{current.spec.runtime}:{code_hash[:12]}"
         self.state.save_function(current)
+        if artifact is not None:
+            self.state.record_version(current, current.last_built_at or time.time())
 
     # processes and routes
     async def _process_spec(self, rec: FunctionRecord, artifact: BuildArtifact) -> ProcessSpec:

@@ -16,6 +16,7 @@ from typing import Any
 
 from sless_api.platform import FunctionRecord, JobRecord, TriggerRecord
 from sless_api.standalone.datadir import create_private_file
+from sless_api.versions import Version, append, function_config
 from sless_core.models import FunctionSpec, JobSpec, TriggerSpec
 
 SCHEMA = """
@@ -27,6 +28,9 @@ CREATE TABLE IF NOT EXISTS functions (
 CREATE TABLE IF NOT EXISTS triggers (
   namespace TEXT NOT NULL, name TEXT NOT NULL, function TEXT NOT NULL, spec TEXT NOT NULL, created_at REAL NOT NULL,
   last_fired_at REAL, message TEXT NOT NULL DEFAULT '', PRIMARY KEY (namespace, name));
+CREATE TABLE IF NOT EXISTS versions (
+  namespace TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, code_hash TEXT NOT NULL,
+  config TEXT NOT NULL, deployed_at REAL NOT NULL, PRIMARY KEY (namespace, name, version));
 CREATE TABLE IF NOT EXISTS jobs (
   namespace TEXT NOT NULL, name TEXT NOT NULL, function TEXT NOT NULL, spec TEXT NOT NULL, phase TEXT NOT NULL,
   message TEXT NOT NULL, started_at REAL, completed_at REAL, created_at REAL NOT NULL, PRIMARY KEY (namespace, name));
@@ -144,6 +148,27 @@ class StateStore:
             db.execute("DELETE FROM functions WHERE namespace=? AND name=?", (namespace, name))
             db.execute("DELETE FROM triggers WHERE namespace=? AND function=?", (namespace, name))
             db.execute("DELETE FROM jobs WHERE namespace=? AND function=?", (namespace, name))
+            db.execute("DELETE FROM versions WHERE namespace=? AND name=?", (namespace, name))
+
+    # deployed versions (sless_api.versions)
+    def list_versions(self, namespace: str, name: str) -> list[Version]:
+        rows = self._rows("SELECT * FROM versions WHERE namespace=? AND name=? ORDER BY version", namespace, name)
+        return [Version(r["version"], r["code_hash"], json.loads(r["config"]), r["deployed_at"]) for r in rows]
+
+    def record_version(self, rec: FunctionRecord, now: float) -> Version | None:
+        """Record REC (just Ready) as a new version unless it is the newest already; keeps the newest few."""
+        config = function_config(rec.spec)
+        with self._tx():
+            history = self.list_versions(rec.namespace, rec.spec.name)
+            updated = append(history, rec.code_hash or "", config, now)
+            if updated is None:
+                return None
+            added = updated[-1]
+            self._db.execute("INSERT INTO versions VALUES (?,?,?,?,?,?)",
+                             (rec.namespace, rec.spec.name, added.version, added.code_hash, json.dumps(config), now))
+            self._db.execute("DELETE FROM versions WHERE namespace=? AND name=? AND version < ?",
+                             (rec.namespace, rec.spec.name, updated[0].version))
+            return added
 
     # triggers
     @staticmethod
