@@ -84,7 +84,7 @@ def operator_env(real_node: RealNode, s3_endpoint: str) -> dict[str, str]:
     return {
         "SLESS_REGISTRY": f"{real_node.registry}/sless", "SLESS_REGISTRY_INSECURE": "true",
         "SLESS_KANIKO_IMAGE": real_node.image("sless-testbed/kaniko-executor"),
-        "SLESS_BUILD_FETCH_IMAGE": real_node.image("sless/platform"),
+        "SLESS_BUILD_FETCH_IMAGE": real_node.pinned("sless/platform"),
         "SLESS_S3_ENDPOINT": s3_endpoint, "SLESS_S3_BUCKET": BUCKET, "SLESS_BUILD_CACHE": "false",
         "SLESS_BUILD_CPU": "1", "SLESS_BUILD_MEMORY_MB": "2048", "SLESS_BUILD_RETRIES": "0",
         # function pods fetch their code through URLs the operator signs; code without dependencies

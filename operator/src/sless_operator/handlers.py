@@ -237,11 +237,12 @@ async def job_event(type: str | None, body: kopf.Body, memo: Context, **_: Any) 
     if component == COMPONENT_BUILD:
         ns, fn = summary.labels.get(crd.LABEL_NAMESPACE, ""), summary.labels.get(crd.LABEL_FUNCTION, "")
         deps = summary.labels.get(LABEL_DEPS, "")
-        if not (summary.finished or type == "DELETED"):
+        if not ns or not (summary.finished or type == "DELETED"):
             return  # a running build changes nothing
-        names = [fn] if fn else [f["metadata"]["name"] for f in memo.functions_in(ns)
-                                 if str((f.get("spec") or {}).get("depsHash", ""))[:32] == deps and deps]  # fmt: skip
-        for name in names:
+        # a dependency image is shared: every function of the tenant with that key waits for it
+        names = {fn} | {f["metadata"]["name"] for f in memo.functions_in(ns) if deps
+                        and str((f.get("spec") or {}).get("depsHash", ""))[:32] == deps}  # fmt: skip
+        for name in sorted(n for n in names if n):
             _wake(memo, ns, name)
     elif component == COMPONENT_RUN and type != "DELETED":
         memo.queue.add(key, lambda: job.on_run_job(memo, summary))

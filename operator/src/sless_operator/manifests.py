@@ -404,8 +404,9 @@ def build_job(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
     if fn.fetched:  # a dependency image, shared by the tenant's functions with the same manifest
         name = deps_job_name(fn.namespace, fn.deps_hash)
         image = deps_image_ref(config, fn.namespace, fn.deps_hash)
-        labels = {crd.LABEL_MANAGED: crd.MANAGED_BY, crd.LABEL_COMPONENT: COMPONENT_BUILD,
-                  crd.LABEL_NAMESPACE: fn.namespace, LABEL_DEPS: fn.deps_hash[:32]}  # fmt: skip
+        # the function that asked first; every function with this key waits for the same Job
+        labels = {**base_labels(fn.name, COMPONENT_BUILD), crd.LABEL_NAMESPACE: fn.namespace,
+                  LABEL_DEPS: fn.deps_hash[:32]}  # fmt: skip
     else:
         name = build_job_name(fn.namespace, fn.name, fn.code_hash, fn.context_key)
         image = image_ref(config, fn.namespace, fn.name, fn.code_hash)

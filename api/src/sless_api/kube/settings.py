@@ -10,7 +10,7 @@
 | ``SLESS_RUNTIME_IMAGE_PREFIX`` | ``sless`` | build base images ``<prefix>/<runtime>:<tag>`` |
 | ``SLESS_RUNTIME_IMAGE_TAG`` | ``latest`` | tag of those base images |
 | ``SLESS_GO_RUN_IMAGE`` | ``gcr.io/distroless/static-debian12:nonroot`` | image a Go function's binary runs on |
-| ``SLESS_KUBE_CODE_FETCH`` | ``true`` | Python/Node pods fetch their code at start; ``false``: an image per code change |
+| ``SLESS_KUBE_CODE_FETCH`` | ``true`` | pods fetch Python/Node code at start; ``false``: an image per change |
 """
 
 from __future__ import annotations
