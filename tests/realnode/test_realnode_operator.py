@@ -184,7 +184,8 @@ def _get_json(url: str) -> object:
 
 
 @contextlib.contextmanager
-def api_server(real_node: RealNode, s3_on_bridge: str, tmp_path: Path) -> Iterator[str]:
+def api_server(real_node: RealNode, s3_on_bridge: str, tmp_path: Path,
+               extra_env: dict[str, str] | None = None) -> Iterator[str]:  # fmt: skip
     """The API process (kubernetes backend), resolving names through the test bed's CoreDNS."""
     apply_crds(real_node)
     resolv = tmp_path / "resolv.conf"
@@ -195,7 +196,7 @@ def api_server(real_node: RealNode, s3_on_bridge: str, tmp_path: Path) -> Iterat
         "SLESS_S3_ENDPOINT": s3_on_bridge, "SLESS_S3_ACCESS_KEY": ACCESS, "SLESS_S3_SECRET_KEY": SECRET_KEY,
         "SLESS_S3_BUCKET": BUCKET, "SLESS_RUNTIME_IMAGE_PREFIX": f"{real_node.registry}/sless",
         "SLESS_RUNTIME_IMAGE_TAG": "testbed", "SLESS_KUBE_REQUEST_TIMEOUT_SEC": "10",
-        "SLESS_GO_RUN_IMAGE": real_node.image("sless-testbed/static"),
+        "SLESS_GO_RUN_IMAGE": real_node.image("sless-testbed/static"), **(extra_env or {}),
     }  # fmt: skip
     env.pop("SLESS_DATABASE_URL", None)
     env.pop("SLESS_RABBITMQ_URL", None)

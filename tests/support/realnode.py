@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,20 +131,16 @@ def leftovers(state: Path) -> list[str]:
     return found
 
 
-@pytest.fixture(scope="session")
-def real_node() -> Iterator[RealNode]:
-    """A control plane and one real node for the whole session (opt-in: SLESS_REALNODE=1)."""
-    if os.environ.get("SLESS_REALNODE") != "1":
-        pytest.skip("real-node tests are opt-in: SLESS_REALNODE=1 (root, scripts/install-realnode.sh)")
-    if os.geteuid() != 0:
-        pytest.skip("a real node needs root")
+@contextmanager
+def real_node_bed() -> Iterator[RealNode]:
+    """``testbed up --real-node`` in a fresh state folder; ``down`` afterwards, checked to leave nothing."""
     state = Path(tempfile.mkdtemp(prefix="sless-realnode-"))
     start = time.monotonic()
     proc = _cli("up", "--state", str(state), "--real-node", "--owner-pid", str(os.getpid()), timeout=1800)
     sys.stderr.write(proc.stderr[-6000:])
     if proc.returncode != 0:
         _cli("down", "--state", str(state), timeout=300)
-        pytest.fail(f"testbed up --real-node failed ({proc.returncode}):\n{proc.stderr[-4000:]}", pytrace=False)
+        raise RuntimeError(f"testbed up --real-node failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     info = json.loads((state / "env.json").read_text())
     exported: dict[str, str] = info["env"]
     env = dict(os.environ) | {k: v for k, v in exported.items() if k != "PATH_PREPEND"}
@@ -159,3 +156,18 @@ def real_node() -> Iterator[RealNode]:
         left = leftovers(state)
         assert down.returncode == 0, f"testbed down failed: {down.stderr[-3000:]}"
         assert not left, f"the real node left things on the host after down: {left}"
+
+
+@pytest.fixture(scope="session")
+def real_node() -> Iterator[RealNode]:
+    """A control plane and one real node for the whole session (opt-in: SLESS_REALNODE=1)."""
+    if os.environ.get("SLESS_REALNODE") != "1":
+        pytest.skip("real-node tests are opt-in: SLESS_REALNODE=1 (root, scripts/install-realnode.sh)")
+    if os.geteuid() != 0:
+        pytest.skip("a real node needs root")
+    with ExitStack() as stack:
+        try:
+            node = stack.enter_context(real_node_bed())
+        except RuntimeError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        yield node
