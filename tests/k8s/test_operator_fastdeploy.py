@@ -133,3 +133,19 @@ def test_a_pod_that_cannot_fetch_its_code_fails_the_function_with_the_reason(
     # the old version's pod keeps serving (zero downtime: maxUnavailable 0)
     pods = sless.labelled("pods", "sless.dev/function=broken")
     assert any(p["metadata"]["labels"].get("sless.dev/code-hash") == CODE_1[:16] for p in pods)
+
+
+def test_a_function_cannot_name_another_tenants_code(sless: Sless) -> None:
+    """Pods get a URL signed for the Function's own code key only; a key of another tenant or function
+    is refused before anything is signed or deployed."""
+    other = f"code/sless-{'f' * 16}/thief/{CODE_1[:8]}.tar.gz"
+    sless.apply("Function", "thief", {"runtime": "python3.11", "codeHash": CODE_1, "codeKey": other,
+                                      "codeSha256": CODE_1[::-1]})  # fmt: skip
+    status = sless.wait_phase("Function", "thief", "Failed")["status"]
+    assert "codeKey must be code/" in status["message"] and "its own code" in status["message"]
+    assert sless.get("deployment", "thief") is None and sless.get("secret", "sless-code-thief") is None
+    sibling = f"code/{sless.ns}/victim/{CODE_1[:8]}.tar.gz"  # the same tenant's other function
+    sless.apply("Function", "thief", {"runtime": "python3.11", "codeHash": CODE_2, "codeKey": sibling,
+                                      "codeSha256": CODE_1[::-1]})  # fmt: skip
+    status = sless.wait_phase("Function", "thief", "Failed")["status"]
+    assert "its own code" in status["message"] and sless.get("secret", "sless-code-thief") is None

@@ -8,9 +8,11 @@ its URL into the function's Secret, the kubelet runs ``fetch-code`` (the platfor
 
 from __future__ import annotations
 
+import base64
 import io
 import secrets
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +76,21 @@ def test_code_only_change_serves_without_a_build_and_a_bad_archive_fails_the_pod
         jobs = bed.get("jobs", "-n", build_ns) or {}
         assert jobs.get("items", []) == [], "a code-only change ran a build"
 
-        # the stored archive altered: a new pod refuses it, the old one keeps serving
+        # tenant isolation: the pod has no S3 credential, only a URL signed for its own object (S3 checks the
+        # signature over the path, moto does not: that another tenant's key is never signed is the kwok test
+        # test_a_function_cannot_name_another_tenants_code)
+        pod = (bed.get("pods", "-n", t.ns, "-l", "sless.dev/function=fast") or {})["items"][0]["spec"]
+        containers = pod["initContainers"] + pod["containers"]
+        assert not any("envFrom" in c for c in containers)
+        names = {e["name"] for c in containers for e in c.get("env", [])}
+        assert not names & {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "SLESS_S3_ACCESS_KEY"}, names
+        secret = bed.get("secret", "sless-code-fast", "-n", t.ns)
+        url = base64.b64decode(secret["data"]["url"]).decode()
         spec = bed.get("functions.sless.dev", "fast", "-n", t.ns)["spec"]
+        assert urllib.parse.urlsplit(url).path == f"/{BUCKET}/{spec['codeKey']}"
+        assert "X-Amz-Signature=" in url and "X-Amz-Credential=" in url
+
+        # the stored archive altered: a new pod refuses it, the old one keeps serving
         s3 = Minio(s3_on_bridge, access_key=ACCESS, secret_key=SECRET_KEY, secure=False)
         evil = b"not the code"
         s3.put_object(BUCKET, spec["codeKey"], io.BytesIO(evil), len(evil))
