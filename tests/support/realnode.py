@@ -166,8 +166,11 @@ def real_node() -> Iterator[RealNode]:
     if os.geteuid() != 0:
         pytest.skip("a real node needs root")
     with ExitStack() as stack:
+        failure = ""
         try:
             node = stack.enter_context(real_node_bed())
         except RuntimeError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            failure = str(exc)
+        if failure:
+            pytest.fail(failure, pytrace=False)
         yield node
