@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import secrets
 import time
 import urllib.parse
@@ -94,7 +95,9 @@ def test_code_only_change_serves_without_a_build_and_a_bad_archive_fails_the_pod
         s3 = Minio(s3_on_bridge, access_key=ACCESS, secret_key=SECRET_KEY, secure=False)
         evil = b"not the code"
         s3.put_object(BUCKET, spec["codeKey"], io.BytesIO(evil), len(evil))
-        bed.kubectl("-n", t.ns, "scale", "deployment/fast", "--replicas=2")
+        # a second replica (the Function's spec: the operator owns the Deployment's count) must fetch it
+        bed.kubectl("-n", t.ns, "patch", "functions.sless.dev", "fast", "--type=merge", "-p",
+                    json.dumps({"spec": {"replicas": 2}}))
         failed = bed.wait("Failed with the reason", lambda: _phase(t, "Failed"), timeout=120, interval=1)
         assert "code archive" in failed["message"] and "SHA-256" in failed["message"], failed
         assert serves(t, "two")
@@ -107,7 +110,7 @@ def test_code_only_change_serves_without_a_build_and_a_bad_archive_fails_the_pod
             body = _phase(t, "Failed")
             return body if body and "404" in body["message"] else None
 
-        gone = bed.wait("Failed: archive missing", missing, timeout=120, interval=1)
+        gone = bed.wait("Failed: archive missing", missing, timeout=240, interval=1)
         assert "no such object" in gone["message"], gone
     finally:
         op.stop()

@@ -335,7 +335,8 @@ def _function_pod(config: OperatorConfig, fn: FunctionRef, image: str, *, runner
     else:
         container["ports"] = [{"name": "http", "containerPort": PORT, "protocol": "TCP"}]
         probe = {"httpGet": {"path": HEALTH_PATH, "port": "http"}, "timeoutSeconds": 2}
-        container["readinessProbe"] = {**probe, "periodSeconds": 5, "failureThreshold": 3}
+        # every second: a new version takes traffic as soon as it answers (a rollout is how code changes)
+        container["readinessProbe"] = {**probe, "periodSeconds": 1, "failureThreshold": 10}
         container["livenessProbe"] = {**probe, "initialDelaySeconds": 10, "periodSeconds": 10,
                                       "timeoutSeconds": 5, "failureThreshold": 6}  # fmt: skip
     pod: dict[str, Any] = {
