@@ -471,3 +471,33 @@ def test_a_cron_firing_carries_its_tick(backend: Backend, tenant: Tenant,
     items = until("the invocation log", lambda: [i for i in tenant.api(
         "GET", "/functions/ticker/invocations").json()["items"] if i["trigger"] == "cron"], timeout=30)
     assert items[0]["status"] == 200
+
+
+def test_versions_and_rollback(backend: Backend, tenant: Tenant) -> None:
+    """Each Ready deploy is a version; a rollback (default: the previous one) deploys it again as a new one."""
+    tenant.api("POST", "/functions", json={"name": "ver", "runtime": "python3.11"}, expect=201)
+    assert tenant.api("GET", "/functions/ver/versions", expect=200).json() == {"items": []}
+    assert "no deployed version" in tenant.api("POST", "/functions/ver/rollback", expect=409).json()["error"]
+    hashes = []
+    for n in (1, 2):
+        data = make_zip({"handler.py": f"def handle(event):\n    return {n}\n"})
+        hashes.append(hashlib.sha256(data).hexdigest())
+        tenant.api("POST", "/functions/ver/upload", data=data, headers={"Content-Type": "application/zip"},
+                   expect=202)  # fmt: skip
+        tenant.wait_phase("ver", ("Ready",), backend.build_wait_sec, code_hash=hashes[-1])
+    listed = wait_for(tenant, "/functions/ver/versions", lambda b: len(b["items"]) == 2, backend.build_wait_sec)
+    assert [(v["version"], v["code_hash"], v["current"]) for v in listed["items"]] == [
+        (2, hashes[1], True), (1, hashes[0], False)]
+    assert set(listed["items"][0]) == {"version", "code_hash", "runtime", "entrypoint", "memory_mb", "timeout_sec",
+                                       "env_vars", "secrets", "max_concurrency", "deployed_at", "current"}
+
+    for body, status in (({"version": 2}, 409), ({"version": 9}, 404), ({"version": "1"}, 400), ([], 400)):
+        assert "error" in tenant.api("POST", "/functions/ver/rollback", json=body, expect=status).json()
+    back = tenant.api("POST", "/functions/ver/rollback", expect=202).json()
+    assert back["code_hash"] == hashes[0]
+    tenant.wait_phase("ver", ("Ready",), backend.build_wait_sec, code_hash=hashes[0])
+    after = wait_for(tenant, "/functions/ver/versions", lambda b: len(b["items"]) == 3, backend.build_wait_sec)
+    assert [(v["version"], v["code_hash"]) for v in after["items"]] == [(3, hashes[0]), (2, hashes[1]),
+                                                                        (1, hashes[0])]  # fmt: skip
+    tenant.api("GET", "/functions/nope/versions", expect=404)
+    tenant.api("POST", "/functions/nope/rollback", expect=404)

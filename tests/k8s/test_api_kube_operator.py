@@ -72,7 +72,7 @@ def test_function_lifecycle_with_the_operator(kube_api: KubeApi, served: tuple[T
     print(f"upload -> Ready through the operator: {time.monotonic() - started:.1f}s")
     # no requirements.txt: nothing to build, the runtime's image runs the code it fetches at start
     assert ready["code_hash"] == digest and ready["image"] == "runtimes.test.invalid/sless/python3.11:latest"
-    assert ready["last_built_at"] is None
+    assert ready["last_built_at"]  # when this code became ready to run (no image was built for it)
     assert (bed.get("jobs", "-n", op.build_namespace) or {}).get("items", []) == []
     assert bed.get("deployment", "hello", "-n", t.ns) is not None
     assert bed.get("service", "hello", "-n", t.ns) is not None

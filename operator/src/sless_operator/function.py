@@ -122,6 +122,8 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
                 await _write(ctx, body, st)
                 return
             rollout = (await _deploy(ctx, ref, image, replicas)).rollout()
+            if old.get("codeHash") != ref.code_hash:  # this code is ready to run from now: its "build" time
+                st.set(lastBuiltAt=now())
             st.set(image=image, codeHash=ref.code_hash)
         else:  # new dependencies are building: what runs keeps running as it is
             live = ctx.deployment(namespace, name)
