@@ -20,6 +20,7 @@ other test modules' operators.
 from __future__ import annotations
 
 import itertools
+import json
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ from sless_core import crd
 from sless_core.naming import tenant_namespace
 from tests.k8s.conftest import Operator, render_stage, strip_finalizers
 from tests.k8s.test_api_kube import KubeApi, start_api
+from tests.k8s.test_operator_build import _FETCH_FAILED as FETCH_FAILED
 from tests.support.platform import SlessProcess, Tenant, start_sless
 from tests.support.services import S3Endpoint
 from tests.support.testbed import Testbed
@@ -73,10 +75,20 @@ class Backend:
         name = f"sless-fail-build-{secrets.token_hex(4)}"
         self.bed.apply(render_stage(name, labels=labels, namespace=self.build_namespace, succeed=False,
                                     message="the build failed (simulated)"))
+        # code without dependencies builds nothing: its pods fail to start instead (fetch-code fails)
+        fetch = f"sless-fail-fetch-{secrets.token_hex(4)}"
+        self.bed.apply_stage(fetch, [
+            {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+            {"key": ".status.phase", "operator": "In", "values": ["Pending"]},
+            {"key": ".metadata.namespace", "operator": "In", "values": [namespace]},
+            {"key": f'.metadata.labels["{crd.LABEL_FUNCTION}"]', "operator": "In", "values": [function]},
+            {"key": f'.metadata.labels["{crd.LABEL_COMPONENT}"]', "operator": "In", "values": ["function"]},
+        ], FETCH_FAILED % {"message": json.dumps("code archive: the start failed (simulated)")})  # fmt: skip
         try:
             yield
         finally:
             self.bed.delete_stage(name)
+            self.bed.delete_stage(fetch)
 
     def tenant(self, label: str = "t") -> Tenant:
         sub = suite_sub(f"{label}-{secrets.token_hex(4)}")

@@ -68,7 +68,7 @@ class State:
     statuses: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(default_factory=dict)
     # Kopf's live indices, taken at start-up
     indices: dict[str, Mapping[Any, Any]] = field(default_factory=dict)
-    # (namespace, function) -> (code hash[:16], why): a function pod could not fetch that code
+    # (namespace, function) -> (code archive key, why): a function pod could not fetch that archive
     fetch_failures: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
 
 

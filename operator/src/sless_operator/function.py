@@ -122,9 +122,10 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
                 await _write(ctx, body, st)
                 return
             rollout = (await _deploy(ctx, ref, image, replicas)).rollout()
-            if old.get("codeHash") != ref.code_hash:  # this code is ready to run from now: its "build" time
-                st.set(lastBuiltAt=now())
-            st.set(image=image, codeHash=ref.code_hash)
+            st.set(image=image)
+            if rollout[0] == "ready" and old.get("codeHash") != ref.code_hash:
+                # codeHash: the code that serves (as after a build); lastBuiltAt: since when
+                st.set(codeHash=ref.code_hash, lastBuiltAt=now())
         else:  # new dependencies are building: what runs keeps running as it is
             live = ctx.deployment(namespace, name)
             rollout = live.rollout() if live is not None else None
@@ -196,9 +197,15 @@ async def _dependencies(ctx: Context, ref: FunctionRef, old: dict[str, Any], st:
         st.condition("Built", True, "Built", want)
         return "built", want
     if old.get("buildJob") == job_name and built.get("reason") == "BuildFailed":
-        st.condition("Built", False, "BuildFailed", str(built.get("message") or ""))
-        st.set(message=str(old.get("message") or built.get("message") or "build failed"))
-        return "failed", want
+        if old.get("failedContext") == ref.context_key:
+            st.condition("Built", False, "BuildFailed", str(built.get("message") or ""))
+            st.set(message=str(old.get("message") or built.get("message") or "build failed"))
+            return "failed", want
+        # the same dependencies uploaded again after a failure: build them again (the failed Job goes first;
+        # its deletion wakes this Function, which then finds no Job and creates one)
+        await ctx.kube.delete(api_path("batch/v1", "jobs", config.build_namespace, job_name))
+        st.set(failedContext="").condition("Built", None, "Building", "building the dependencies again")
+        return "building", want
     job: JobSummary | None = ctx.job(config.build_namespace, job_name)
     if job is None:
         await tenancy.ensure_build_namespace(ctx)
@@ -214,7 +221,7 @@ async def _dependencies(ctx: Context, ref: FunctionRef, old: dict[str, Any], st:
         reason = f"{job.reason}: {job.message}".strip(": ")
         message = f"dependency build failed ({reason})" + (f":\n{output}" if output else "")
         st.condition("Built", False, "BuildFailed", message)
-        st.set(message=message)
+        st.set(message=message, failedContext=ref.context_key)
         return "failed", want
     st.condition("Built", None, "Building", f"dependency build Job {config.build_namespace}/{job_name}")
     return "building", want
@@ -231,7 +238,7 @@ async def _code_url(ctx: Context, ref: FunctionRef, old: dict[str, Any], st: Sta
 def _fetch_failure(ctx: Context, ref: FunctionRef, rollout: tuple[str, str] | None) -> tuple[str, str] | None:
     """A rollout whose new pods cannot fetch their code is failed now, with the fetch's reason."""
     failure = ctx.state.fetch_failures.get((ref.namespace, ref.name))
-    if failure is None or failure[0] != ref.code_hash[:16]:
+    if failure is None or failure[0] != ref.code_key:
         return rollout
     if rollout is not None and rollout[0] == "ready":
         ctx.state.fetch_failures.pop((ref.namespace, ref.name), None)

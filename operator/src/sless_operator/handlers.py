@@ -33,10 +33,16 @@ from sless_operator.manifests import (
     COMPONENT_CRON,
     COMPONENT_FUNCTION,
     COMPONENT_RUN,
-    LABEL_CODE,
     LABEL_DEPS,
 )
-from sless_operator.observe import deployment_summary, fetch_failure, job_summary, slim_function, trigger_summary
+from sless_operator.observe import (
+    deployment_summary,
+    fetch_failure,
+    fetched_key,
+    job_summary,
+    slim_function,
+    trigger_summary,
+)
 from sless_operator.specs import InvalidSpec
 from sless_operator.tenancy import NamespaceMissing, NotATenant
 
@@ -285,11 +291,11 @@ async def function_pod_event(type: str | None, body: kopf.Body, memo: Context, *
         return
     failure = fetch_failure(dict(body))
     labels = body.get("metadata", {}).get("labels") or {}
-    ns, fn, code = body.get("metadata", {}).get("namespace", ""), labels.get(crd.LABEL_FUNCTION, ""), labels.get(
-        LABEL_CODE, "")
-    if failure is None or not (ns and fn and code) or memo.state.fetch_failures.get((ns, fn)) == (code, failure):
+    ns, fn = body.get("metadata", {}).get("namespace", ""), labels.get(crd.LABEL_FUNCTION, "")
+    key = fetched_key(dict(body))  # which upload's archive: the same code uploaded again is another key
+    if failure is None or not (ns and fn and key) or memo.state.fetch_failures.get((ns, fn)) == (key, failure):
         return
-    memo.state.fetch_failures[(ns, fn)] = (code, failure)
+    memo.state.fetch_failures[(ns, fn)] = (key, failure)
     memo.queue.add(("function", ns, fn), lambda: function.reconcile(memo, ns, fn))
 
 

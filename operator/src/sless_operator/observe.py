@@ -180,3 +180,13 @@ def fetch_failure(pod: dict[str, Any]) -> str | None:
                 message = str(terminated.get("message") or "").strip()
                 return message or f"{FETCH_CODE_CONTAINER} exited with code {terminated.get('exitCode')}"
     return None
+
+
+def fetched_key(pod: dict[str, Any]) -> str:
+    """The code archive key a function pod's ``fetch-code`` container reads ("" when it has none)."""
+    for container in (pod.get("spec") or {}).get("initContainers") or []:
+        if container.get("name") == FETCH_CODE_CONTAINER:
+            for arg in container.get("args") or []:
+                if isinstance(arg, str) and arg.startswith("--key="):
+                    return arg.removeprefix("--key=")
+    return ""
