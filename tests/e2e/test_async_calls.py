@@ -145,6 +145,20 @@ def test_an_oversized_async_body_is_refused(owner: Tenant, platform: SlessProces
     assert resp.status_code == 413
 
 
+def test_the_wait_in_the_async_queue_is_the_calls_queue_phase(tmp_path: Path) -> None:
+    """One worker, three slow calls: the third waits for two others (~3 s) before it runs, and its record says so."""
+    with running_sless(tmp_path / "queued", {**FAST_RETRIES, "SLESS_ASYNC_WORKERS": "1"}) as sp:
+        tenant = Tenant(sp.url, "async-queue")
+        tenant.deploy("slow", "python3.11", {"handler.py": SLOW})
+        ids = [submit(tenant, "slow", {"n": n}, path=f"/{n}").json()["id"] for n in range(3)]
+        assert [wait_call(tenant, i)["state"] for i in ids] == ["succeeded"] * 3
+        assert wait_records(tenant, "slow", lambda r: r["trigger"] == "async", count=3)
+        records = {r["path"]: r for r in tenant.api("GET", "/functions/slow/invocations", expect=200).json()["items"]}
+    first, last = records["/0"]["phases_ms"], records["/2"]["phases_ms"]
+    assert first["queue"] < 1000 and last["queue"] >= 2500, (first, last)
+    assert last["handler"] >= 1400 and records["/2"]["duration_ms"] < last["queue"]  # the attempt alone
+
+
 def test_queued_and_running_calls_survive_a_sigkill(tmp_path: Path) -> None:
     data = tmp_path / "crash"
     env = {**FAST_RETRIES, "SLESS_ASYNC_WORKERS": "1"}

@@ -136,13 +136,17 @@ class Invoker:
             calltiming.CURRENT.reset(token)
 
     async def call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
-                   body: bytes, trigger: str, request_id: str | None = None) -> InvokeResult:
+                   body: bytes, trigger: str, request_id: str | None = None, waited_sec: float = 0.0) -> InvokeResult:
         """One buffered invocation (cron, events, async calls); recorded like a proxied call, with a request id of
-        its own unless the caller gave one (an async call keeps the id its caller was answered with)."""
+        its own unless the caller gave one (an async call keeps the id its caller was answered with).
+
+        ``waited_sec``: how long the call already waited in the platform before this attempt (an async call in its
+        queue), counted in its ``queue`` phase.
+        """
         started = time.monotonic()
         request_id = request_id or new_request_id()
         headers = [*((k, v) for k, v in headers if k.lower() != HEADER), ("X-Request-Id", request_id)]
-        timing = CallTiming(ready=started)
+        timing = CallTiming(ready=started - max(0.0, waited_sec))
         try:
             async with self.request(route, method, path_qs, headers, body, timing) as resp:
                 data = await resp.read()
