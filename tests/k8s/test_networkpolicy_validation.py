@@ -1,8 +1,8 @@
 """Every NetworkPolicy the platform writes passes the API server's own validation.
 
 The policies come from the platform's code, never re-typed: the operator's tenant policies
-(``manifests.tenant_objects`` with a configuration read from ``SLESS_*`` settings, egress CIDRs
-included so all four appear) and the chart's (``helm template`` with every policy switched on:
+(``manifests.tenant_objects`` with a configuration read from ``SLESS_*`` settings, egress CIDRs and
+an S3 address included so all five appear) and the chart's (``helm template`` with every policy on:
 API/operator/events ingress and egress, the build namespace's default-deny and egress with
 CIDR and namespace peers). Each is created with a server-side dry run and strict field
 validation, so an unknown or misspelt field is an error rather than silently dropped.
@@ -49,7 +49,7 @@ def namespaces(k8s_testbed: Testbed) -> Iterator[dict[str, str]]:
 
 
 def operator_policies(tenant: str, release: str) -> list[dict[str, Any]]:
-    config = OperatorConfig.from_env({"SLESS_PLATFORM_NAMESPACE": release,
+    config = OperatorConfig.from_env({"SLESS_PLATFORM_NAMESPACE": release, "SLESS_S3_ENDPOINT": "10.199.0.1:9000",
                                       "SLESS_FUNCTION_EGRESS_CIDRS": "10.20.0.0/16,192.168.7.8/32"})  # fmt: skip
     return [o for o in manifests.tenant_objects(config, tenant) if o["kind"] == "NetworkPolicy"]
 
@@ -77,7 +77,7 @@ def test_the_operators_tenant_policies_pass_server_validation(k8s_testbed: Testb
     policies = operator_policies(namespaces["tenant"], namespaces["release"])
     names = sorted(p["metadata"]["name"] for p in policies)
     assert names == sorted([manifests.DENY_NAME, manifests.ALLOW_PLATFORM_NAME, manifests.ALLOW_DNS_NAME,
-                            manifests.ALLOW_EGRESS_NAME])  # fmt: skip
+                            manifests.ALLOW_EGRESS_NAME, manifests.ALLOW_CODE_FETCH_NAME])  # fmt: skip
     for policy in policies:
         proc = dry_run(k8s_testbed, policy)
         assert proc.returncode == 0, f"{policy['metadata']['name']}: {proc.stderr}"
