@@ -3,8 +3,8 @@
 # runs the linters, then every test (all markers: pg, rabbitmq, s3, k8s, e2e, slow, and realnode as root;
 # SLESS_SKIP_REALNODE=1 leaves the real node out).
 # and then the Molecule scenarios (default, e2e, stress with a 15 s storm; SLESS_SKIP_MOLECULE=1 skips them).
-# Without arguments two lanes run at once (lane A: pytest but the real node; lane B: the real-node tests, then
-# the Molecule scenarios). Extra arguments go to one pytest run instead, e.g. `scripts/test.sh -m "not k8s" -x`.
+# Without arguments three lanes run at once (lane A: pytest but the real node; lane B: the real-node tests;
+# lane C: the Molecule scenarios). Extra arguments go to one pytest run instead, e.g. `scripts/test.sh -m "not k8s" -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { echo "[test $(date +%T)] $*" >&2; }
@@ -73,22 +73,27 @@ if [ $# -gt 0 ]; then
   pytest_run "$@"; code=$?
   molecule_scenarios || scenarios=1
 else
-  # Two lanes at once: the tests mostly wait (processes, pods, builds), so the wall time is what counts.
-  # Lane A: every test but the real node's. Lane B: the real-node tests (one node per machine), then the
-  # Molecule scenarios; its lines are prefixed with [B]. Every server binds its own free port.
+  # Three lanes at once: the tests mostly wait (processes, pods, builds), so the wall time is what counts.
+  # Lane A: every test but the real node's. Lane B ([B] lines): the real-node tests (one node per machine).
+  # Lane C ([C] lines): the Molecule scenarios, one after the other. Every server binds its own free port.
   codes=$(mktemp -d)
   (
     b=0
     if [ "$REALNODE" = 1 ]; then log "lane B: pytest -m realnode"; pytest_run -m realnode || b=1; fi
     echo "$b" > "$codes/realnode"
-    m=0; molecule_scenarios || m=1
-    echo "$m" > "$codes/molecule"
   ) 2>&1 | sed -u 's/^/[B] /' &
   lane_b=$!
+  (
+    m=0; molecule_scenarios || m=1
+    echo "$m" > "$codes/molecule"
+  ) 2>&1 | sed -u 's/^/[C] /' &
+  lane_c=$!
   log "lane A: pytest -m 'not realnode'"
   pytest_run -m "not realnode"; code=$?
-  log "lane A done in $((SECONDS - T0))s; waiting for lane B"
+  log "lane A done in $((SECONDS - T0))s; waiting for lanes B and C"
   wait "$lane_b"
+  log "lane B done by $((SECONDS - T0))s"
+  wait "$lane_c"
   [ "$(cat "$codes/realnode" 2>/dev/null)" = 0 ] || { log "lane B: the real-node tests failed (see [B] lines)"; [ "$code" = 0 ] && code=1; }
   [ "$(cat "$codes/molecule" 2>/dev/null)" = 0 ] || scenarios=1
   rm -rf "$codes"
