@@ -49,16 +49,44 @@ lint=0
 log "lint of the install: helm lint, yamllint, ansible-lint (production profile), chart and role tests"
 bash scripts/lint-install.sh || lint=1
 SCENARIOS=${SLESS_MOLECULE_SCENARIOS:-default e2e stress functions}
+# Every lane and scenario also writes a log here; the results section at the end repeats what failed, so the
+# last lines of the output say what went wrong even when the lanes' lines are interleaved or cut.
+results=$(mktemp -d)
 molecule_scenarios() {  # one after the other: they share the fixed Vault and S3 ports of molecule/shared
   [ "${SLESS_SKIP_MOLECULE:-0}" = 1 ] && return 0
-  local failed=0 scenario t
+  local failed=0 scenario t c
   for scenario in $SCENARIOS; do
     log "molecule scenario $scenario"
     t=$SECONDS
-    SLESS_STRESS_DURATION=${SLESS_STRESS_DURATION:-15} bash molecule/run.sh "$scenario" || failed=1
-    log "molecule scenario $scenario took $((SECONDS - t))s"
+    SLESS_STRESS_DURATION=${SLESS_STRESS_DURATION:-15} bash molecule/run.sh "$scenario" 2>&1 \
+      | tee "$results/molecule-$scenario.log"
+    c=${PIPESTATUS[0]}
+    [ "$c" = 0 ] || failed=1
+    echo "$scenario $c $((SECONDS - t))" >> "$results/molecule.txt"
+    log "molecule scenario $scenario took $((SECONDS - t))s (exit $c)"
   done
   return "$failed"
+}
+pytest_summary() {  # the end of a pytest log: its short summary when it has one, else its last lines
+  local f=$1
+  if grep -q "short test summary info" "$f"; then sed -n '/short test summary info/,$p' "$f" | tail -60
+  else tail -30 "$f"; fi
+}
+report_results() {  # the results section: each lane's outcome, then the failures' own lines
+  local scenario c secs
+  log "results"
+  [ -f "$results/lane-a.log" ] && { echo "lane A (pytest -m 'not realnode'):"; pytest_summary "$results/lane-a.log" | tail -25; }
+  if [ -f "$results/lane-b.log" ]; then echo "lane B (pytest -m realnode):"; pytest_summary "$results/lane-b.log" | tail -25; fi
+  [ -f "$results/molecule.txt" ] || return 0
+  while read -r scenario c secs; do
+    echo "molecule scenario $scenario: exit $c in ${secs}s"
+    [ "$c" = 0 ] && continue
+    echo "---- molecule $scenario: failed tasks and errors ----"
+    sed 's/\x1b\[[0-9;]*m//g' "$results/molecule-$scenario.log" \
+      | grep -E -A12 "fatal: |FAILED!|failed: |ERROR |Traceback|AssertionError" | tail -80
+    echo "---- molecule $scenario: its last lines ----"
+    sed 's/\x1b\[[0-9;]*m//g' "$results/molecule-$scenario.log" | tail -25
+  done < "$results/molecule.txt"
 }
 pytest_run() {  # pytest with the given arguments; "collected no tests" (exit 5) is a failure
   local c
@@ -79,7 +107,11 @@ else
   codes=$(mktemp -d)
   (
     b=0
-    if [ "$REALNODE" = 1 ]; then log "lane B: pytest -m realnode"; pytest_run -m realnode || b=1; fi
+    if [ "$REALNODE" = 1 ]; then
+      log "lane B: pytest -m realnode"
+      pytest_run -m realnode 2>&1 | tee "$results/lane-b.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || b=1
+    fi
     echo "$b" > "$codes/realnode"
   ) 2>&1 | sed -u 's/^/[B] /' &
   lane_b=$!
@@ -89,7 +121,8 @@ else
   ) 2>&1 | sed -u 's/^/[C] /' &
   lane_c=$!
   log "lane A: pytest -m 'not realnode'"
-  pytest_run -m "not realnode"; code=$?
+  pytest_run -m "not realnode" 2>&1 | tee "$results/lane-a.log"
+  code=${PIPESTATUS[0]}
   log "lane A done in $((SECONDS - T0))s; waiting for lanes B and C"
   wait "$lane_b"
   log "lane B done by $((SECONDS - T0))s"
@@ -98,6 +131,8 @@ else
   [ "$(cat "$codes/molecule" 2>/dev/null)" = 0 ] || scenarios=1
   rm -rf "$codes"
 fi
+report_results
+rm -rf "$results"
 set -e
 if [ "$lint" != 0 ]; then log "lint failed (see above)"; [ "$code" = 0 ] && code=1; fi
 if [ "$scenarios" != 0 ]; then log "a molecule scenario failed (see above)"; [ "$code" = 0 ] && code=1; fi
