@@ -20,6 +20,7 @@ for Go. The bed is brought down at the end (also on failure).
 from __future__ import annotations
 
 import argparse
+import json
 import secrets
 import sys
 import tempfile
@@ -62,24 +63,34 @@ class Side:
     samples: dict[str, list[float]] = field(default_factory=dict)
 
 
-def _serves(tenant: Tenant, function: str, number: int) -> bool:
+def _last_answer(tenant: Tenant, function: str) -> tuple[int, str]:
+    """What ``/fn`` answers now (status and the start of the body), so a timeout says why it was not served."""
     try:
         resp = requests.get(tenant.fn_url(function), timeout=10)
-    except requests.RequestException:
+    except requests.RequestException as exc:
+        return 0, f"{type(exc).__name__}: {exc}"
+    return resp.status_code, resp.text[:300]
+
+
+def _serves(answer: tuple[int, str], number: int) -> bool:
+    status, body = answer
+    try:
+        return status == 200 and json.loads(body) == {"n": number}
+    except ValueError:
         return False
-    return resp.status_code == 200 and resp.json() == {"n": number}
 
 
 def _until_served(side: Side, function: str, number: int) -> float:
     start = time.monotonic()
     side.tenant.upload(function, handler(function_runtime(function), number))
     deadline = start + WAIT_SEC
-    while not _serves(side.tenant, function, number):
+    while not _serves(answer := _last_answer(side.tenant, function), number):
         body = side.tenant.api("GET", f"/functions/{function}", expect=200).json()
         if body["phase"] == "Failed" and body["code_hash"]:
             raise RuntimeError(f"{side.name} {function}: {body['message'][-2000:]}")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{side.name} {function}: n={number} not served within {WAIT_SEC}s: {body}")
+            raise RuntimeError(f"{side.name} {function}: n={number} not served within {WAIT_SEC}s; "
+                               f"/fn last answered {answer[0]} {answer[1]!r}; the function: {body}")
         time.sleep(0.1)
     return time.monotonic() - start
 
