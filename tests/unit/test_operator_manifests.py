@@ -22,10 +22,11 @@ import pytest
 
 from sless_api.buildcontext import make_build_context
 from sless_core import contract, crd
+from sless_core.envconfig import ConfigError
 from sless_core.models import FunctionSpec, SecretRef
 from sless_operator import capture, contextfetch, manifests, tenancy
 from sless_operator.children import merged_owner_refs, needs_update
-from sless_operator.config import ConfigError, OperatorConfig
+from sless_operator.config import OperatorConfig
 from sless_operator.manifests import FunctionRef, Owner
 from sless_operator.observe import (
     deployment_summary,

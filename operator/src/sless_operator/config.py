@@ -1,38 +1,8 @@
 """The operator's configuration: one typed object, read once from the environment.
 
-Every variable is optional; the defaults suit a chart install into ``sless-system``. A bad value
-stops the operator at start-up with the variable's name, instead of surfacing later as a broken Job.
-
-| variable | default | meaning |
-|---|---|---|
-| ``SLESS_REGISTRY`` | ``registry.sless-system.svc:5000/sless`` | image prefix: ``<prefix>/<ns>/<fn>:<codeHash[:16]>`` |
-| ``SLESS_REGISTRY_INSECURE`` | ``false`` | push over plain HTTP / unverified TLS (an in-cluster registry) |
-| ``SLESS_KANIKO_IMAGE`` | ``gcr.io/kaniko-project/executor:v1.23.2`` | the image builder |
-| ``SLESS_BUILD_NAMESPACE`` | ``sless-build`` | where build Jobs run (kaniko needs root: never a tenant namespace) |
-| ``SLESS_BUILD_FETCH_IMAGE`` | ``ghcr.io/sless-dev/sless:0.1.0`` | the build's init container (platform image) |
-| ``SLESS_BUILD_S3_SECRET`` | ``sless-build-s3`` | Secret (build namespace): AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY |
-| ``SLESS_BUILD_REGISTRY_SECRET`` | (none) | dockerconfigjson Secret in the build namespace, for pushing |
-| ``SLESS_S3_ENDPOINT`` | (AWS) | S3 endpoint of the build contexts: ``host:port`` (plain HTTP) or a URL |
-| ``SLESS_S3_BUCKET`` | ``sless`` | bucket of the build contexts |
-| ``SLESS_S3_REGION`` | ``us-east-1`` | region passed to the build's S3 client (``fetch-context``) |
-| ``SLESS_S3_ACCESS_KEY`` / ``_SECRET_KEY`` | (none) | key that signs code download URLs (bucket read) |
-| ``SLESS_CODE_URL_TTL_SEC`` | ``604800`` | lifetime of a code download URL (renewed at half of it, without a rollout) |
-| ``SLESS_RUNTIME_IMAGE_PREFIX`` / ``_TAG`` | ``sless`` / ``latest`` | runtime images run without deps |
-| ``SLESS_BUILD_DEADLINE_SEC`` | ``900`` | build Job ``activeDeadlineSeconds`` |
-| ``SLESS_BUILD_RETRIES`` | ``2`` | build Job ``backoffLimit`` (transient failures are retried by the Job controller) |
-| ``SLESS_BUILD_CPU`` / ``SLESS_BUILD_MEMORY_MB`` | ``1`` / ``2048`` | build container limits |
-| ``SLESS_BUILD_CACHE`` | ``true`` | kaniko layer cache in ``<prefix>/cache`` |
-| ``SLESS_KANIKO_EXTRA_ARGS`` | (none) | extra kaniko flags, space-separated (``--registry-map=a=b``) |
-| ``SLESS_JOB_RETRIES`` | ``1`` | FunctionJob and cron Job ``backoffLimit`` (0..5) |
-| ``SLESS_JOB_TTL_SEC`` | ``86400`` | ``ttlSecondsAfterFinished`` of finished Jobs |
-| ``SLESS_IMAGE_PULL_SECRET`` | (none) | pull Secret referenced by function pods (must exist in the tenant namespace) |
-| ``SLESS_PLATFORM_NAMESPACE`` | ``sless-system`` | namespace of the API/proxy: the only ingress into tenant pods |
-| ``SLESS_FUNCTION_EGRESS_CIDRS`` | (none) | comma-separated CIDRs function pods may reach besides DNS |
-| ``SLESS_TENANT_QUOTA_PODS`` / ``_CPU`` / ``_MEMORY`` | ``50`` / ``8`` / ``16Gi`` | per-tenant ResourceQuota |
-| ``SLESS_OPERATOR_WATCH_TIMEOUT`` | ``60`` | seconds a watch request lasts before it is renewed |
-| ``SLESS_OPERATOR_API_CONCURRENCY`` | ``32`` | parallel API requests of the operator's own client |
-| ``SLESS_METRICS_TOKEN`` | (none: off) | serve Prometheus ``/metrics`` to this bearer token only |
-| ``SLESS_OPERATOR_METRICS_HOST``, ``_PORT`` | ``127.0.0.1``, ``8082`` | where ``/metrics`` listens |
+Every variable is optional and listed in the README's configuration table ("Operator"); the defaults suit
+a chart install into ``sless-system``. A bad value stops the operator at start-up with one line naming the
+variable (``sless_core.envconfig``), instead of surfacing later as a broken Job.
 
 Code fetched at start. Python and Node functions run their runtime's image (or the tenant's
 dependency image, ``<prefix>/<ns>/deps:<key>``, built once per manifest) with the code in an
@@ -65,11 +35,11 @@ and the package registries listed.
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sless_core.envconfig import ConfigError, EnvReader
 from sless_core.naming import DNS1123_LABEL
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?\Z")
@@ -79,10 +49,6 @@ _IMAGE = re.compile(r"^[a-z0-9][a-z0-9._\-/:@]*\Z")
 _FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*(=[\x21-\x7e]+)?\Z")
 # What the build's own correctness and confinement depend on: where it reads, what it builds, where it pushes.
 RESERVED_KANIKO_FLAGS = frozenset({"--context", "--dockerfile", "--destination", "--cache-repo"})
-
-
-class ConfigError(ValueError):
-    """A configuration variable holds a value the operator cannot use."""
 
 
 @dataclass(frozen=True)
@@ -121,12 +87,12 @@ class OperatorConfig:
     metrics_token: str = ""  # empty: no metrics endpoint
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 8082
+    official_client: bool = False  # allow the official kubernetes client (its exec/auth-provider plugins)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
-        """Read every ``SLESS_*`` variable of the table above; unset ones keep their defaults."""
-        source = os.environ if env is None else env
-        reader = _Reader(source)
+    def from_env(cls, env: Mapping[str, str]) -> OperatorConfig:
+        """Read every ``SLESS_*`` variable of the README's operator table; unset ones keep their defaults."""
+        reader = _Reader(env)
         return cls(
             registry=reader.image("SLESS_REGISTRY", cls.registry).rstrip("/"),
             registry_insecure=reader.boolean("SLESS_REGISTRY_INSECURE", cls.registry_insecure),
@@ -163,49 +129,15 @@ class OperatorConfig:
             metrics_token=reader.text("SLESS_METRICS_TOKEN", ""),
             metrics_host=reader.text("SLESS_OPERATOR_METRICS_HOST", cls.metrics_host, required=True),
             metrics_port=reader.integer("SLESS_OPERATOR_METRICS_PORT", cls.metrics_port, 1, 65535),
+            official_client=reader.boolean("SLESS_OPERATOR_OFFICIAL_CLIENT", cls.official_client),
         )
 
 
-class _Reader:
-    """Typed getters that name the variable in every error."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        self.env = env
-
-    def _raw(self, name: str) -> str | None:
-        value = self.env.get(name)
-        return None if value is None or value.strip() == "" else value.strip()
-
-    def text(self, name: str, default: str, required: bool = False) -> str:
-        value = self._raw(name)
-        if value is None and required and not default:
-            raise ConfigError(f"{name} is required")
-        return default if value is None else value
-
-    def integer(self, name: str, default: int, low: int, high: int) -> int:
-        raw = self._raw(name)
-        if raw is None:
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-        if not low <= value <= high:
-            raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
-        return value
-
-    def boolean(self, name: str, default: bool) -> bool:
-        raw = self._raw(name)
-        if raw is None:
-            return default
-        if raw.lower() in ("1", "true", "yes", "on"):
-            return True
-        if raw.lower() in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{name} must be true or false, got {raw!r}")
+class _Reader(EnvReader):
+    """The shared typed getters plus the operator's own shapes (labels, images, quantities, flags, CIDRs)."""
 
     def label(self, name: str, default: str, optional: bool = False) -> str:
-        value = self._raw(name)
+        value = self.raw(name)
         if value is None:
             return default
         if not DNS1123_LABEL.fullmatch(value) or len(value) > 63:
@@ -213,20 +145,20 @@ class _Reader:
         return value if value or not optional else ""
 
     def image(self, name: str, default: str) -> str:
-        value = self._raw(name) or default
+        value = self.raw(name) or default
         if not _IMAGE.match(value):
             raise ConfigError(f"{name} must be an image reference, got {value!r}")
         return value
 
     def quantity(self, name: str, default: str) -> str:
-        value = self._raw(name) or default
+        value = self.raw(name) or default
         if not _QUANTITY.match(value):
             raise ConfigError(f"{name} must be a Kubernetes quantity such as 500m, 2 or 4Gi, got {value!r}")
         return value
 
     def flags(self, name: str, reserved: frozenset[str]) -> tuple[str, ...]:
         """``--flag`` or ``--flag=value`` words; flags the operator sets itself are refused."""
-        raw = self._raw(name)
+        raw = self.raw(name)
         if raw is None:
             return ()
         found = tuple(raw.split())
@@ -238,7 +170,7 @@ class _Reader:
         return found
 
     def cidrs(self, name: str) -> tuple[str, ...]:
-        raw = self._raw(name)
+        raw = self.raw(name)
         if raw is None:
             return ()
         found = []

@@ -42,18 +42,20 @@ def watch_streams(namespaces: list[str]) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if os.environ.get("SLESS_OPERATOR_OFFICIAL_CLIENT") != "1":
-        sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]  # import -> ImportError
-    import kopf
-
-    from sless_operator.config import ConfigError, OperatorConfig
-    from sless_operator.context import Context
+    from sless_core.envconfig import ConfigError
+    from sless_operator.config import OperatorConfig
 
     try:
-        config = OperatorConfig.from_env()
+        config = OperatorConfig.from_env(os.environ)  # the one read of the environment
     except ConfigError as exc:
         print(f"sless-operator: {exc}", file=sys.stderr)
         return 2
+    if not config.official_client:
+        sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]  # import -> ImportError
+    import kopf
+
+    from sless_operator.context import Context
+
     kopf.configure(debug=args.debug, verbose=args.verbose, quiet=args.quiet, log_format=kopf.LogFormat.PLAIN)
     import sless_operator.handlers  # noqa: F401  (registers the handlers)
 
