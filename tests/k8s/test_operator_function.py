@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from sless_core import crd
+from sless_core.models import FunctionSpec
 from sless_operator import manifests
 from sless_operator.config import OperatorConfig
 from sless_operator.manifests import FunctionRef, Owner
-from sless_operator.specs import function_spec
 
 if TYPE_CHECKING:
     from tests.k8s.conftest import Sless
@@ -198,8 +198,8 @@ def test_delete_removes_every_child(sless: Sless) -> None:
 def test_precreated_children_are_adopted_not_duplicated(sless: Sless) -> None:
     # what a crash between "create child" and "record it" leaves behind: children without an owner
     fake_owner = Owner(crd.API_VERSION, "Function", "adopt", "00000000-0000-0000-0000-000000000000")
-    ref = FunctionRef(sless.ns, "adopt", function_spec("adopt", {"runtime": "python3.11", "envVars": {"OLD": "1"}}),
-                      CODE_A, "ctx", fake_owner)  # fmt: skip
+    spec = FunctionSpec.from_user({"name": "adopt", "runtime": "python3.11", "env_vars": {"OLD": "1"}}, 3600)
+    ref = FunctionRef(sless.ns, "adopt", spec, CODE_A, "ctx", fake_owner)
     stale = manifests.deployment(OperatorConfig(), ref, "registry.test.invalid/stale:1", 1)
     del stale["metadata"]["ownerReferences"]
     svc = manifests.service(ref)

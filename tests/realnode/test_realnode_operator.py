@@ -27,7 +27,9 @@ from pathlib import Path
 import pytest
 
 from sless_api.buildcontext import code_tree_hash, make_build_context
-from sless_core import crd
+from sless_core import crcodec
+from sless_core.crcodec import FunctionCode
+from sless_core.models import FunctionSpec
 from sless_operator import manifests
 from tests.k8s.conftest import CRDS, SLESS_KINDS, Operator, strip_finalizers
 from tests.support.platform import REPO, SECRET, Tenant
@@ -146,10 +148,10 @@ def test_operator_builds_and_serves_a_hello_function(real_node: RealNode, s3_on_
     op = Operator(bed, tenant, build_ns, tmp_path, extra_env=operator_env(real_node, s3_on_bridge)).start()
     start = time.monotonic()
     try:
-        spec = {"runtime": "python3.11", "entrypoint": "handler.handle", "memory_mb": 128, "timeout_sec": 10}
-        bed.apply({"apiVersion": "sless.dev/v1alpha1", "kind": "Function",
-                   "metadata": {"name": "hello", "namespace": tenant},
-                   "spec": crd.function_spec_to_cr(spec, code_hash=code_hash, context_key=key)})  # fmt: skip
+        spec = FunctionSpec.from_user({"name": "hello", "runtime": "python3.11", "entrypoint": "handler.handle",
+                                       "memory_mb": 128, "timeout_sec": 10}, 3600)
+        code = FunctionCode(code_hash=code_hash, context_key=key)
+        bed.apply(crcodec.manifest("Function", tenant, "hello", crcodec.function_spec_to_cr(spec) | code.to_cr()))
 
         def ready() -> dict[str, object] | None:
             fn = bed.get("functions.sless.dev", "hello", "-n", tenant) or {}

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from sless_api.buildcontext import make_code_archive
+from sless_core.crcodec import InvalidResource
+from sless_core.models import FunctionSpec
 from sless_operator import codeurl, contextfetch
 from sless_operator.config import OperatorConfig
 from sless_operator.manifests import FunctionRef, Owner
-from sless_operator.specs import InvalidSpec, function_ref, function_spec
 
 
 class _Objects(http.server.BaseHTTPRequestHandler):
@@ -105,22 +106,23 @@ def _body(namespace: str, name: str, **spec: object) -> dict[str, object]:
 
 def test_a_function_names_only_its_own_code_archive() -> None:
     ns = "sless-" + "1" * 16
-    ok = function_ref(_body(ns, "fn", codeKey=f"code/{ns}/fn/1.tar.gz", codeSha256="b" * 64))
+    ok = FunctionRef.of(_body(ns, "fn", codeKey=f"code/{ns}/fn/1.tar.gz", codeSha256="b" * 64))
     assert ok.fetched and ok.code_sha256 == "b" * 64
     for key in (f"code/sless-{'2' * 16}/fn/1.tar.gz", f"code/{ns}/other/1.tar.gz", f"code/{ns}/fn/../x/1.tar.gz",
                 f"contexts/{ns}/fn/1.tar.gz", f"code/{ns}/fn/.hidden"):
-        with pytest.raises(InvalidSpec, match="codeKey"):
-            function_ref(_body(ns, "fn", codeKey=key, codeSha256="b" * 64))
-    with pytest.raises(InvalidSpec, match="codeSha256"):
-        function_ref(_body(ns, "fn", codeKey=f"code/{ns}/fn/1.tar.gz"))
-    with pytest.raises(InvalidSpec, match="depsHash"):
-        function_ref(_body(ns, "fn", codeKey=f"code/{ns}/fn/1.tar.gz", codeSha256="b" * 64, depsHash="XYZ"))
+        with pytest.raises(InvalidResource, match="codeKey"):
+            FunctionRef.of(_body(ns, "fn", codeKey=key, codeSha256="b" * 64))
+    with pytest.raises(InvalidResource, match="codeSha256"):
+        FunctionRef.of(_body(ns, "fn", codeKey=f"code/{ns}/fn/1.tar.gz"))
+    with pytest.raises(InvalidResource, match="depsHash"):
+        FunctionRef.of(_body(ns, "fn", codeKey=f"code/{ns}/fn/1.tar.gz", codeSha256="b" * 64, depsHash="XYZ"))
 
 
 def test_urls_are_renewed_for_new_code_and_at_half_their_life() -> None:
     config = OperatorConfig(code_url_ttl_sec=1000)
-    ref = FunctionRef("ns", "fn", function_spec("fn", {"runtime": "python3.11"}), "a" * 64, "",
-                      Owner("sless.dev/v1alpha1", "Function", "fn", "u"), code_key="code/ns/fn/1.tar.gz")  # fmt: skip
+    spec = FunctionSpec.from_user({"name": "fn", "runtime": "python3.11"}, 3600)
+    ref = FunctionRef("ns", "fn", spec, "a" * 64, "", Owner("sless.dev/v1alpha1", "Function", "fn", "u"),
+                      code_key="code/ns/fn/1.tar.gz")
     fresh = {"key": "code/ns/fn/1.tar.gz", "expires": 2000}
     assert not codeurl.needs_renewal(config, ref, fresh, now=1400)
     assert codeurl.needs_renewal(config, ref, fresh, now=1600)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from sless_api.kube import resources
+from sless_api.platform import Conflict
 from sless_core import crd
 from sless_core.models import FunctionSpec, JobSpec, TriggerSpec
 
@@ -128,7 +131,24 @@ def test_job_phases_follow_run_id() -> None:
     assert (rerun.phase, rerun.message, rerun.started_at, rerun.completed_at) == ("Pending", "", None, None)
 
 
-def test_parse_time_is_lenient() -> None:
-    assert resources.parse_time(None) is None
-    assert resources.parse_time("yesterday") is None
-    assert resources.parse_time("2026-01-02T03:04:05+00:00") == 1767323045.0
+def test_setting_a_limit_back_to_none_drops_it_from_the_spec() -> None:
+    spec = FunctionSpec.from_user({"name": "hello", "runtime": "python3.11", "max_concurrency": 0}, 900)
+    assert "maxConcurrency" not in resources.function_cr_spec(spec, {"runtime": "python3.11", "maxConcurrency": 5})
+
+
+def test_an_object_the_codec_refuses_is_a_conflict_when_read_and_left_out_of_lists() -> None:
+    bad = _fn_obj({"runtime": "go1.23", "entrypoint": "handler.handle"})  # kubectl let it through; Go needs Handle
+    with pytest.raises(Conflict) as err:
+        resources.function_record(bad)
+    assert "'hello' is invalid as stored" in err.value.message and "spec.entrypoint" in err.value.message
+    assert err.value.details == {"field": "spec.entrypoint"}
+    good = _fn_obj({"runtime": "go1.23"}, name="fine")
+    assert [r.spec.name for r in resources.function_records([bad, good])] == ["fine"]
+    trigger = {"metadata": {"name": "t", "namespace": NS}, "spec": {"type": "cron", "function": "hello"}}
+    with pytest.raises(Conflict, match=r"spec\.schedule"):
+        resources.trigger_record(trigger)
+    assert resources.trigger_records([trigger]) == []
+    job = {"metadata": {"name": "j", "namespace": NS}, "spec": {"function": "hello", "runId": -1}}
+    with pytest.raises(Conflict, match=r"spec\.runId"):
+        resources.job_record(job)
+    assert resources.job_records([job]) == []

@@ -114,3 +114,26 @@ def test_objects_without_identity_are_ignored() -> None:
     table.apply(FUNCTIONS, "ADDED", {"metadata": {}, "spec": {}})
     table.replace(TRIGGERS, [{"spec": {"type": "http", "function": "a"}}])
     assert table.routes() == {}
+
+
+def test_objects_the_codec_refuses_route_nothing_and_say_why() -> None:
+    table = RouteTable()
+    table.apply(TRIGGERS, "ADDED", trg("web", "a"))
+    table.apply(FUNCTIONS, "ADDED", fn("a"))
+    assert table.lookup(NS, "a") is not None
+    # edited with kubectl past what the platform accepts: the old Ready status no longer routes
+    broken = fn("a")
+    broken["spec"]["envVars"] = {"PORT": "1"}
+    table.apply(FUNCTIONS, "MODIFIED", broken)
+    assert table.lookup(NS, "a") is None
+    assert table.explain(NS, "a") == ("function 'a' is invalid: spec.envVars: environment variable 'PORT' is reserved "
+                                      "by the platform")
+    table.apply(FUNCTIONS, "MODIFIED", fn("a"))
+    assert table.lookup(NS, "a") is not None
+    # a trigger turned invalid stops routing, as if deleted; valid again, it routes again
+    table.apply(TRIGGERS, "MODIFIED", {**trg("web", "a"), "spec": {"type": "http", "function": "a", "auth": "x"}})
+    assert table.lookup(NS, "a") is None
+    table.apply(TRIGGERS, "MODIFIED", trg("web", "a"))
+    assert table.lookup(NS, "a") is not None
+    table.apply(TRIGGERS, "MODIFIED", {"metadata": {"name": "web", "namespace": NS}})  # no spec at all
+    assert table.lookup(NS, "a") is None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from sless_core.crd import function_spec_from_cr, function_spec_to_cr
 from sless_core.errors import ValidationError
 from sless_core.models import FunctionSpec, JobSpec, TriggerSpec, validate_cron
 from sless_core.naming import tenant_namespace, validate_name
@@ -52,14 +51,6 @@ def test_update_resets_default_entrypoint_when_runtime_changes() -> None:
         custom.updated({"runtime": "go1.23"}, 900)  # main.run is no Go function name
     with pytest.raises(ValidationError):
         spec.updated({"name": "other"}, 900)
-
-
-def test_function_spec_round_trips_through_the_custom_resource() -> None:
-    spec = FunctionSpec.from_user({"name": "f", "runtime": "nodejs20", "memory_mb": 256, "env_vars": {"K": "v"},
-                                   "secrets": [{"name": "db", "key": "PASSWORD", "env": "DB_PASSWORD"}]}, 900)
-    cr = function_spec_to_cr(spec.to_dict(), code_hash="a" * 64)
-    assert cr["memoryMb"] == 256 and cr["codeHash"] == "a" * 64
-    assert FunctionSpec.from_user(function_spec_from_cr("f", cr), 900) == spec
 
 
 @pytest.mark.parametrize("schedule", ["* * * * *", "*/5 0-6 * * 1-5", "0 12 1 jan mon", "  0   3 * * *  "])

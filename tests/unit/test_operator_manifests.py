@@ -22,6 +22,7 @@ import pytest
 
 from sless_api.buildcontext import make_build_context
 from sless_core import contract, crd
+from sless_core.crcodec import InvalidResource
 from sless_core.envconfig import ConfigError
 from sless_core.models import FunctionSpec, SecretRef
 from sless_operator import capture, contextfetch, manifests, tenancy
@@ -34,7 +35,6 @@ from sless_operator.observe import (
     job_summary,
     trigger_summary,
 )
-from sless_operator.specs import InvalidSpec, function_ref
 from sless_operator.status import StatusBuilder, keep_head, keep_tail
 from tests.support.services import S3Endpoint
 
@@ -200,15 +200,15 @@ def test_function_ref_refuses_a_context_key_outside_the_functions_own_prefix() -
             "spec": {"runtime": "python3.11", "codeHash": HASH, "contextKey": ""}}  # fmt: skip
     for key in (f"contexts/{NS}/hello/1.tar.gz", f"contexts/{NS}/hello/1700000000-abcdef012345.tar.gz"):
         body["spec"]["contextKey"] = key
-        assert function_ref(body).context_key == key
+        assert FunctionRef.of(body).context_key == key
     for key in ("contexts/sless-fedcba9876543210/hello/1.tar.gz", f"contexts/{NS}/other/1.tar.gz",
                 f"contexts/{NS}/hello/../../x/1.tar.gz", f"contexts/{NS}/hello/", f"contexts/{NS}/hello/.hidden",
                 f"functions/{NS}/hello/1.zip", f"contexts/{NS}/hello/a\\b"):  # fmt: skip
         body["spec"]["contextKey"] = key
-        with pytest.raises(InvalidSpec, match="its own build context"):
-            function_ref(body)
+        with pytest.raises(InvalidResource, match="its own build context"):
+            FunctionRef.of(body)
     body["spec"].update(contextKey=f"contexts/{NS}/hello/1.tar.gz", contextSha256="ab" * 32)
-    assert function_ref(body).context_sha256 == "ab" * 32
+    assert FunctionRef.of(body).context_sha256 == "ab" * 32
 
 
 def test_a_failed_init_container_is_the_one_that_explains_a_build_failure() -> None:

@@ -1,8 +1,7 @@
-"""Custom resource coordinates; the chart's CRDs, the operator and the API all use these."""
+"""Custom resource coordinates and the labels every component sets; the chart's CRDs, the operator and the
+API all use these (the resources themselves are decoded and encoded by ``sless_core.crcodec``)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 GROUP = "sless.dev"
 VERSION = "v1alpha1"
@@ -26,48 +25,14 @@ LABEL_NAMESPACE = "sless.dev/namespace"
 SECRETS_VERSION = "secretsVersion"
 ANNOTATION_SECRETS = "sless.dev/secrets-version"
 
-
-def function_spec_to_cr(spec: dict[str, Any], code_hash: str | None = None,
-                        context_key: str | None = None) -> dict[str, Any]:
-    """The API's snake_case function spec as the CR's camelCase ``spec`` (the name goes to metadata)."""
-    body: dict[str, Any] = {
-        "runtime": spec["runtime"],
-        "entrypoint": spec["entrypoint"],
-        "memoryMb": spec["memory_mb"],
-        "timeoutSec": spec["timeout_sec"],
-        "envVars": dict(sorted(spec.get("env_vars", {}).items())),
-        "secrets": list(spec.get("secrets", [])),
-    }
-    if spec.get("max_concurrency"):
-        body["maxConcurrency"] = spec["max_concurrency"]
-    if code_hash:
-        body["codeHash"] = code_hash
-    if context_key:
-        body["contextKey"] = context_key
-    return body
-
-
-def function_spec_from_cr(name: str, cr_spec: dict[str, Any]) -> dict[str, Any]:
-    """The inverse of :func:`function_spec_to_cr`, for validation with ``FunctionSpec.from_user``."""
-    body: dict[str, Any] = {"name": name, "runtime": cr_spec.get("runtime")}
-    for cr_key, key in (("entrypoint", "entrypoint"), ("memoryMb", "memory_mb"), ("timeoutSec", "timeout_sec"),
-                        ("envVars", "env_vars"), ("secrets", "secrets"), ("maxConcurrency", "max_concurrency")):
-        if cr_spec.get(cr_key) is not None:
-            body[key] = cr_spec[cr_key]
-    return body
-
-
-def trigger_spec_to_cr(spec: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in spec.items() if k != "name" and v is not None}
-
-
-def job_spec_to_cr(spec: dict[str, Any]) -> dict[str, Any]:
-    return {"function": spec["function"], "runId": spec["run_id"], "event": spec.get("event", {})}
-
 # Marks a tenant namespace: the API sets it when it creates one, the operator when it prepares one,
 # and the chart's admission policy lets the operator write workloads only where it is "true".
 LABEL_TENANT = "sless.dev/tenant"
+# Pod Security admission's namespace labels (https://kubernetes.io/docs/concepts/security/pod-security-admission/)
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
+POD_SECURITY_ENFORCE_VERSION = "pod-security.kubernetes.io/enforce-version"
+POD_SECURITY_AUDIT = "pod-security.kubernetes.io/audit"
+POD_SECURITY_WARN = "pod-security.kubernetes.io/warn"
 
 
 def tenant_namespace_labels() -> dict[str, str]:
@@ -76,8 +41,8 @@ def tenant_namespace_labels() -> dict[str, str]:
     return {
         LABEL_TENANT: "true",
         POD_SECURITY_ENFORCE: "restricted",
-        "pod-security.kubernetes.io/enforce-version": "latest",
-        "pod-security.kubernetes.io/audit": "restricted",
-        "pod-security.kubernetes.io/warn": "restricted",
+        POD_SECURITY_ENFORCE_VERSION: "latest",
+        POD_SECURITY_AUDIT: "restricted",
+        POD_SECURITY_WARN: "restricted",
         LABEL_MANAGED: MANAGED_BY,
     }

@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from sless_core import crd
+from sless_core.crcodec import InvalidResource
 from sless_core.models import Phase
 from sless_operator import capture, children, codeurl, history, manifests, tenancy, trigger
 from sless_operator.children import ChildConflict
@@ -29,7 +30,6 @@ from sless_operator.context import Context
 from sless_operator.kube import api_path
 from sless_operator.manifests import FunctionRef
 from sless_operator.observe import DeploymentSummary, JobSummary, deployment_summary, desired_replicas, job_summary
-from sless_operator.specs import InvalidSpec, function_ref
 from sless_operator.status import StatusBuilder, condition_of, now, write
 
 log = logging.getLogger(__name__)
@@ -90,13 +90,13 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         await _write(ctx, body, st)
         return
     try:
-        ref = function_ref(body)
+        ref = FunctionRef.of(body)
         if ref.code_hash and not (ref.context_key or ref.code_key):
-            raise InvalidSpec("codeHash is set but neither contextKey (a build context) nor codeKey (a code "
+            raise InvalidResource("codeHash is set but neither contextKey (a build context) nor codeKey (a code "
                               "archive) is")  # fmt: skip
         if ref.deps_hash and not (ref.code_key and ref.context_key):
-            raise InvalidSpec("depsHash needs codeKey (the code) and contextKey (the dependency build context)")
-    except InvalidSpec as exc:
+            raise InvalidResource("depsHash needs codeKey (the code) and contextKey (the dependency build context)")
+    except InvalidResource as exc:
         message = f"invalid spec: {exc}"
         st.set(phase=Phase.FAILED.value, message=message)
         st.condition("Built", False, "InvalidSpec", message).condition("Ready", False, "InvalidSpec", message)

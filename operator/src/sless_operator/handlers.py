@@ -22,6 +22,7 @@ import aiohttp
 import kopf
 
 from sless_core import crd
+from sless_core.crcodec import InvalidResource
 from sless_operator import function, job, metrics, trigger
 from sless_operator.children import ChildConflict
 from sless_operator.config import OperatorConfig
@@ -43,7 +44,6 @@ from sless_operator.observe import (
     slim_function,
     trigger_summary,
 )
-from sless_operator.specs import InvalidSpec
 from sless_operator.tenancy import NamespaceMissing, NotATenant
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
 
 # the Jobs whose ends are counted, by their component label
 METRIC_KINDS = {COMPONENT_BUILD: "build", COMPONENT_RUN: "job", COMPONENT_CRON: "cron"}
-EXPECTED = (InvalidSpec, ChildConflict, NamespaceMissing, NotATenant, WaitingForFunction)
+EXPECTED = (InvalidResource, ChildConflict, NamespaceMissing, NotATenant, WaitingForFunction)
 
 
 async def to_kopf(ctx: Context, work: Callable[[], Awaitable[None]]) -> None:
@@ -111,7 +111,7 @@ async def to_kopf(ctx: Context, work: Callable[[], Awaitable[None]]) -> None:
     try:
         async with ctx.slots:
             await work()
-    except InvalidSpec as exc:
+    except InvalidResource as exc:
         raise kopf.PermanentError(f"invalid spec: {exc}") from exc
     except NotATenant as exc:
         raise kopf.PermanentError(str(exc)) from exc

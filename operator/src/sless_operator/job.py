@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from sless_core import crd
+from sless_core.crcodec import InvalidResource, JobResource
 from sless_core.models import JobPhase
 from sless_operator import capture, children, manifests, tenancy
 from sless_operator.context import Context
 from sless_operator.kube import api_path
-from sless_operator.manifests import Owner
+from sless_operator.manifests import FunctionRef, Owner
 from sless_operator.observe import JobSummary, job_summary
-from sless_operator.specs import InvalidSpec, function_ref, job_spec
 from sless_operator.status import StatusBuilder, now, write
 
 FINISHED = (JobPhase.SUCCEEDED.value, JobPhase.FAILED.value)
@@ -57,8 +57,8 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         await write(ctx.kube, path, st)
         return
     try:
-        spec = job_spec(name, body.get("spec") or {})
-    except InvalidSpec as exc:
+        spec = JobResource.from_cr(body).spec
+    except InvalidResource as exc:
         st.set(phase=JobPhase.FAILED.value, message=f"invalid spec: {exc}")
         await write(ctx.kube, path, st)
         raise
@@ -77,8 +77,8 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         await write(ctx.kube, path, st)
         raise WaitingForFunction(f"function {spec.function} is {why}")
     try:
-        ref = function_ref(fn)
-    except InvalidSpec as exc:
+        ref = FunctionRef.of(fn)
+    except InvalidResource as exc:
         st.set(phase=JobPhase.FAILED.value, runId=spec.run_id, message=f"function {spec.function} is invalid: {exc}")
         await write(ctx.kube, path, st)
         raise

@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sless_core import contract, crd
+from sless_core.crcodec import FunctionResource
 from sless_core.models import FunctionSpec
 from sless_core.naming import secret_object_name
 from sless_operator.config import OperatorConfig
@@ -129,6 +130,16 @@ class FunctionRef:
     code_sha256: str = ""
     # the dependency key (sless_core.rebuild); empty: the runtime image runs the code as it is
     deps_hash: str = ""
+
+    @classmethod
+    def of(cls, body: dict[str, Any]) -> FunctionRef:
+        """What the builders need of the Function BODY, decoded by the one codec (raises ``InvalidResource``)."""
+        fn = FunctionResource.from_cr(body)
+        code = fn.code
+        return cls(namespace=fn.meta.namespace, name=fn.meta.name, spec=fn.spec, code_hash=code.code_hash,
+                   context_key=code.context_key, owner=Owner(crd.API_VERSION, "Function", fn.meta.name, fn.meta.uid),
+                   context_sha256=code.context_sha256, secrets_version=fn.secrets_version, code_key=code.code_key,
+                   code_sha256=code.code_sha256, deps_hash=code.deps_hash)  # fmt: skip
 
     @property
     def fetched(self) -> bool:
@@ -586,7 +597,7 @@ def build_namespace(config: OperatorConfig) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Namespace",
         "metadata": {"name": config.build_namespace, "labels": {
-            PSA_LEVEL: "baseline", "pod-security.kubernetes.io/warn": "baseline", crd.LABEL_MANAGED: crd.MANAGED_BY}},
+            PSA_LEVEL: "baseline", crd.POD_SECURITY_WARN: "baseline", crd.LABEL_MANAGED: crd.MANAGED_BY}},
     }  # fmt: skip
 
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 from typing import Any
 
 from sless_core import crd
+from sless_core.crcodec import InvalidResource, TriggerResource
 from sless_core.models import TriggerSpec, TriggerType
 from sless_operator import capture, children, manifests, tenancy
 from sless_operator.context import Context
 from sless_operator.kube import MERGE, api_path
 from sless_operator.manifests import FunctionRef, Owner
 from sless_operator.observe import JobSummary, TriggerSummary, desired_replicas
-from sless_operator.specs import InvalidSpec, function_ref, trigger_spec
 from sless_operator.status import StatusBuilder, write
 
 EVENT_MESSAGE = "event triggers are served by the event dispatcher"
@@ -52,8 +52,8 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         await write(ctx.kube, path, st)
         return
     try:
-        spec = trigger_spec(name, body.get("spec") or {})
-    except InvalidSpec as exc:
+        spec = TriggerResource.from_cr(body).spec
+    except InvalidResource as exc:
         st.set(message=f"invalid spec: {exc}").condition("Ready", False, "InvalidSpec", str(exc))
         await write(ctx.kube, path, st)
         raise
@@ -112,8 +112,8 @@ async def _reconcile_cron(ctx: Context, body: dict[str, Any], spec: TriggerSpec)
     if not image:
         return f"waiting for function {spec.function} to be built"
     try:
-        ref = function_ref(fn)
-    except InvalidSpec as exc:
+        ref = FunctionRef.of(fn)
+    except InvalidResource as exc:
         return f"function {spec.function} is invalid: {exc}"
     assert spec.schedule is not None
     await ensure_cron(ctx, ref, image, Owner.of(body), spec.schedule, spec.enabled)
@@ -143,7 +143,7 @@ async def sync_for_function(ctx: Context, fn: dict[str, Any], image: str) -> Non
     crons = [t for t in ctx.triggers_of(namespace, meta["name"]) if t.type == "cron" and not t.deleting]
     if not crons:
         return
-    ref = function_ref(fn)
+    ref = FunctionRef.of(fn)
     for summary in crons:
         if not summary.schedule:
             continue

@@ -42,6 +42,7 @@ from sless_api.kube.watch import RouteWatch
 from sless_api.platform import Route, Unsupported, iso
 from sless_api.proxy import Invoker
 from sless_core import crd
+from sless_core.crcodec import InvalidResource, TriggerResource, key_of
 from sless_core.models import TriggerType
 
 log = logging.getLogger("sless.events.kube")
@@ -59,21 +60,14 @@ class EventTriggerView:
 
 
 def event_trigger_view(obj: dict[str, Any]) -> EventTriggerView | None:
-    """The parts of a Trigger object the dispatcher needs; None when it is not an event trigger."""
-    spec = obj.get("spec") or {}
-    if spec.get("type") != TriggerType.EVENT:
+    """The parts of a Trigger object the dispatcher needs; None when it is not a (valid) event trigger."""
+    try:
+        spec = TriggerResource.from_cr(obj).spec
+    except InvalidResource:
         return None
-    queue = spec.get("queue")
-    return EventTriggerView(function=str(spec.get("function") or ""), queue=queue if isinstance(queue, str) else "",
-                            enabled=spec.get("enabled", True) is not False)
-
-
-def _key(obj: dict[str, Any]) -> Key | None:
-    meta = obj.get("metadata") or {}
-    ns, name = meta.get("namespace"), meta.get("name")
-    if not isinstance(ns, str) or not isinstance(name, str):
+    if spec.type != TriggerType.EVENT:
         return None
-    return ns, name
+    return EventTriggerView(function=spec.function, queue=spec.queue or "", enabled=spec.enabled)
 
 
 class EventTable(RouteTable):
@@ -96,7 +90,7 @@ class EventTable(RouteTable):
 
     def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
         super().apply(kind, event, obj)
-        key = _key(obj)
+        key = key_of(obj)
         if key is None:
             return
         with self._event_lock:
@@ -113,7 +107,7 @@ class EventTable(RouteTable):
             for key in [k for k in store if namespace is None or k[0] == namespace]:
                 del store[key]
             for obj in items:
-                found = _key(obj)
+                found = key_of(obj)
                 if found is not None and (namespace is None or found[0] == namespace):
                     self._event_apply(kind, "ADDED", found, obj)
             changed = self._recompute_targets()

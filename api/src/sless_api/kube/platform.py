@@ -195,7 +195,7 @@ class KubernetesPlatform:
 
     # functions
     async def list_functions(self, namespace: str) -> list[FunctionRecord]:
-        return [resources.function_record(obj) for obj in await self._list(FUNCTIONS, namespace)]
+        return resources.function_records(await self._list(FUNCTIONS, namespace))
 
     async def get_function(self, namespace: str, name: str) -> FunctionRecord:
         return resources.function_record(await self._get(FUNCTIONS, namespace, name))
@@ -299,7 +299,7 @@ class KubernetesPlatform:
 
     # triggers
     async def list_triggers(self, namespace: str) -> list[TriggerRecord]:
-        return [resources.trigger_record(obj) for obj in await self._list(TRIGGERS, namespace)]
+        return resources.trigger_records(await self._list(TRIGGERS, namespace))
 
     async def get_trigger(self, namespace: str, name: str) -> TriggerRecord:
         return resources.trigger_record(await self._get(TRIGGERS, namespace, name))
@@ -354,7 +354,7 @@ class KubernetesPlatform:
         return resources.job_record(obj)
 
     async def list_jobs(self, namespace: str) -> list[JobRecord]:
-        return [resources.job_record(obj) for obj in await self._list(JOBS, namespace)]
+        return resources.job_records(await self._list(JOBS, namespace))
 
     async def get_job(self, namespace: str, name: str) -> JobRecord:
         return resources.job_record(await self._get(JOBS, namespace, name))
@@ -405,16 +405,15 @@ class KubernetesPlatform:
     async def _secret_changed(self, namespace: str, name: str) -> None:
         """Functions using secret NAME get its new revision in ``spec.secretsVersion``: the operator puts it
         on their pod template, so their pods are replaced and read the new values."""
-        for obj in await self._list(FUNCTIONS, namespace):
-            record = resources.function_record(obj)
-            if not any(ref.name == name for ref in record.spec.secrets):
+        for fn in resources.function_resources(await self._list(FUNCTIONS, namespace)):
+            if not any(ref.name == name for ref in fn.spec.secrets):
                 continue
-            version = await current_version(self.secrets, namespace, record.spec.secrets)
-            if (obj.get("spec") or {}).get(SECRETS_VERSION) == version:
+            version = await current_version(self.secrets, namespace, fn.spec.secrets)
+            if fn.secrets_version == version:
                 continue
-            log.info("%s/%s: secret %r changed: new secretsVersion", namespace, record.spec.name, name)
+            log.info("%s/%s: secret %r changed: new secretsVersion", namespace, fn.spec.name, name)
             with contextlib.suppress(NotFound):
-                await self._patch(FUNCTIONS, namespace, record.spec.name, {"spec": {SECRETS_VERSION: version}})
+                await self._patch(FUNCTIONS, namespace, fn.spec.name, {"spec": {SECRETS_VERSION: version}})
 
     # the invoke proxy
     async def route(self, namespace: str, name: str) -> Route:

@@ -1,8 +1,10 @@
 """Custom resources <-> the API's records: the manifests the API writes and how it reads them back.
 
-Pure functions, no client: the spec travels through ``sless_core.crd`` (the one mapping the
-operator shares), and status is read defensively, because the operator may not have reported
-yet and a person may have created the object with kubectl.
+Pure functions, no client: objects are decoded and encoded by ``sless_core.crcodec``, the codec
+the operator and the event dispatcher share, so the API shows a spec exactly as the operator builds
+it. An object that codec refuses (made or edited with kubectl, breaking a rule the CRD schema cannot
+state) is not shown as if it were valid: a read of it answers 409 with the reason, a list leaves it
+out (logged), and it can still be deleted.
 
 Status freshness: the operator writes ``status.observedGeneration`` (the spec generation its
 status describes), ``status.codeHash`` (the code of the last successful build) and ``status.runId``
@@ -15,44 +17,57 @@ has seen the new generation its phase is shown as is (a failed build of new code
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
-from sless_api.platform import FunctionRecord, JobRecord, TriggerRecord
+from sless_api.platform import Conflict, FunctionRecord, JobRecord, TriggerRecord
 from sless_api.versions import Version, function_config
 from sless_core import contract, crd
-from sless_core.models import DEFAULT_ENTRYPOINT, FunctionSpec, JobPhase, JobSpec, Phase, SecretRef, TriggerSpec
+from sless_core.crcodec import (
+    FUNCTION_USER_FIELDS,
+    FunctionCode,
+    FunctionResource,
+    InvalidResource,
+    JobResource,
+    Meta,
+    TriggerResource,
+    function_spec_to_cr,
+    job_spec_to_cr,
+    key_of,
+    manifest,
+    trigger_spec_to_cr,
+)
+from sless_core.models import FunctionSpec, JobPhase, JobSpec, Phase, TriggerSpec
 
+log = logging.getLogger("sless.kube.resources")
 WAITING_FOR_CODE = "waiting for code: upload a zip"
 WAITING_FOR_OPERATOR = "build queued: waiting for the operator"
 NEW_CODE = "new code uploaded: waiting for its build"
 RECORDED = contract.RECORDED_MESSAGE
-_PHASES = {p.value for p in Phase}
-_JOB_PHASES = {p.value for p in JobPhase}
+Decoded = TypeVar("Decoded")
 
 
-def parse_time(value: object) -> float | None:
-    """Seconds since the epoch of an RFC 3339 timestamp (``...Z``, fractions allowed); None if absent or bad."""
-    if not isinstance(value, str) or not value:
-        return None
+def decoded(decode: Callable[[Any], Decoded], obj: dict[str, Any], what: str) -> Decoded:
+    """OBJ decoded by the codec; one it refuses is a 409 naming the object and the reason."""
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+        return decode(obj)
+    except InvalidResource as exc:
+        key = key_of(obj)
+        shown = repr(key[1]) if key else "(unnamed)"
+        raise Conflict(f"{what} {shown} is invalid as stored in the cluster: {exc.message}; correct it with "
+                       "kubectl or delete it", field=exc.field or "") from exc  # fmt: skip
 
 
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
-def _section(obj: dict[str, Any], key: str) -> dict[str, Any]:
-    value = obj.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def _created(obj: dict[str, Any]) -> float:
-    return parse_time(_meta(obj).get("creationTimestamp")) or 0.0
+def valid(decode: Callable[[Any], Decoded], objects: Iterable[dict[str, Any]], what: str) -> list[Decoded]:
+    """The objects the codec accepts; the others are logged and left out (a list shows only valid ones)."""
+    found = []
+    for obj in objects:
+        try:
+            found.append(decode(obj))
+        except InvalidResource as exc:
+            log.warning("%s %s left out: invalid as stored: %s", what, key_of(obj), exc.message)
+    return found
 
 
 def labels(function: str | None = None) -> dict[str, str]:
@@ -64,135 +79,101 @@ def labels(function: str | None = None) -> dict[str, str]:
 
 def owner_reference(function_obj: dict[str, Any]) -> dict[str, Any]:
     """A (non-controller) owner reference to a Function: the garbage collector removes the child with it."""
-    meta = _meta(function_obj)
-    return {"apiVersion": crd.API_VERSION, "kind": "Function", "name": meta["name"], "uid": meta["uid"]}
+    meta = decoded(Meta.from_cr, function_obj, "function")
+    return {"apiVersion": crd.API_VERSION, "kind": "Function", "name": meta.name, "uid": meta.uid}
 
 
 # functions
 
 def function_manifest(namespace: str, spec: FunctionSpec) -> dict[str, Any]:
-    return {
-        "apiVersion": crd.API_VERSION,
-        "kind": "Function",
-        "metadata": {"name": spec.name, "namespace": namespace, "labels": labels()},
-        "spec": crd.function_spec_to_cr(spec.to_dict()),
-    }
-
-
-def function_spec(name: str, cr_spec: dict[str, Any]) -> FunctionSpec:
-    """The spec as stored; trusted (the CRD schema validated it), with defaults for omitted fields."""
-    values = crd.function_spec_from_cr(name, cr_spec)
-    runtime = str(values.get("runtime") or "")
-    secrets = [SecretRef(str(s.get("name")), str(s.get("key")),
-                         None if s.get("env") is None else str(s["env"]),
-                         None if s.get("file") is None else str(s["file"]))
-               for s in values.get("secrets") or [] if isinstance(s, dict)]
-    return FunctionSpec(
-        name=name,
-        runtime=runtime,
-        entrypoint=str(values.get("entrypoint") or DEFAULT_ENTRYPOINT.get(runtime, "handler.handle")),
-        memory_mb=int(values.get("memory_mb", FunctionSpec.memory_mb)),
-        timeout_sec=int(values.get("timeout_sec", FunctionSpec.timeout_sec)),
-        env_vars={str(k): str(v) for k, v in sorted((values.get("env_vars") or {}).items())},
-        secrets=secrets,
-        max_concurrency=int(values.get("max_concurrency") or 0),
-    )
+    return manifest("Function", namespace, spec.name, function_spec_to_cr(spec), labels())
 
 
 def function_cr_spec(spec: FunctionSpec, cr_spec: dict[str, Any]) -> dict[str, Any]:
-    """The CR spec for SPEC, keeping what the API does not model (code hash, context key, replicas)."""
-    body = crd.function_spec_to_cr(spec.to_dict())
-    for key, value in cr_spec.items():
-        if key not in body:
-            body[key] = value
-    return body
+    """The CR spec with SPEC's fields; the rest (code, replicas, secrets version) as stored in CR_SPEC."""
+    kept = {k: v for k, v in cr_spec.items() if k not in FUNCTION_USER_FIELDS}
+    return function_spec_to_cr(spec) | kept
+
+
+def function_resource(obj: dict[str, Any]) -> FunctionResource:
+    return decoded(FunctionResource.from_cr, obj, "function")
+
+
+def function_resources(objects: Iterable[dict[str, Any]]) -> list[FunctionResource]:
+    return valid(FunctionResource.from_cr, objects, "function")
 
 
 def function_record(obj: dict[str, Any]) -> FunctionRecord:
-    meta, cr_spec, status = _meta(obj), _section(obj, "spec"), _section(obj, "status")
-    code_hash = cr_spec.get("codeHash") or None
-    phase = status.get("phase") if status.get("phase") in _PHASES else None
-    message = str(status.get("message") or "")
-    observed, generation = status.get("observedGeneration"), meta.get("generation")
-    stale = isinstance(observed, int) and isinstance(generation, int) and observed < generation
-    if phase is not None and stale and code_hash and status.get("codeHash") != code_hash:
+    return function_record_of(function_resource(obj))
+
+
+def function_records(objects: Iterable[dict[str, Any]]) -> list[FunctionRecord]:
+    return [function_record_of(fn) for fn in function_resources(objects)]
+
+
+def function_record_of(fn: FunctionResource) -> FunctionRecord:
+    status, code_hash = fn.status, fn.code.code_hash or None
+    phase: str | None = status.phase
+    message = status.message
+    observed = status.observed_generation
+    stale = observed is not None and observed < fn.meta.generation
+    if phase is not None and stale and code_hash and status.code_hash != code_hash:
         phase, message = Phase.BUILDING, NEW_CODE
     if phase is None:  # the operator has not reported yet: code waits for its build, as on sless up
         phase = Phase.BUILDING if code_hash else Phase.PENDING
         message = message or (WAITING_FOR_OPERATOR if code_hash else WAITING_FOR_CODE)
-    return FunctionRecord(
-        namespace=str(meta.get("namespace", "")),
-        spec=function_spec(str(meta.get("name", "")), cr_spec),
-        phase=str(phase),
-        message=message,
-        code_hash=code_hash,
-        image=status.get("image") or None,
-        created_at=_created(obj),
-        last_built_at=parse_time(status.get("lastBuiltAt")),
-    )
+    return FunctionRecord(namespace=fn.meta.namespace, spec=fn.spec, phase=str(phase), message=message,
+                          code_hash=code_hash, image=status.image or None, created_at=fn.meta.created_at or 0.0,
+                          last_built_at=status.last_built_at)  # fmt: skip
 
 
 # triggers
 
 def trigger_manifest(namespace: str, spec: TriggerSpec, function_obj: dict[str, Any] | None) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": spec.name, "namespace": namespace, "labels": labels(spec.function)}
-    if function_obj is not None:
-        metadata["ownerReferences"] = [owner_reference(function_obj)]
-    return {"apiVersion": crd.API_VERSION, "kind": "Trigger", "metadata": metadata,
-            "spec": crd.trigger_spec_to_cr(spec.to_dict())}
+    owners = [owner_reference(function_obj)] if function_obj is not None else None
+    return manifest("Trigger", namespace, spec.name, trigger_spec_to_cr(spec), labels(spec.function), owners)
 
 
-def trigger_spec(name: str, cr_spec: dict[str, Any]) -> TriggerSpec:
-    return TriggerSpec(
-        name=name,
-        type=str(cr_spec.get("type", "")),
-        function=str(cr_spec.get("function", "")),
-        enabled=bool(cr_spec.get("enabled", True)),
-        schedule=cr_spec.get("schedule"),
-        queue=cr_spec.get("queue"),
-        auth=str(cr_spec.get("auth") or "public"),
-    )
+def trigger_record_of(trigger: TriggerResource) -> TriggerRecord:
+    return TriggerRecord(namespace=trigger.meta.namespace, spec=trigger.spec, created_at=trigger.meta.created_at or 0.0,
+                         last_fired_at=trigger.status.last_fired_at, message=trigger.status.message)  # fmt: skip
 
 
 def trigger_record(obj: dict[str, Any]) -> TriggerRecord:
-    meta, status = _meta(obj), _section(obj, "status")
-    return TriggerRecord(
-        namespace=str(meta.get("namespace", "")),
-        spec=trigger_spec(str(meta.get("name", "")), _section(obj, "spec")),
-        created_at=_created(obj),
-        last_fired_at=parse_time(status.get("lastFiredAt")),
-        message=str(status.get("message") or ""),
-    )
+    return trigger_record_of(decoded(TriggerResource.from_cr, obj, "trigger"))
+
+
+def trigger_records(objects: Iterable[dict[str, Any]]) -> list[TriggerRecord]:
+    return [trigger_record_of(t) for t in valid(TriggerResource.from_cr, objects, "trigger")]
 
 
 # jobs
 
 def job_manifest(namespace: str, spec: JobSpec, function_obj: dict[str, Any] | None) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": spec.name, "namespace": namespace, "labels": labels(spec.function)}
-    if function_obj is not None:
-        metadata["ownerReferences"] = [owner_reference(function_obj)]
-    return {"apiVersion": crd.API_VERSION, "kind": "FunctionJob", "metadata": metadata,
-            "spec": crd.job_spec_to_cr(spec.to_dict())}
+    owners = [owner_reference(function_obj)] if function_obj is not None else None
+    return manifest("FunctionJob", namespace, spec.name, job_spec_to_cr(spec), labels(spec.function), owners)
 
 
-def job_record(obj: dict[str, Any]) -> JobRecord:
-    meta, cr_spec, status = _meta(obj), _section(obj, "spec"), _section(obj, "status")
-    event = cr_spec.get("event")
-    run_id = int(cr_spec.get("runId", 1))
-    spec = JobSpec(name=str(meta.get("name", "")), function=str(cr_spec.get("function", "")),
-                   event=event if isinstance(event, dict) else {}, run_id=run_id)
-    reported_run = status.get("runId")
-    current = reported_run is None or reported_run == run_id
-    phase = status.get("phase") if current and status.get("phase") in _JOB_PHASES else None
+def job_record_of(job: JobResource) -> JobRecord:
+    run_id, status = job.spec.run_id, job.status
+    current = status.run_id is None or status.run_id == run_id
+    phase: str | None = status.phase if current else None
     if phase is None:
         phase = JobPhase.RECORDED if run_id == 0 else JobPhase.PENDING
         message = RECORDED if run_id == 0 else ""
         started = completed = None
     else:
-        message = str(status.get("message") or "")
-        started, completed = parse_time(status.get("startTime")), parse_time(status.get("completionTime"))
-    return JobRecord(namespace=str(meta.get("namespace", "")), spec=spec, phase=str(phase), message=message,
-                     started_at=started, completed_at=completed, created_at=_created(obj))
+        message, started, completed = status.message, status.started_at, status.completed_at
+    return JobRecord(namespace=job.meta.namespace, spec=job.spec, phase=str(phase), message=message,
+                     started_at=started, completed_at=completed, created_at=job.meta.created_at or 0.0)
+
+
+def job_record(obj: dict[str, Any]) -> JobRecord:
+    return job_record_of(decoded(JobResource.from_cr, obj, "job"))
+
+
+def job_records(objects: Iterable[dict[str, Any]]) -> list[JobRecord]:
+    return [job_record_of(j) for j in valid(JobResource.from_cr, objects, "job")]
 
 
 # versions
@@ -202,23 +183,17 @@ CODE_FIELDS = ("codeKey", "codeSha256", "contextKey", "contextSha256", "depsHash
 
 def function_versions(obj: dict[str, Any]) -> list[Version]:
     """``status.versions`` (the operator records each deploy that became Ready), oldest first."""
-    name = str(_meta(obj).get("name", ""))
-    found = []
-    for entry in _section(obj, "status").get("versions") or []:
-        if not isinstance(entry, dict) or not isinstance(entry.get("version"), int):
-            continue
-        raw = entry.get("spec")
-        cr_spec: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        config = function_config(function_spec(name, cr_spec))
-        extra = {k: str(cr_spec.get(k) or "") for k in CODE_FIELDS}
-        found.append(Version(entry["version"], str(entry.get("codeHash") or ""), config,
-                             parse_time(entry.get("deployedAt")) or 0.0, extra))
-    return sorted(found, key=lambda v: v.version)
+    return [Version(v.version, v.code_hash, function_config(v.spec), v.deployed_at or 0.0, _code_fields(v.code))
+            for v in function_resource(obj).status.versions]
+
+
+def _code_fields(code: FunctionCode) -> dict[str, str]:
+    return {key: getattr(code, FunctionCode.CR_KEYS[key]) for key in CODE_FIELDS}
 
 
 def rollback_spec(obj: dict[str, Any], target: Version) -> dict[str, Any]:
     """The Function's spec with TARGET's configuration and code (replicas and the like kept)."""
-    name = str(_meta(obj).get("name", ""))
-    spec = function_cr_spec(FunctionSpec.from_dict({**target.config, "name": name}), _section(obj, "spec"))
+    fn = function_resource(obj)
+    spec = function_cr_spec(FunctionSpec.from_dict({**target.config, "name": fn.meta.name}), fn.spec_to_cr())
     spec.update({"codeHash": target.code_hash, **{k: target.extra.get(k, "") for k in CODE_FIELDS}})
     return spec

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sless_api.platform import Route
+from sless_core.crcodec import FunctionResource, InvalidResource, TriggerResource, key_of
 from sless_core.models import TIMEOUT_DEFAULT_SEC, Phase, TriggerType
 
 Key = tuple[str, str]
@@ -30,9 +31,13 @@ class FunctionView:
     image: str | None
     timeout_sec: float
     max_concurrency: int = 0
+    #: why the codec refused the object ("": it is valid)
+    invalid: str = ""
 
     @property
     def deployed(self) -> bool:
+        if self.invalid:
+            return False
         if self.phase == Phase.READY:
             return True
         return self.phase in (Phase.BUILDING, Phase.FAILED) and bool(self.image)
@@ -46,26 +51,23 @@ class TriggerView:
     auth: str
 
 
-def _key(obj: dict[str, Any]) -> Key | None:
-    meta = obj.get("metadata") or {}
-    ns, name = meta.get("namespace"), meta.get("name")
-    if not isinstance(ns, str) or not isinstance(name, str):
-        return None
-    return ns, name
-
-
 def function_view(obj: dict[str, Any]) -> FunctionView:
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    timeout, limit = spec.get("timeoutSec", TIMEOUT_DEFAULT_SEC), spec.get("maxConcurrency", 0)
-    return FunctionView(phase=str(status.get("phase") or Phase.PENDING), image=status.get("image") or None,
-                        timeout_sec=float(timeout if isinstance(timeout, int | float) else TIMEOUT_DEFAULT_SEC),
-                        max_concurrency=limit if isinstance(limit, int) and limit > 0 else 0)
+    """What the routes need of a Function, decoded by the one codec; an invalid one is never deployed."""
+    try:
+        fn = FunctionResource.from_cr(obj)
+    except InvalidResource as exc:
+        return FunctionView(phase=Phase.FAILED, image=None, timeout_sec=float(TIMEOUT_DEFAULT_SEC), invalid=exc.message)
+    return FunctionView(phase=str(fn.status.phase or Phase.PENDING), image=fn.status.image or None,
+                        timeout_sec=float(fn.spec.timeout_sec), max_concurrency=fn.spec.max_concurrency)
 
 
-def trigger_view(obj: dict[str, Any]) -> TriggerView:
-    spec = obj.get("spec") or {}
-    return TriggerView(function=str(spec.get("function", "")), type=str(spec.get("type", "")),
-                       enabled=spec.get("enabled", True) is not False, auth=str(spec.get("auth") or "public"))
+def trigger_view(obj: dict[str, Any]) -> TriggerView | None:
+    """What the routes need of a Trigger; None for one the codec refuses (it routes nothing)."""
+    try:
+        spec = TriggerResource.from_cr(obj).spec
+    except InvalidResource:
+        return None
+    return TriggerView(function=spec.function, type=spec.type, enabled=spec.enabled, auth=spec.auth)
 
 
 class RouteTable:
@@ -88,6 +90,8 @@ class RouteTable:
         fn = self._functions.get((namespace, name))
         if fn is None:
             return f"function {name!r} not found in {namespace}"
+        if fn.invalid:
+            return f"function {name!r} is invalid: {fn.invalid}"
         if not fn.deployed:
             return f"function {name!r} is not ready (phase {fn.phase})"
         return f"function {name!r} has no enabled http trigger"
@@ -98,7 +102,7 @@ class RouteTable:
     # writes (the watcher threads)
     def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
         """One watch event (ADDED, MODIFIED or DELETED) of a Function or Trigger."""
-        key = _key(obj)
+        key = key_of(obj)
         if key is None:
             return
         with self._lock:
@@ -116,7 +120,7 @@ class RouteTable:
             for key in [k for k in store if namespace is None or k[0] == namespace]:
                 touched |= self._apply_locked(kind, "DELETED", key, {})
             for obj in objects:
-                found = _key(obj)
+                found = key_of(obj)
                 if found is not None and (namespace is None or found[0] == namespace):
                     touched |= self._apply_locked(kind, "ADDED", found, obj)
             for fn_key in touched:
@@ -139,8 +143,8 @@ class RouteTable:
                 siblings.discard(key)
                 if not siblings:
                     del self._by_function[old_fn]
-        if event != "DELETED":
-            view = trigger_view(obj)
+        view = trigger_view(obj) if event != "DELETED" else None
+        if view is not None:
             self._triggers[key] = view
             fn_key = (key[0], view.function)
             self._by_function.setdefault(fn_key, set()).add(key)
