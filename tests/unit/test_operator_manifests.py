@@ -450,7 +450,10 @@ def _trigger(name: str, kind: str = "http", enabled: bool = True, deleting: bool
     meta: dict[str, Any] = {"name": name, "namespace": NS, "uid": name}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return trigger_summary({"metadata": meta, "spec": {"type": kind, "function": "hello", "enabled": enabled}})
+    spec: dict[str, Any] = {"type": kind, "function": "hello", "enabled": enabled}
+    if kind == "cron":
+        spec["schedule"] = "0  3 * * *"
+    return trigger_summary({"metadata": meta, "spec": spec})
 
 
 def test_http_rule_zero_replicas_only_when_every_http_trigger_is_disabled() -> None:
@@ -459,6 +462,14 @@ def test_http_rule_zero_replicas_only_when_every_http_trigger_is_disabled() -> N
     assert desired_replicas(2, [_trigger("a", enabled=False), _trigger("b")]) == 2
     assert desired_replicas(2, [_trigger("a", enabled=False), _trigger("c", kind="cron")]) == 0
     assert desired_replicas(2, [_trigger("a", enabled=False, deleting=True)]) == 2
+
+
+def test_the_trigger_index_reads_triggers_through_the_codec() -> None:
+    assert _trigger("c", kind="cron").schedule == "0 3 * * *"  # as the reconcile's CronJob has it: no flapping
+    invalid = trigger_summary({"metadata": {"name": "x", "namespace": NS, "uid": "x"},
+                               "spec": {"type": "http", "function": "hello", "auth": "basic"}})
+    assert (invalid.name, invalid.type, invalid.function, invalid.enabled) == ("x", "", "", False)
+    assert desired_replicas(2, [_trigger("a", enabled=False), invalid]) == 0  # it counts for nothing
 
 
 def test_job_summary_states() -> None:

@@ -110,7 +110,7 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         await _write(ctx, body, st)
         return
 
-    replicas = desired_replicas(int((body.get("spec") or {}).get("replicas", 1)), ctx.triggers_of(namespace, name))
+    replicas = desired_replicas(ref.replicas, ctx.triggers_of(namespace, name))
     rollout: tuple[str, str] | None = None
     if ref.fetched:
         build, image = await _dependencies(ctx, ref, old, st)

@@ -14,15 +14,16 @@ with a delay, so Kopf retries with backoff.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, cast
 
 import aiohttp
 import kopf
 
 from sless_core import crd
-from sless_core.crcodec import InvalidResource
+from sless_core.crcodec import FunctionResource, InvalidResource
 from sless_operator import function, job, metrics, trigger
 from sless_operator.children import ChildConflict
 from sless_operator.config import OperatorConfig
@@ -103,6 +104,22 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
 
 # the Jobs whose ends are counted, by their component label
 METRIC_KINDS = {COMPONENT_BUILD: "build", COMPONENT_RUN: "job", COMPONENT_CRON: "cron"}
+def _runtime(body: dict[str, Any] | None) -> str:
+    """The Function's runtime (a metrics label), "unknown" when it is gone or invalid."""
+    try:
+        return FunctionResource.from_cr(body).spec.runtime if body is not None else "unknown"
+    except InvalidResource:
+        return "unknown"
+
+
+def _valid_functions(bodies: Iterable[dict[str, Any]]) -> list[FunctionResource]:
+    found = []
+    for body in bodies:
+        with contextlib.suppress(InvalidResource):
+            found.append(FunctionResource.from_cr(body))
+    return found
+
+
 EXPECTED = (InvalidResource, ChildConflict, NamespaceMissing, NotATenant, WaitingForFunction)
 
 
@@ -238,7 +255,7 @@ async def job_event(type: str | None, body: kopf.Body, memo: Context, **_: Any) 
     component = summary.labels.get(crd.LABEL_COMPONENT)
     if summary.finished and type != "DELETED" and component in METRIC_KINDS:
         ns, fn = summary.labels.get(crd.LABEL_NAMESPACE, ""), summary.labels.get(crd.LABEL_FUNCTION, "")
-        runtime = str(((memo.function(ns, fn) or {}).get("spec") or {}).get("runtime") or "unknown")
+        runtime = _runtime(memo.function(ns, fn))
         metrics.job_finished(METRIC_KINDS[component], ns, runtime, summary)
     if component == COMPONENT_BUILD:
         ns, fn = summary.labels.get(crd.LABEL_NAMESPACE, ""), summary.labels.get(crd.LABEL_FUNCTION, "")
@@ -246,8 +263,8 @@ async def job_event(type: str | None, body: kopf.Body, memo: Context, **_: Any) 
         if not ns or not (summary.finished or type == "DELETED"):
             return  # a running build changes nothing
         # a dependency image is shared: every function of the tenant with that key waits for it
-        names = {fn} | {f["metadata"]["name"] for f in memo.functions_in(ns) if deps
-                        and str((f.get("spec") or {}).get("depsHash", ""))[:32] == deps}  # fmt: skip
+        names = {fn} | {f.meta.name for f in _valid_functions(memo.functions_in(ns)) if deps
+                        and f.code.deps_hash[:32] == deps}  # fmt: skip
         for name in sorted(n for n in names if n):
             _wake(memo, ns, name)
     elif component == COMPONENT_RUN and type != "DELETED":

@@ -132,7 +132,11 @@ async def on_run_job(ctx: Context, summary: JobSummary) -> None:
         if body is None or body["metadata"].get("deletionTimestamp"):
             return
         old = body.get("status") or {}
-        if int((body.get("spec") or {}).get("runId", 1)) != run_id:
+        try:
+            current = JobResource.from_cr(body).spec.run_id
+        except InvalidResource:
+            return  # its own reconcile reports it
+        if current != run_id:
             return  # an earlier run, being deleted
         if old.get("runId") == run_id and old.get("phase") in FINISHED:
             return

@@ -130,6 +130,8 @@ class FunctionRef:
     code_sha256: str = ""
     # the dependency key (sless_core.rebuild); empty: the runtime image runs the code as it is
     deps_hash: str = ""
+    # spec.replicas: what the Deployment runs while the function is not switched off (observe.desired_replicas)
+    replicas: int = 1
 
     @classmethod
     def of(cls, body: dict[str, Any]) -> FunctionRef:
@@ -139,7 +141,7 @@ class FunctionRef:
         return cls(namespace=fn.meta.namespace, name=fn.meta.name, spec=fn.spec, code_hash=code.code_hash,
                    context_key=code.context_key, owner=Owner(crd.API_VERSION, "Function", fn.meta.name, fn.meta.uid),
                    context_sha256=code.context_sha256, secrets_version=fn.secrets_version, code_key=code.code_key,
-                   code_sha256=code.code_sha256, deps_hash=code.deps_hash)  # fmt: skip
+                   code_sha256=code.code_sha256, deps_hash=code.deps_hash, replicas=fn.replicas)  # fmt: skip
 
     @property
     def fetched(self) -> bool:

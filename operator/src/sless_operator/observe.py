@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sless_core import crd
+from sless_core.crcodec import InvalidResource, TriggerResource
 from sless_operator.manifests import FETCH_CODE_CONTAINER, SPEC_HASH
 
 
@@ -124,17 +125,22 @@ def deployment_summary(body: dict[str, Any]) -> DeploymentSummary:
 
 
 def trigger_summary(body: dict[str, Any]) -> TriggerSummary:
+    """The index entry of a Trigger; one the codec refuses has no type nor function (it counts for nothing)."""
     meta = body.get("metadata") or {}
-    spec = body.get("spec") or {}
+    try:
+        spec = TriggerResource.from_cr(body).spec
+        kind, function, enabled, schedule = spec.type, spec.function, spec.enabled, spec.schedule or ""
+    except InvalidResource:
+        kind, function, enabled, schedule = "", "", False, ""
     return TriggerSummary(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
         uid=meta.get("uid", ""),
         api_version=body.get("apiVersion", crd.API_VERSION),
-        type=str(spec.get("type", "")),
-        function=str(spec.get("function", "")),
-        enabled=bool(spec.get("enabled", True)),
-        schedule=str(spec.get("schedule") or ""),
+        type=kind,
+        function=function,
+        enabled=enabled,
+        schedule=schedule,
         deleting=bool(meta.get("deletionTimestamp")),
     )
 

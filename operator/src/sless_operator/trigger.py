@@ -95,7 +95,10 @@ async def scale_for_http(ctx: Context, namespace: str, function: str) -> None:
         fn = ctx.function(namespace, function)
         if fn is None:
             return
-        base = int((fn.get("spec") or {}).get("replicas", 1))
+        try:
+            base = FunctionRef.of(fn).replicas
+        except InvalidResource:
+            return  # its own reconcile reports it; nothing is scaled by a spec that cannot work
         replicas = desired_replicas(base, ctx.triggers_of(namespace, function))
         if live.replicas != replicas:
             await ctx.kube.patch(api_path("apps/v1", "deployments", namespace, function),
@@ -153,8 +156,11 @@ async def sync_for_function(ctx: Context, fn: dict[str, Any], image: str) -> Non
             body = await ctx.kube.get(trigger_path(namespace, summary.name))
             if body is None or body["metadata"].get("deletionTimestamp"):
                 continue
-            spec = body.get("spec") or {}
-            if spec.get("function") != meta["name"] or spec.get("schedule") != summary.schedule:
+            try:
+                current = TriggerResource.from_cr(body).spec
+            except InvalidResource:
+                continue  # its own reconcile reports it
+            if current.function != meta["name"] or current.schedule != summary.schedule:
                 continue  # changed meanwhile: its own reconcile reports it
             st = StatusBuilder(body.get("status"), int(body["metadata"].get("generation", 0)))
             st.set(message=_cron_ready(st, summary.name, summary.schedule, summary.enabled))
@@ -167,11 +173,15 @@ def _owner(summary: TriggerSummary) -> Owner:
 
 async def cleanup(ctx: Context, body: dict[str, Any]) -> None:
     """On deletion: give the Function its replicas back (the CronJob goes by garbage collection)."""
-    meta, spec = body["metadata"], body.get("spec") or {}
+    meta = body["metadata"]
     if tenancy.refusal(meta["namespace"]):
         return  # nothing was ever created for it
-    if spec.get("type") == TriggerType.HTTP and spec.get("function"):
-        await scale_for_http(ctx, meta["namespace"], str(spec["function"]))
+    try:
+        spec = TriggerResource.from_cr(body).spec
+    except InvalidResource:
+        spec = None  # it never counted for its function's replicas
+    if spec is not None and spec.type == TriggerType.HTTP:
+        await scale_for_http(ctx, meta["namespace"], spec.function)
     ctx.state.applied.pop((meta["namespace"], "CronJob", manifests.cron_job_name(meta["name"])), None)
 
 
