@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from sless_core import crd
 from sless_operator import manifests
 from sless_operator.config import OperatorConfig
 from tests.install.helm import render
@@ -39,7 +40,7 @@ def namespaces(k8s_testbed: Testbed) -> Iterator[dict[str, str]]:
     """A tenant, a release and a build namespace (a dry-run create needs its namespace to exist)."""
     names = {"tenant": f"sless-{secrets.token_hex(8)}", "release": f"sless-system-{secrets.token_hex(4)}",
              "build": f"sless-build-{secrets.token_hex(4)}"}  # fmt: skip
-    labels = {"tenant": manifests.tenant_namespace_labels(), "release": {}, "build": {}}
+    labels = {"tenant": crd.tenant_namespace_labels(), "release": {}, "build": {}}
     for role, name in names.items():
         k8s_testbed.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels[role]}})
     try:

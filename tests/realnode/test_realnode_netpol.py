@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from sless_core import crd
 from sless_operator import manifests
 from sless_operator.config import OperatorConfig
 from tests.install.helm import render
@@ -223,7 +224,7 @@ def arena(real_node: RealNode) -> Iterator[Arena]:
     made.append(namespace(real_node, f"rn-outsider-{secrets.token_hex(4)}", RESTRICTED, []))
     for role, ns in tenants.items():
         objects = [*manifests.tenant_objects(open_config if role == "c" else config, ns), function_service(ns)]
-        made.append(namespace(real_node, ns, manifests.tenant_namespace_labels(), objects))
+        made.append(namespace(real_node, ns, crd.tenant_namespace_labels(), objects))
     listener = Listener(real_node.node_ip)
     try:
         labels = manifests.selector_labels(FUNCTION)

@@ -27,10 +27,9 @@ from pathlib import Path
 import pytest
 
 from sless_api.buildcontext import code_tree_hash, make_build_context
-from sless_core import crcodec
+from sless_core import crcodec, crd
 from sless_core.crcodec import FunctionCode
 from sless_core.models import FunctionSpec
-from sless_operator import manifests
 from tests.k8s.conftest import CRDS, SLESS_KINDS, Operator, strip_finalizers
 from tests.support.platform import REPO, SECRET, Tenant
 from tests.support.realnode import RealNode, http_get
@@ -143,7 +142,7 @@ def test_operator_builds_and_serves_a_hello_function(real_node: RealNode, s3_on_
     s3.put_object(BUCKET, key, io.BytesIO(context), len(context))
 
     bed.apply({"apiVersion": "v1", "kind": "Namespace",
-               "metadata": {"name": tenant, "labels": manifests.tenant_namespace_labels()}})  # fmt: skip
+               "metadata": {"name": tenant, "labels": crd.tenant_namespace_labels()}})  # fmt: skip
     build_ns = build_namespace(real_node)
     op = Operator(bed, tenant, build_ns, tmp_path, extra_env=operator_env(real_node, s3_on_bridge)).start()
     start = time.monotonic()

@@ -362,15 +362,15 @@ def test_cron_jobs_follow_the_platforms_cron_rules() -> None:
 
 
 def test_tenant_namespace_is_restricted_and_marked() -> None:
-    labels = manifests.tenant_namespace_labels()
+    labels = crd.tenant_namespace_labels()
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
-    assert labels[manifests.TENANT_LABEL] == "true"  # what the chart's admission policy looks for
+    assert labels["sless.dev/tenant"] == "true"  # what the chart's admission policy looks for
 
 
 def test_the_api_labels_a_tenant_namespace_as_the_operator_does() -> None:
     from sless_api.kube.platform import NAMESPACE_LABELS
 
-    assert manifests.tenant_namespace_labels() == NAMESPACE_LABELS
+    assert crd.tenant_namespace_labels() == NAMESPACE_LABELS
     assert NAMESPACE_LABELS["pod-security.kubernetes.io/audit"] == "restricted"
 
 

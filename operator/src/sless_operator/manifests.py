@@ -588,9 +588,6 @@ def cron_job(config: OperatorConfig, fn: FunctionRef, image: str, trigger: Owner
 
 # -- namespaces -----------------------------------------------------------------------------------
 
-PSA_LEVEL = crd.POD_SECURITY_ENFORCE
-TENANT_LABEL = crd.LABEL_TENANT
-tenant_namespace_labels = crd.tenant_namespace_labels  # one definition for the API and the operator
 
 
 def build_namespace(config: OperatorConfig) -> dict[str, Any]:
@@ -598,8 +595,9 @@ def build_namespace(config: OperatorConfig) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": {"name": config.build_namespace, "labels": {
-            PSA_LEVEL: "baseline", crd.POD_SECURITY_WARN: "baseline", crd.LABEL_MANAGED: crd.MANAGED_BY}},
+        "metadata": {"name": config.build_namespace, "labels": {crd.POD_SECURITY_ENFORCE: "baseline",
+                                                                crd.POD_SECURITY_WARN: "baseline",
+                                                                crd.LABEL_MANAGED: crd.MANAGED_BY}},
     }  # fmt: skip
 
 

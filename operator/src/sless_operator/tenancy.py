@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from sless_core import crd
 from sless_core.naming import is_tenant_namespace
 from sless_operator import children, manifests
 from sless_operator.context import Context
@@ -52,7 +53,7 @@ async def ensure(ctx: Context, namespace: str) -> None:
         if namespace in state.tenants_ready:
             return
         patched = await ctx.kube.patch(api_path("v1", "namespaces", name=namespace),
-                                       {"metadata": {"labels": manifests.tenant_namespace_labels()}})  # fmt: skip
+                                       {"metadata": {"labels": crd.tenant_namespace_labels()}})  # fmt: skip
         if patched is None:
             raise NamespaceMissing(f"namespace {namespace} does not exist")
         for obj in manifests.tenant_objects(ctx.config, namespace):

@@ -28,7 +28,6 @@ from sless_api.kube.routes import FUNCTIONS, TRIGGERS, RouteTable
 from sless_core import crd
 
 log = logging.getLogger("sless.kube.watch")
-TENANT_LABEL = crd.LABEL_TENANT
 LIST_PAGE = 500
 BACKOFF_MIN_SEC, BACKOFF_MAX_SEC = 0.5, 30.0
 DISCOVERY_INTERVAL_SEC = 30.0
@@ -301,7 +300,7 @@ class RouteWatch:
         while not self.stop_event.is_set():
             try:
                 found = self.kube.call_sync("namespaces", self.kube.core.list_namespace,
-                                            label_selector=f"{TENANT_LABEL}=true")
+                                            label_selector=f"{crd.LABEL_TENANT}=true")
                 for item in found.items:
                     self.add_namespace(item.metadata.name)
             except Exception as exc:
