@@ -91,6 +91,7 @@ def test_function_status_is_read_defensively() -> None:
     assert (decoded.phase, decoded.message, decoded.image, decoded.last_built_at) == (None, "", "", None)
     assert (decoded.observed_generation, decoded.versions) == (None, ())
     assert FunctionResource.from_cr(fn({"runtime": "python3.11"}, "broken")).status.phase is None
+    assert FunctionResource.from_cr(fn({"runtime": "python3.11"}, {"phase": ["Ready"]})).status.phase is None
 
 
 def test_function_versions_decode_oldest_first_and_skip_what_could_not_be_deployed() -> None:
@@ -211,6 +212,8 @@ def test_a_job_round_trips_with_defaults_applied() -> None:
     assert (decoded.status.started_at, decoded.status.completed_at) == (1767323045.0, 1767323046.0)
     minimal = JobResource.from_cr(obj("FunctionJob", {"function": "hello", "event": None}, {"phase": "Done"}))
     assert (minimal.spec.run_id, minimal.spec.event, minimal.status.phase) == (1, {}, None)
+    odd = JobResource.from_cr(obj("FunctionJob", {"function": "hello"}, {"phase": {"x": 1}, "runId": True}))
+    assert (odd.status.phase, odd.status.run_id) == (None, None)
 
 
 @pytest.mark.parametrize(("spec", "path", "words"), [
@@ -259,3 +262,66 @@ def test_parse_time_is_lenient() -> None:
     assert parse_time(None) is None
     assert parse_time("yesterday") is None
     assert parse_time("2026-01-02T03:04:05+00:00") == 1767323045.0
+
+
+ODD_VALUES: list[object] = [None, 0, -1, 2**40, True, 1.5, "", "x" * 2000, "Ready", [], [1], ["a"], {}, {"a": []},
+                            {"name": 1, "key": None}, [{"name": "db"}], [{}], [None]]
+FULL = {
+    "Function": {"runtime": "python3.11", "entrypoint": "main.run", "memoryMb": 256, "timeoutSec": 60,
+                 "maxConcurrency": 2, "envVars": {"A": "1"}, "secrets": [{"name": "db", "key": "K", "env": "X"}],
+                 crd.SECRETS_VERSION: "e" * 64, "codeHash": HASH, "contextKey": f"contexts/{NS}/hello/1.tar.gz",
+                 "contextSha256": HASH, "codeKey": f"code/{NS}/hello/1.tar.gz", "codeSha256": HASH, "depsHash": HASH,
+                 "replicas": 2},
+    "Trigger": {"type": "cron", "function": "hello", "enabled": True, "auth": "token", "schedule": "0 3 * * *"},
+    "FunctionJob": {"function": "hello", "runId": 2, "event": {"a": 1}},
+}  # fmt: skip
+STATUS = {"phase": "Ready", "message": "m", "image": "i", "codeHash": HASH, "lastBuiltAt": "2026-01-02T03:04:05Z",
+          "observedGeneration": 1, "runId": 1, "startTime": "2026-01-02T03:04:05Z", "lastFiredAt": "x",
+          "versions": [{"version": 1, "codeHash": HASH, "spec": {"runtime": "go1.23"}}]}  # fmt: skip
+DECODERS = {"Function": FunctionResource.from_cr, "Trigger": TriggerResource.from_cr,
+            "FunctionJob": JobResource.from_cr}
+
+
+def _variants(kind: str) -> list[dict[str, Any]]:
+    """Every field of a full object (spec, status, metadata, the versions' specs) replaced by each odd value."""
+    base = obj(kind, dict(FULL[kind]), dict(STATUS))
+    out = []
+    for value in ODD_VALUES:
+        for key in [*FULL[kind], "envVars.A", "secrets.0"]:
+            body = copy.deepcopy(base)
+            if key in ("envVars.A", "secrets.0"):
+                if kind != "Function":
+                    continue
+                outer, inner = key.split(".")
+                body["spec"][outer][int(inner) if inner.isdigit() else inner] = value
+            else:
+                body["spec"][key] = value
+            out.append(body)
+        for section in ("status", "metadata"):
+            for key in [*base[section], "versions"] if section == "status" else list(base[section]):
+                body = copy.deepcopy(base)
+                body[section][key] = value
+                out.append(body)
+        for top in ("spec", "status", "metadata"):
+            body = copy.deepcopy(base)
+            body[top] = value
+            out.append(body)
+        body = copy.deepcopy(base)
+        body["status"]["versions"] = [{"version": 1, "spec": {**FULL["Function"], "runtime": value}}, value]
+        out.append(body)
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(FULL))
+def test_no_shape_crashes_the_codec(kind: str) -> None:
+    """Each odd value in each place: decoded, or refused with InvalidResource; never another exception."""
+    decode = DECODERS[kind]
+    assert decode(obj(kind, FULL[kind], STATUS)) is not None  # the full object itself is valid
+    refused = 0
+    for body in _variants(kind):
+        try:
+            decode(body)
+        except InvalidResource as exc:
+            refused += 1
+            assert exc.field and exc.message
+    assert refused > 50

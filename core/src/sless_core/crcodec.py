@@ -24,7 +24,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from sless_core import crd
 from sless_core.errors import ValidationError
@@ -36,6 +37,9 @@ MAX_REPLICAS = 100
 MAX_KEY_LENGTH = 1024
 HEX64 = re.compile(r"[0-9a-f]{64}")
 SECRETS_VERSION = re.compile(r"[0-9a-f]{0,64}")
+
+
+Choice = TypeVar("Choice", bound=StrEnum)
 
 
 class InvalidResource(ValidationError):
@@ -75,6 +79,11 @@ def _str(section: dict[str, Any], key: str) -> str:
 def _int(section: dict[str, Any], key: str) -> int | None:
     value = section.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _enum(kind: type[Choice], value: object) -> Choice | None:
+    """VALUE as a member of KIND; None for anything else (a phase another version writes, a wrong type)."""
+    return next((member for member in kind if member.value == value), None) if isinstance(value, str) else None
 
 
 def _given(spec: dict[str, Any]) -> dict[str, Any]:
@@ -263,8 +272,7 @@ class FunctionStatus:
 
     @classmethod
     def from_cr(cls, meta: Meta, status: dict[str, Any]) -> FunctionStatus:
-        phase = status.get("phase")
-        return cls(phase=Phase(phase) if phase in {p.value for p in Phase} else None,
+        return cls(phase=_enum(Phase, status.get("phase")),
                    message=_str(status, "message"), image=_str(status, "image"), code_hash=_str(status, "codeHash"),
                    last_built_at=parse_time(status.get("lastBuiltAt")),
                    observed_generation=_int(status, "observedGeneration"),
@@ -414,9 +422,8 @@ class JobResource:
         except ValidationError as exc:
             raise _reworded(exc, _JOB_PATHS) from exc
         status = _section(obj, "status")
-        phase = status.get("phase")
         return cls(meta, decoded, JobStatus(
-            phase=JobPhase(phase) if phase in {p.value for p in JobPhase} else None, message=_str(status, "message"),
+            phase=_enum(JobPhase, status.get("phase")), message=_str(status, "message"),
             run_id=_int(status, "runId"), started_at=parse_time(status.get("startTime")),
             completed_at=parse_time(status.get("completionTime"))))  # fmt: skip
 
