@@ -81,7 +81,9 @@ async function main() {
   if (process.env.SLESS_CHECK_ONLY) process.exit(0);
   let result;
   try {
-    result = await rt.invoke(handler, event, Math.min(config.timeoutSec, 2_147_483));
+    // A stream is read to its end within the same time limit: a job's result is one value.
+    const collecting = async (/** @type {object} */ ev, /** @type {object} */ ctx) => rt.collectStreams(await handler(ev, ctx));
+    result = await rt.invoke(collecting, event, Math.min(config.timeoutSec, 2_147_483));
   } catch (err) {
     if (err instanceof rt.TimeoutError) {
       writeAndExit(process.stderr, `${err.message}\n`, EXIT_TIMEOUT);

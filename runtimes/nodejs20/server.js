@@ -129,7 +129,8 @@ function createServer(config, handler) {
       result.headers[rt.HANDLER_MS_HEADER] = (Number(process.hrtime.bigint() - began) / 1e6).toFixed(3);
       send(req, res, result);
     };
-    rt.invoke(handler, event, timeoutSec).then(
+    const context = new rt.InvocationContext(Date.now() + timeoutSec * 1000);
+    rt.invoke(handler, event, timeoutSec, context).then(
       (value) => {
         let result;
         try {
@@ -137,6 +138,10 @@ function createServer(config, handler) {
         } catch (err) {
           rt.logError(`cannot send the result of ${req.method} ${url}`, err);
           result = rt.errorResult(500, rt.describeError(err).error, 'InvalidResponse');
+        }
+        if (result.stream) {
+          streamAnswer(req, res, url, result, context, began, callId);
+          return;
         }
         answer(result);
       },
@@ -151,6 +156,122 @@ function createServer(config, handler) {
         answer(rt.errorResult(500, rt.publicMessage(error, config), type));
       },
     );
+  }
+
+  /**
+   * Send a streamed result chunk by chunk as it is produced (chunked transfer
+   * encoding, each chunk written at once). The head goes out with the first
+   * chunk, so a stream that fails or stalls before it still gets a proper error
+   * status. SLESS_TIMEOUT_SEC is the longest wait for each chunk (an idle
+   * timeout, not a limit on the whole stream). A stream that fails or stalls
+   * after its head is cut: the connection closes without the final chunk, so
+   * the client sees an incomplete response, never a clean end. A client that
+   * goes away aborts `context.signal` and ends the iterator (`return()`).
+   * @param {http.IncomingMessage} req
+   * @param {http.ServerResponse} res
+   * @param {string} url
+   * @param {import('./sless-runtime.js').HttpResult} result
+   * @param {import('./sless-runtime.js').InvocationContext} context
+   * @param {bigint} began
+   * @param {string | null} callId
+   */
+  async function streamAnswer(req, res, url, result, context, began, callId) {
+    const source = /** @type {any} */ (result.stream);
+    /** @type {any} */
+    const iterator = typeof source[Symbol.asyncIterator] === 'function' ? source[Symbol.asyncIterator]() : source;
+    const idleMs = timeoutSec * 1000;
+    const bodyless = req.method === 'HEAD' || result.status === 204 || result.status === 304;
+    const GONE = Symbol('gone');
+    const IDLE = Symbol('idle');
+    /** @type {Promise<typeof GONE>} */
+    const gone = new Promise((resolve) => res.once('close', () => resolve(GONE)));
+    let headSent = false;
+    let finished = false;
+    /** @type {Error} */
+    let reason = new Error('the client went away');
+    const writeHead = (/** @type {unknown} */ first) => {
+      const headers = result.headers;
+      for (const name of Object.keys(headers)) {
+        if (name.toLowerCase() === rt.HANDLER_MS_HEADER) delete headers[name];
+      }
+      if (!('content-type' in headers)) headers['content-type'] = rt.streamContentType(first);
+      headers[rt.HANDLER_MS_HEADER] = (Number(process.hrtime.bigint() - began) / 1e6).toFixed(3);
+      if (draining) headers.connection = 'close';
+      try {
+        res.writeHead(result.status, headers);
+      } catch (err) {
+        // An invalid header name/value from the handler: nothing has been written yet.
+        throw new rt.InvalidResponse(`invalid response: ${rt.describeError(err).error}`);
+      }
+      headSent = true;
+    };
+    try {
+      for (;;) {
+        context.deadlineMs = Date.now() + idleMs;
+        /** @type {NodeJS.Timeout | undefined} */
+        let timer;
+        const idle = new Promise((resolve) => { timer = setTimeout(() => resolve(IDLE), idleMs); });
+        let step;
+        try {
+          step = await Promise.race([Promise.resolve().then(() => iterator.next()), gone, idle]);
+        } finally {
+          clearTimeout(timer);
+        }
+        if (step === GONE) return;
+        if (step === IDLE) throw new rt.TimeoutError(timeoutSec);
+        if (step.done) break;
+        const bytes = rt.chunkBytes(step.value);
+        if (!headSent) writeHead(step.value);
+        if (bodyless) break;
+        if (bytes.length > 0 && !res.write(bytes)) {
+          // The client reads slower than the stream produces: wait for it (not the handler's idle time).
+          if (await Promise.race([new Promise((resolve) => res.once('drain', resolve)), gone]) === GONE) return;
+        }
+      }
+      if (!headSent) writeHead(undefined);
+      res.end();
+      finished = true;
+    } catch (err) {
+      reason = err instanceof Error ? err : new Error(String(err));
+      const timedOut = err instanceof rt.TimeoutError;
+      if (timedOut) {
+        process.stderr.write(`sless-runtime: ${req.method} ${url}: stream ${headSent ? 'idle: ' : ''}${reason.message}\n`);
+      } else {
+        rt.logError(`stream failed on ${req.method} ${url}`, err);
+      }
+      if (headSent) {
+        // No final chunk: the client sees the stream was cut. After this turn, so that the chunks
+        // written before (node:http sends them on the next tick) still go out first.
+        setImmediate(() => res.destroy());
+      } else if (timedOut) {
+        sendTimed(req, res, rt.errorResult(504, reason.message, 'Timeout'), began);
+      } else {
+        const { error, type } = rt.describeError(err);
+        sendTimed(req, res, rt.errorResult(500, rt.publicMessage(error, config), type), began);
+      }
+    } finally {
+      rt.endCall(callId);
+      if (!finished) {
+        context._abort(reason);
+        if (typeof iterator.return === 'function') {
+          Promise.resolve().then(() => iterator.return()).catch(
+            (/** @type {unknown} */ late) => rt.logError('stream failed while closing', late),
+          );
+        }
+      }
+    }
+  }
+
+  /**
+   * Send a complete result with the handler's run time so far.
+   * @param {http.IncomingMessage} req
+   * @param {http.ServerResponse} res
+   * @param {import('./sless-runtime.js').HttpResult} result
+   * @param {bigint} began
+   */
+  function sendTimed(req, res, result, began) {
+    result.headers[rt.HANDLER_MS_HEADER] = (Number(process.hrtime.bigint() - began) / 1e6).toFixed(3);
+    send(req, res, result);
   }
 
   /**

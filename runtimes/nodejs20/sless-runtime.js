@@ -217,11 +217,11 @@ class InvocationContext {
  * @param {(event: object, context: object) => unknown} handler
  * @param {object} event
  * @param {number} timeoutSec
+ * @param {InvocationContext} [context] the handler's second argument (the server keeps it for a stream)
  * @returns {Promise<unknown>} rejects with the handler's error or a TimeoutError
  */
-function invoke(handler, event, timeoutSec) {
+function invoke(handler, event, timeoutSec, context = new InvocationContext(Date.now() + timeoutSec * 1000)) {
   const timeoutMs = timeoutSec * 1000;
-  const context = new InvocationContext(Date.now() + timeoutMs);
   /** @type {unknown} */
   let result;
   try {
@@ -374,7 +374,74 @@ function headerObject(rawHeaders) {
  * @property {number} status
  * @property {Record<string, string | string[]>} headers
  * @property {Buffer} body
+ * @property {Stream} [stream] a streamed body: sent chunk by chunk instead of `body`
  */
+
+/**
+ * A streamed body: an async iterable (an async generator, a `Readable`) or a
+ * synchronous iterator (a generator object). Arrays, strings and Buffers are
+ * iterable too but are values, not streams: an iterator must have `next()`.
+ * @typedef {AsyncIterable<unknown> | Iterator<unknown>} Stream
+ */
+
+/**
+ * @param {unknown} value
+ * @returns {value is Stream}
+ */
+function isStream(value) {
+  if (value === null || typeof value !== 'object') return false;
+  const v = /** @type {any} */ (value);
+  if (typeof v[Symbol.asyncIterator] === 'function') return true;
+  return typeof v[Symbol.iterator] === 'function' && typeof v.next === 'function';
+}
+
+/**
+ * One chunk of a stream as bytes: a string (UTF-8) or bytes (Buffer, any
+ * Uint8Array); anything else cannot be sent.
+ * @param {unknown} chunk
+ * @returns {Buffer}
+ */
+function chunkBytes(chunk) {
+  if (typeof chunk === 'string') return Buffer.from(chunk);
+  if (chunk instanceof Uint8Array) return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  throw new InvalidResponse(`a stream chunk must be a string or bytes, got ${chunk === null ? 'null' : typeof chunk}`);
+}
+
+/**
+ * A result with its streams read to the end (the one-shot runner's result is
+ * one value): a stream becomes the text of its chunks joined (bytes read as
+ * UTF-8), in a bare result as in a response description's `body`.
+ * @param {unknown} result
+ * @returns {Promise<unknown>}
+ */
+async function collectStreams(result) {
+  const join = async (/** @type {Stream} */ stream) => {
+    /** @type {Buffer[]} */
+    const parts = [];
+    const source = /** @type {any} */ (stream);
+    if (typeof source[Symbol.asyncIterator] === 'function') {
+      for await (const chunk of source) parts.push(chunkBytes(chunk));
+    } else {
+      for (let step = source.next(); !step.done; step = source.next()) parts.push(chunkBytes(step.value));
+    }
+    return Buffer.concat(parts).toString('utf8');
+  };
+  if (isStream(result)) return join(result);
+  const desc = /** @type {any} */ (result);
+  if (desc !== null && typeof desc === 'object' && Number.isInteger(desc.statusCode) && isStream(desc.body)) {
+    return { ...desc, body: await join(desc.body) };
+  }
+  return result;
+}
+
+/**
+ * The Content-Type a stream gets when the handler set none: its first chunk decides.
+ * @param {unknown} first the first chunk, or undefined for an empty stream
+ * @returns {string}
+ */
+function streamContentType(first) {
+  return first instanceof Uint8Array ? 'application/octet-stream' : TEXT;
+}
 
 const TEXT = 'text/plain; charset=utf-8';
 const HTML = 'text/html; charset=utf-8';
@@ -400,6 +467,7 @@ function toHttpResult(result) {
  * @returns {HttpResult}
  */
 function mapResult(result) {
+  if (isStream(result)) return { status: 200, headers: {}, body: Buffer.alloc(0), stream: result };
   if (typeof result === 'string') {
     return { status: 200, headers: { 'content-type': startsWithTag(result) ? HTML : TEXT }, body: Buffer.from(result) };
   }
@@ -447,6 +515,7 @@ function fromResponseDescription(desc) {
   }
   const raw = desc.body;
   let body;
+  if (isStream(raw)) return { status, headers, body: Buffer.alloc(0), stream: raw };
   if (raw === undefined || raw === null) {
     body = Buffer.alloc(0);
   } else if (typeof raw === 'string') {
@@ -668,4 +737,8 @@ module.exports = {
   logError,
   installProcessGuards,
   jsonText,
+  isStream,
+  chunkBytes,
+  collectStreams,
+  streamContentType,
 };

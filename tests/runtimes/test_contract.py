@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import http.client
 import json
 import os
 import signal
@@ -728,3 +729,181 @@ def test_runner_bad_event(runtime: str, run_runner: RunnerFactory, event: str) -
     assert proc.returncode == 2
     assert proc.stderr.strip()
     assert proc.stdout == ""
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+class Gate:
+    """A loopback port the test function's stream waits at (``?gate=PORT``): the handler connects and blocks
+    until ``release()`` sends it a byte. While the gate is closed the handler cannot have ended, so a chunk
+    read before ``release()`` was sent while the handler was still running."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(30)
+        self.port: int = self.listener.getsockname()[1]
+        self.peers: list[socket.socket] = []
+
+    def release(self) -> None:
+        peer, _ = self.listener.accept()
+        self.peers.append(peer)
+        peer.sendall(b"go")
+
+    def heard(self) -> bytes:
+        """What the function sent to this port (``?done=PORT``: ``closed`` when its stream was closed)."""
+        peer, _ = self.listener.accept()
+        self.peers.append(peer)
+        peer.settimeout(30)
+        data = b""
+        while chunk := peer.recv(100):
+            data += chunk
+        return data
+
+    def close(self) -> None:
+        for sock in [*self.peers, self.listener]:
+            sock.close()
+
+
+@pytest.fixture
+def gate() -> Any:
+    """A fresh Gate, closed at teardown."""
+    made: list[Gate] = []
+
+    def make() -> Gate:
+        made.append(Gate())
+        return made[-1]
+
+    yield make
+    for g in made:
+        g.close()
+
+
+@pytest.fixture
+def streaming(runtime: str) -> str:
+    """The runtimes that stream responses so far."""
+    if runtime == "python3.11":
+        pytest.skip("the python3.11 runtime does not stream responses yet")
+    return runtime
+
+
+def open_stream(server: RuntimeServer, path: str, method: str = "GET") -> Any:
+    """Send a request and return the response once its head is in (the body still streaming)."""
+    conn = server.connection(timeout=30)
+    conn.request(method, path)
+    return conn.getresponse()
+
+
+def read_until(resp: Any, marker: bytes) -> bytes:
+    """Read what has arrived of a chunked body until ``marker`` is in it (never waits for the end)."""
+    data = b""
+    while marker not in data:
+        chunk = resp.read1(65536)
+        assert chunk, f"the stream ended before {marker!r}: {data!r}"
+        data += chunk
+    return data
+
+
+def test_stream_chunks_arrive_before_the_handler_ends(streaming: str, start_server: ServerFactory, gate: Any) -> None:
+    server = start_server(streaming)
+    held = gate()
+    resp = open_stream(server, f"/stream?gate={held.port}")
+    assert resp.status == 200
+    assert resp.getheader("Transfer-Encoding") == "chunked" and resp.getheader("Content-Length") is None
+    assert resp.getheader("Content-Type") == "text/plain; charset=utf-8"
+    assert resp.getheader("X-Sless-Handler-Ms") is not None
+    assert read_until(resp, b"first\n") == b"first\n"  # the handler is blocked at the gate until now
+    held.release()
+    assert resp.read() == b"second\n"  # and the response ends cleanly when the handler does
+    assert_serving(server)
+
+
+def test_server_sent_events_stream_with_the_handlers_headers(streaming: str, start_server: ServerFactory,
+                                                             gate: Any) -> None:
+    server = start_server(streaming)
+    held = gate()
+    resp = open_stream(server, f"/sse?gate={held.port}")
+    assert resp.status == 200
+    assert resp.getheader("Content-Type") == "text/event-stream"
+    assert resp.getheader("Cache-Control") == "no-cache"
+    assert read_until(resp, b"\n\n") == b"data: one\n\n"
+    held.release()
+    assert resp.read() == b"data: two\n\n"
+
+
+def test_stream_of_bytes_is_octet_stream(streaming: str, start_server: ServerFactory) -> None:
+    server = start_server(streaming)
+    resp = requests.get(f"{server.url}/stream-sync", timeout=10)
+    assert resp.status_code == 200
+    assert resp.headers["Content-Type"] == "application/octet-stream"
+    assert resp.content == b"bytes then text"
+    head = requests.head(f"{server.url}/stream-sync", timeout=10)
+    assert head.status_code == 200 and head.content == b""
+
+
+def test_stream_timeout_is_idle_time_not_total_time(streaming: str, start_server: ServerFactory) -> None:
+    server = start_server(streaming, env={"SLESS_TIMEOUT_SEC": "1"})
+    started = time.monotonic()
+    resp = requests.get(f"{server.url}/stream-ticks?n=8&ms=250", timeout=30)
+    elapsed = time.monotonic() - started
+    assert resp.status_code == 200
+    assert resp.text == "".join(f"tick {i}\n" for i in range(8))
+    assert elapsed > 1.5  # far longer than the timeout in all, never idle for as long as it
+
+
+def test_stream_idle_after_its_head_is_cut(streaming: str, start_server: ServerFactory, gate: Any) -> None:
+    server = start_server(streaming, env={"SLESS_TIMEOUT_SEC": "1"})
+    held = gate()  # never released: the stream stalls after its first chunk
+    started = time.monotonic()
+    resp = open_stream(server, f"/stream?gate={held.port}")
+    assert read_until(resp, b"first\n") == b"first\n"
+    with pytest.raises(http.client.IncompleteRead):  # cut, never a clean end
+        resp.read()
+    assert 1.0 <= time.monotonic() - started < 10  # one idle timeout after the first chunk
+    assert "timed out after 1s" in server.stderr
+    assert_serving(server)
+
+
+def test_stream_idle_before_its_first_chunk_is_a_504(streaming: str, start_server: ServerFactory, gate: Any) -> None:
+    server = start_server(streaming, env={"SLESS_TIMEOUT_SEC": "1"})
+    held = gate()  # never released: no chunk ever comes
+    resp = requests.get(f"{server.url}/stream?hold={held.port}", timeout=30)
+    assert assert_error_body(resp, 504, "Timeout")["error"] == "function timed out after 1s"
+    assert_serving(server)
+
+
+def test_stream_failing_after_its_head_is_cut(streaming: str, start_server: ServerFactory, gate: Any) -> None:
+    server = start_server(streaming)
+    held = gate()
+    resp = open_stream(server, f"/stream-error?gate={held.port}")
+    assert resp.status == 200
+    assert read_until(resp, b"first\n") == b"first\n"
+    held.release()
+    with pytest.raises(http.client.IncompleteRead):
+        resp.read()
+    assert "stream broke" in server.stderr
+    assert_serving(server)
+
+
+def test_stream_of_values_that_are_not_text_or_bytes_is_a_500(streaming: str, start_server: ServerFactory) -> None:
+    server = start_server(streaming)
+    assert_error_body(requests.get(f"{server.url}/stream-bad", timeout=10), 500, "InvalidResponse")
+    assert_serving(server)
+
+
+def test_client_leaving_mid_stream_ends_the_stream(streaming: str, start_server: ServerFactory, gate: Any) -> None:
+    server = start_server(streaming)
+    done = gate()
+    conn = server.connection(timeout=30)
+    conn.request("GET", f"/stream-ticks?ms=50&done={done.port}")  # endless
+    resp = conn.getresponse()
+    assert read_until(resp, b"tick 0\n").startswith(b"tick 0\n")
+    conn.close()
+    assert done.heard() == b"closed"  # the handler's stream was closed: the call is over
+    assert_serving(server)
+
+
+def test_runner_reads_a_stream_to_its_end(streaming: str, run_runner: RunnerFactory) -> None:
+    proc = run_runner(streaming, {"case": "stream"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == "first\nsecond\n"

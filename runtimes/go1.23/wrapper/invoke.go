@@ -39,9 +39,16 @@ type outcome struct {
 // while the caller gets a Timeout failure at once. A panic in the handler's
 // goroutine is recovered and logged with its stack; a panic in a goroutine the
 // handler started itself still ends the process (Go offers no way around that).
-func invoke(parent context.Context, h Handler, event map[string]any, cfg Config) (any, *failure) {
-	ctx, cancel := context.WithTimeout(parent, cfg.Timeout)
-	defer cancel()
+//
+// The handler's ctx (returned) is the caller's to stop once the answer is
+// written: a streamed result keeps it alive, its deadline moving with every chunk.
+func invoke(parent context.Context, h Handler, event map[string]any, cfg Config) (any, *callContext, *failure) {
+	ctx := newCallContext(parent, cfg.Timeout)
+	result, fail := wait(ctx, h, event, cfg)
+	return result, ctx, fail
+}
+
+func wait(ctx *callContext, h Handler, event map[string]any, cfg Config) (any, *failure) {
 	done := start(ctx, h, event)
 	select {
 	case o := <-done:

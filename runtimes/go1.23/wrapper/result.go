@@ -34,7 +34,37 @@ func (e *invalidResponse) Error() string { return e.msg }
 // the response itself, anything else is JSON. Values that are neither strings
 // nor map[string]any are judged by their JSON form, so structs and typed strings
 // behave like the objects and strings they encode to.
-func renderResult(v any) (*response, error) {
+//
+// A streamed result (see stream.go) comes back as its head (status and headers)
+// and the stream; its body is sent as it is produced.
+func renderResult(v any) (*response, *streamBody, error) {
+	if stream := asStream(v); stream != nil {
+		return &response{status: http.StatusOK, header: http.Header{}}, stream, nil
+	}
+	if x, ok := v.(map[string]any); ok {
+		if code, ok := integerStatus(x["statusCode"]); ok {
+			if stream := asStream(x["body"]); stream != nil {
+				resp, err := describedResponse(code, withoutBody(x))
+				return resp, stream, err
+			}
+		}
+	}
+	resp, err := renderValue(v)
+	return resp, nil, err
+}
+
+// withoutBody is a response description minus its body (a stream, sent apart).
+func withoutBody(desc map[string]any) map[string]any {
+	head := make(map[string]any, len(desc))
+	for k, v := range desc {
+		if k != "body" {
+			head[k] = v
+		}
+	}
+	return head
+}
+
+func renderValue(v any) (*response, error) {
 	switch x := v.(type) {
 	case string:
 		return textResponse(x), nil

@@ -29,7 +29,11 @@ func runOnce(cfg Config, h Handler, stdout, stderr io.Writer) int {
 		return exitBadEvent
 	}
 	addCronTick(event, os.Getenv("SLESS_CRON_JOB"))
-	result, fail := invoke(context.Background(), h, event, cfg)
+	result, call, fail := invoke(context.Background(), h, event, cfg)
+	defer call.stop(context.Canceled)
+	if fail == nil {
+		result, fail = collectStreams(call, result, cfg)
+	}
 	if fail != nil {
 		if fail.kind == kindTimeout {
 			fmt.Fprintln(stderr, fail.message)

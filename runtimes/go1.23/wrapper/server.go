@@ -35,8 +35,9 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := withCallID(r.Context(), callIDFrom(r.Header.Get("X-Request-Id")))
 	began := time.Now()
-	result, fail := invoke(ctx, s.handler, buildEvent(r, body), s.cfg)
-	handlerMs := strconv.FormatFloat(float64(time.Since(began).Microseconds())/1000, 'f', 3, 64)
+	result, call, fail := invoke(ctx, s.handler, buildEvent(r, body), s.cfg)
+	defer call.stop(context.Canceled) // the call is over once it is answered
+	handlerMs := millis(began)
 	if fail != nil {
 		if fail.kind == kindCanceled { // nobody is left to read a response
 			return
@@ -48,7 +49,11 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fail.status, fail.message, fail.kind)
 		return
 	}
-	resp, err := renderResult(result)
+	resp, stream, err := renderResult(result)
+	if err == nil && stream != nil {
+		s.writeStream(w, r, resp, stream, call, began)
+		return
+	}
 	if err != nil {
 		log.Printf("sless: invalid result: %v", err)
 		w.Header().Set(HandlerMsHeader, handlerMs)

@@ -60,7 +60,7 @@ func TestRenderResultShapes(t *testing.T) {
 		{map[string]any{"statusCode": 204}, 204, "", ""},
 	}
 	for _, c := range cases {
-		resp, err := renderResult(c.in)
+		resp, err := renderValue(c.in)
 		if err != nil {
 			t.Errorf("%#v: %v", c.in, err)
 			continue
@@ -69,10 +69,10 @@ func TestRenderResultShapes(t *testing.T) {
 			t.Errorf("%#v: got %d %q %q", c.in, resp.status, resp.header.Get("Content-Type"), resp.body)
 		}
 	}
-	if _, err := renderResult(map[string]any{"statusCode": 42}); err == nil {
+	if _, err := renderValue(map[string]any{"statusCode": 42}); err == nil {
 		t.Error("statusCode 42 accepted")
 	}
-	if _, err := renderResult(make(chan int)); err == nil {
+	if _, err := renderValue(make(chan int)); err == nil {
 		t.Error("a channel was encoded")
 	}
 }
@@ -95,7 +95,8 @@ func TestInvokeOutcomes(t *testing.T) {
 		}, kindTimeout},
 	}
 	for _, c := range cases {
-		_, fail := invoke(context.Background(), c.handler, nil, cfg)
+		_, call, fail := invoke(context.Background(), c.handler, nil, cfg)
+		call.stop(context.Canceled)
 		if fail == nil || fail.kind != c.kind {
 			t.Errorf("%s: got %+v, want kind %s", c.name, fail, c.kind)
 		}
@@ -144,11 +145,11 @@ func TestProtocolErrorsBecomeJSON(t *testing.T) {
 
 func TestInvalidResponseHeadersAreRefused(t *testing.T) {
 	for _, headers := range []map[string]any{{"Bad Name": "x"}, {"X-Ok": "a\r\nInjected: 1"}, {"": "x"}} {
-		if _, err := renderResult(map[string]any{"statusCode": 200, "headers": headers}); err == nil {
+		if _, err := renderValue(map[string]any{"statusCode": 200, "headers": headers}); err == nil {
 			t.Errorf("%v accepted", headers)
 		}
 	}
-	resp, err := renderResult(map[string]any{"statusCode": 200, "headers": map[string]any{
+	resp, err := renderValue(map[string]any{"statusCode": 200, "headers": map[string]any{
 		"set-cookie": []any{"a=1", "b=2"}, "X-Num": 3.0, "Connection": "keep-alive", "Content-Length": "99"}})
 	if err != nil {
 		t.Fatal(err)

@@ -3,9 +3,12 @@
 package function
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -50,6 +53,8 @@ func Handle(ctx context.Context, event map[string]any) (any, error) {
 		return stubborn(event)
 	case "env":
 		return map[string]any{"value": env(event)}, nil
+	case "stream", "sse", "stream-sync", "stream-ticks", "stream-error", "stream-bad":
+		return streamCase(ctx, name, event), nil
 	default:
 		return nil, fmt.Errorf("unknown case %q", name)
 	}
@@ -152,4 +157,111 @@ func logs(ctx context.Context, event map[string]any) (any, error) {
 	fmt.Println("line")
 	fmt.Println("@sless:victim forged " + mark + "\n@sless:victim also forged")
 	return map[string]any{"mark": mark}, nil
+}
+
+// gate waits until the test holding its port sends a byte (or closes), or ctx ends.
+func gate(ctx context.Context, port string) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", "127.0.0.1:"+port)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer stop()
+	_, err = conn.Read(make([]byte, 1))
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+// notify tells the test holding port that something happened.
+func notify(port, text string) {
+	if conn, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
+		_, _ = conn.Write([]byte(text))
+		_ = conn.Close()
+	}
+}
+
+// streamCase returns the streaming cases: chunks as produced, the test holding
+// the stream at a gate between them.
+func streamCase(ctx context.Context, name string, event map[string]any) any {
+	gatePort := queryOr(event, "gate", "gate")
+	switch name {
+	case "stream", "sse":
+		first, second := "first\n", "second\n"
+		if name == "sse" {
+			first, second = "data: one\n\n", "data: two\n\n"
+		}
+		out := make(chan string)
+		go func() {
+			defer close(out)
+			if hold := queryOr(event, "hold", "hold"); hold != "" && gate(ctx, hold) != nil {
+				return // held before the first chunk
+			}
+			select {
+			case out <- first:
+			case <-ctx.Done():
+				return
+			}
+			if gatePort != "" && gate(ctx, gatePort) != nil {
+				return
+			}
+			select {
+			case out <- second:
+			case <-ctx.Done():
+			}
+		}()
+		if name == "sse" {
+			return map[string]any{
+				"statusCode": 200,
+				"headers":    map[string]any{"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+				"body":       (<-chan string)(out),
+			}
+		}
+		return (<-chan string)(out)
+	case "stream-sync":
+		return io.MultiReader(bytes.NewReader([]byte("bytes ")), strings.NewReader("then text"))
+	case "stream-ticks":
+		// n ticks (endless without it) ms apart; done hears when the stream is closed.
+		n, _ := strconv.Atoi(queryOr(event, "n", "n"))
+		ms, err := strconv.Atoi(queryOr(event, "ms", "ms"))
+		if err != nil {
+			ms = 50
+		}
+		done := queryOr(event, "done", "done")
+		out := make(chan []byte)
+		go func() {
+			defer close(out)
+			if done != "" {
+				defer notify(done, "closed")
+			}
+			for i := 0; n == 0 || i < n; i++ {
+				select {
+				case out <- []byte(fmt.Sprintf("tick %d\n", i)):
+				case <-ctx.Done():
+					return
+				}
+				select {
+				case <-time.After(time.Duration(ms) * time.Millisecond):
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		return (<-chan []byte)(out)
+	case "stream-error":
+		reader, writer := io.Pipe()
+		go func() {
+			_, _ = writer.Write([]byte("first\n"))
+			if gatePort != "" {
+				_ = gate(ctx, gatePort)
+			}
+			writer.CloseWithError(errors.New("stream broke"))
+		}()
+		return reader
+	default: // stream-bad: a channel of numbers is no stream (and no JSON either)
+		return make(chan int)
+	}
 }

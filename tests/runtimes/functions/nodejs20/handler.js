@@ -1,7 +1,77 @@
 'use strict';
 // The shared test function of the runtime contract suite (nodejs20 flavour).
 
+const net = require('node:net');
+
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// A gate the test holds: connect to its port and wait until it sends a byte (or closes).
+function gate(port) {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(port), '127.0.0.1');
+    socket.once('data', () => { socket.destroy(); resolve(); });
+    socket.once('end', resolve);
+    socket.once('error', reject);
+  });
+}
+
+// Tell the test something happened: connect to its port and send the text.
+function notify(port, text) {
+  const socket = net.connect(Number(port), '127.0.0.1', () => socket.end(text));
+  socket.on('error', () => {});
+}
+
+// The streaming cases: chunks as produced, the test holding the stream at a gate between them.
+function streamCase(name, query) {
+  switch (name) {
+    case 'stream':
+      return (async function* chunks() {
+        if (query.hold) await gate(query.hold); // held before the first chunk
+        yield 'first\n';
+        if (query.gate) await gate(query.gate);
+        yield 'second\n';
+      })();
+    case 'sse':
+      return {
+        statusCode: 200,
+        headers: { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' },
+        body: (async function* events() {
+          yield 'data: one\n\n';
+          if (query.gate) await gate(query.gate);
+          yield 'data: two\n\n';
+        })(),
+      };
+    case 'stream-sync':
+      return (function* parts() {
+        yield Buffer.from('bytes ');
+        yield 'then text';
+      })();
+    case 'stream-ticks':
+      // `n` ticks (endless without it) `ms` apart; `done` hears when the stream is closed.
+      return (async function* ticks() {
+        try {
+          for (let i = 0; !query.n || i < Number(query.n); i++) {
+            yield `tick ${i}\n`;
+            await sleep(Number(query.ms || 50));
+          }
+        } finally {
+          if (query.done) notify(query.done, 'closed');
+        }
+      })();
+    case 'stream-error':
+      return (async function* broken() {
+        yield 'first\n';
+        if (query.gate) await gate(query.gate);
+        throw new Error('stream broke');
+      })();
+    case 'stream-bad':
+      return (async function* bad() {
+        yield 42;
+      })();
+    default:
+      return undefined;
+  }
+}
 
 function pickCase(event) {
   if (typeof event.case === 'string') return event.case;
@@ -11,6 +81,8 @@ function pickCase(event) {
 
 exports.handle = async (event) => {
   const query = event._query || {};
+  const streamed = streamCase(pickCase(event), query);
+  if (streamed !== undefined) return streamed;
   switch (pickCase(event)) {
     case 'echo':
       return event;
