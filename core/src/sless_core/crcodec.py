@@ -83,7 +83,7 @@ def _int(section: dict[str, Any], key: str) -> int | None:
 
 def _enum(kind: type[Choice], value: object) -> Choice | None:
     """VALUE as a member of KIND; None for anything else (a phase another version writes, a wrong type)."""
-    return next((member for member in kind if member.value == value), None) if isinstance(value, str) else None
+    return kind._value2member_map_.get(value) if isinstance(value, str) else None  # type: ignore[return-value]
 
 
 def _given(spec: dict[str, Any]) -> dict[str, Any]:

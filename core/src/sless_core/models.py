@@ -6,6 +6,7 @@ Parsing is the validation: ``*.from_user(dict)`` either returns a well-formed sp
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -258,12 +259,18 @@ def validate_cron(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValidationError("schedule is required for cron triggers", field="schedule")
     schedule = " ".join(value.split())
-    if len(schedule.split(" ")) != 5 or not croniter.is_valid(schedule):
+    if len(schedule.split(" ")) != 5 or not _valid_cron(schedule):
         raise ValidationError(
             f"schedule {value!r} is not a valid 5-field cron expression (minute hour day month weekday)",
             field="schedule",
         )
     return schedule
+
+
+@functools.lru_cache(maxsize=1024)
+def _valid_cron(schedule: str) -> bool:
+    """croniter's parse (about 0.3 ms), remembered: every watch event of a cron Trigger validates its schedule."""
+    return bool(croniter.is_valid(schedule))
 
 
 @dataclass
