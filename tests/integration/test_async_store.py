@@ -114,3 +114,27 @@ def test_a_store_opens_an_existing_database_again(db_url: str) -> None:
         assert len(again.list("sless-00000000000000aa", None, None, 10, None)) == 1
     finally:
         again.close()
+
+
+def test_a_callback_is_delivered_by_one_owner_and_a_forgotten_one_is_found(stores: tuple[CallStore, CallStore]
+                                                                            ) -> None:
+    first, second = stores
+    made = call(30)
+    made.callback_url, made.callback_state = "https://hooks.example.com/h?t=1", "pending"
+    first.add(made)
+    claimed = first.claim("owner-a", NOW + 100, NOW + 1000)
+    assert claimed is not None and claimed.callback_url == made.callback_url
+    claimed.state, claimed.finished_at = CallState.SUCCEEDED, NOW + 101
+    assert first.settle(claimed, "owner-a")
+    # its runner stopped before delivering: a later scan finds it, but only once it is old enough
+    assert [c.id for c in second.stale_callbacks(NOW + 100, 10)] == []
+    assert [c.id for c in second.stale_callbacks(NOW + 200, 10)] == [made.id]
+    assert second.take_callback(made.id) and not first.take_callback(made.id)  # one delivery
+    assert second.stale_callbacks(NOW + 200, 10) == []
+    second.set_callback_state(made.id, "delivered: HTTP 204")
+    found = first.get(made.namespace, made.id)
+    assert found is not None and found.callback_state == "delivered: HTTP 204"
+    plain = call(31)
+    first.add(plain)
+    got = first.get(plain.namespace, plain.id)
+    assert got is not None and (got.callback_url, got.callback_state) == (None, None)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from sless_api.asynccalls.callback import CallbackPolicy
 
 MIB = 1024 * 1024
 # Function responses get an opaque origin: a function's page cannot read the console's storage or call the
@@ -44,6 +46,7 @@ class AsyncSettings:
     retention_sec: float = 7 * 86400.0
     lease_sec: float = 960.0  # longer than any call (900 s maximum timeout + margin)
     poll_sec: float = 1.0  # how often an idle runner looks for due calls another process queued
+    callback_policy: CallbackPolicy = field(default_factory=CallbackPolicy)  # where callbacks may go, how tried
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AsyncSettings:
@@ -54,7 +57,13 @@ class AsyncSettings:
             backoff_max_sec=_float(env, "SLESS_ASYNC_RETRY_BACKOFF_MAX_SEC", cls.backoff_max_sec),
             result_max_bytes=_int(env, "SLESS_ASYNC_RESULT_MAX_BYTES", cls.result_max_bytes),
             retention_sec=_float(env, "SLESS_ASYNC_RETENTION_SEC", cls.retention_sec),
+            callback_policy=CallbackPolicy(
+                allowed_nets=CallbackPolicy.parse_nets(env.get("SLESS_CALLBACK_ALLOWED_NETS", "")),
+                timeout_sec=_float(env, "SLESS_CALLBACK_TIMEOUT_SEC", CallbackPolicy.timeout_sec),
+                attempts=_int(env, "SLESS_CALLBACK_ATTEMPTS", CallbackPolicy.attempts)),
         )
+        if not (0 < settings.callback_policy.timeout_sec <= 300 and 1 <= settings.callback_policy.attempts <= 10):
+            raise ValueError("SLESS_CALLBACK_*: timeout 0..300 s, attempts 1..10")
         if not (1 <= settings.workers <= 1000 and 0 <= settings.max_retries <= 100 and settings.backoff_sec > 0
                 and settings.backoff_max_sec >= settings.backoff_sec and settings.result_max_bytes >= 0
                 and settings.retention_sec > 0):

@@ -124,7 +124,9 @@ SCHEMAS: dict[str, Any] = {
         "error": _nullable({"type": "string"}), "status_url": {"type": "string"},
         "result": _nullable({"type": "object", "required": ["status", "headers", "truncated"], "properties": {
             "status": {"type": "integer"}, "headers": {"type": "object"}, "truncated": {"type": "boolean"},
-            "body": {"type": "string"}, "body_base64": {"type": "string"}}})}},
+            "body": {"type": "string"}, "body_base64": {"type": "string"}}}),
+        "callback": _nullable({"type": "object", "required": ["url", "state"], "properties": {
+            "url": {"type": "string"}, "state": {"type": "string"}}})}},
     "Job": {"type": "object", "required": ["name", "function", "run_id", "namespace", "phase", "message"],
             "properties": {
                 "name": {"type": "string"}, "function": {"type": "string"}, "event": {"type": "object"},

@@ -19,6 +19,7 @@ import aiohttp
 
 from sless_api import calltiming, metrics
 from sless_api.admission import Admission, Throttled
+from sless_api.asynccalls.callback import CallbackRefused
 from sless_api.auth import AuthError, TokenVerifier, bearer_token
 from sless_api.calltiming import CallTiming
 from sless_api.invocations import Invocation, InvocationLog
@@ -168,9 +169,11 @@ class UpstreamError(Exception):
 
 # Response headers the server in front sets on every response: the function's copy would be a duplicate.
 SERVER_OWNED = frozenset({"date", "server"})
-# Request headers the platform owns: the caller's credentials never reach a function, and the caller
-# cannot claim a verified identity the platform did not check.
-CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-sless-sub"})
+# Request headers the platform owns: the caller's credentials never reach a function, the caller
+# cannot claim a verified identity the platform did not check, and an async call's callback URL (it may
+# carry the receiver's token) stays with the platform.
+CALLBACK_HEADER = "x-sless-callback-url"
+CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-sless-sub", CALLBACK_HEADER})
 FORWARDED = ("x-forwarded-for", "x-forwarded-proto", "x-forwarded-host")
 
 
@@ -230,10 +233,14 @@ class ProxyApp:
             forwarded = upstream_headers(headers, (scope.get("client") or [None])[0], scope.get("scheme", "http"),
                                          next((v for k, v in headers if k.lower() == "host"), None), caller,
                                          request_id)
+            callback = next((v for k, v in headers if k.lower() == CALLBACK_HEADER), None)
             if self.queue is not None and wants_async(headers):
                 await self._send(send, await self._accept(ns, name, method, path_qs, forwarded, body, request_id,
-                                                          headers))
+                                                          headers, callback))
                 return  # recorded when it runs
+            if callback is not None:
+                raise _Reply(error_body(400, "X-Sless-Callback-Url needs an asynchronous call "
+                                             "(Prefer: respond-async or X-Sless-Async: 1)"))
             async with self.admission.admit(ns, name, route.max_concurrency):
                 status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, send, timing)
         except _Reply as reply:
@@ -253,10 +260,14 @@ class ProxyApp:
                                 request_id, timing)
 
     async def _accept(self, ns: str, name: str, method: str, path_qs: str, forwarded: list[tuple[str, str]],
-                      body: bytes, request_id: str, headers: list[tuple[str, str]]) -> InvokeResult:
+                      body: bytes, request_id: str, headers: list[tuple[str, str]],
+                      callback: str | None) -> InvokeResult:
         """Store the call for the async runner and answer 202 with where its outcome will be."""
         assert self.queue is not None
-        call_id = await self.queue.submit(ns, name, method, path_qs, forwarded, body, request_id)
+        try:
+            call_id = await self.queue.submit(ns, name, method, path_qs, forwarded, body, request_id, callback)
+        except CallbackRefused as exc:
+            raise _Reply(error_body(400, str(exc))) from None
         status_url = f"/v1/namespaces/{ns}/calls/{call_id}"
         out = [("content-type", "application/json"), ("location", status_url)]
         if any(k.lower() == "prefer" for k, _ in headers):
@@ -334,7 +345,7 @@ class AsyncQueue(Protocol):
     """What the proxy needs of the async runner: store a call, get its id."""
 
     async def submit(self, namespace: str, function: str, method: str, path: str, headers: list[tuple[str, str]],
-                     body: bytes, request_id: str) -> str: ...
+                     body: bytes, request_id: str, callback_url: str | None = None) -> str: ...
 
 
 def wants_async(headers: list[tuple[str, str]]) -> bool:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from sless_api.asynccalls.callback import shown_url
 from sless_api.platform import iso
 
 _ID = re.compile(r"[0-9a-f]{32}")
@@ -54,6 +55,8 @@ class AsyncCall:
     result_truncated: bool = False
     error: str | None = None
     finished_at: float | None = None
+    callback_url: str | None = None  # checked when the call was submitted, and again when it is delivered
+    callback_state: str | None = None  # None without a callback; "pending"; then "delivered: ..." / "failed: ..."
 
     def to_api(self, namespace_path: str) -> dict[str, Any]:
         """What the caller's tenant reads: never the request's headers (they may hold the caller's secrets)."""
@@ -63,7 +66,10 @@ class AsyncCall:
             "created_at": iso(self.created_at), "finished_at": iso(self.finished_at),
             "next_attempt_at": iso(self.next_attempt_at) if self.state == CallState.QUEUED else None,
             "error": self.error, "status_url": f"{namespace_path}/calls/{self.id}", "result": None,
+            "callback": None,
         }  # fmt: skip
+        if self.callback_url is not None:
+            out["callback"] = {"url": shown_url(self.callback_url), "state": self.callback_state}
         if self.result_status is not None:
             result: dict[str, Any] = {"status": self.result_status, "headers": dict(self.result_headers),
                                       "truncated": self.result_truncated}

@@ -4,7 +4,9 @@ Runs inside every API process (the `sless up` process; each `sless-api` worker a
 store, so the calls survive a restart and spread over replicas. An answer below 500 ends a call (a 4xx is the
 function's answer, not a failure to retry); 5xx, timeouts and unreachable functions are retried up to
 ``max_retries`` times with doubling backoff, then the call is dead: its record, with the last error, is the
-dead letter. A function deleted meanwhile makes the call dead at once.
+dead letter. A function deleted meanwhile makes the call dead at once. A call submitted with a callback URL has
+its outcome POSTed there once it has ended (``callback.py``); a delivery its runner never got to is made by the
+next runner that finds it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import contextlib
 import logging
 import time
 
-from sless_api.asynccalls.model import AsyncCall, CallState, new_call_id
+from sless_api.asynccalls.callback import CallbackSender, check_url
+from sless_api.asynccalls.model import FINISHED, AsyncCall, CallState, new_call_id
 from sless_api.asynccalls.store import CallStore
 from sless_api.config import AsyncSettings
 from sless_api.events.dedup import owner_gone, process_owner
@@ -24,6 +27,7 @@ from sless_api.proxy import Invoker
 log = logging.getLogger("sless.async")
 ORPHAN_CHECK_SEC = 15.0
 PURGE_EVERY_SEC = 600.0
+STALE_CALLBACK_SEC = 120.0  # longer than a delivery can take (attempts x timeout): its runner has stopped
 
 
 class AsyncRunner:
@@ -37,15 +41,20 @@ class AsyncRunner:
         self._slots = asyncio.Semaphore(settings.workers)
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
+        self.callbacks = CallbackSender(settings.callback_policy)
 
     # -- the API's side
 
     async def submit(self, namespace: str, function: str, method: str, path: str, headers: list[tuple[str, str]],
-                     body: bytes, request_id: str) -> str:
-        """Store a call (durably, before the caller hears 202) and wake a runner."""
+                     body: bytes, request_id: str, callback_url: str | None = None) -> str:
+        """Store a call (durably, before the caller hears 202) and wake a runner; CallbackRefused (nothing stored)
+        when CALLBACK_URL may not be called."""
+        if callback_url is not None:
+            await asyncio.to_thread(check_url, callback_url, self.settings.callback_policy)
         now = time.time()
         call = AsyncCall(id=new_call_id(), namespace=namespace, function=function, method=method, path=path,
-                         headers=headers, body=body, request_id=request_id, created_at=now, next_attempt_at=now)
+                         headers=headers, body=body, request_id=request_id, created_at=now, next_attempt_at=now,
+                         callback_url=callback_url, callback_state="pending" if callback_url else None)
         await asyncio.to_thread(self.store.add, call)
         self._wake.set()
         return call.id
@@ -67,6 +76,7 @@ class AsyncRunner:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        await self.callbacks.close()
         await asyncio.to_thread(self.store.close)
 
     async def _run(self) -> None:
@@ -79,6 +89,9 @@ class AsyncRunner:
                     requeued = await asyncio.to_thread(self.store.requeue_orphans, owner_gone)
                     if requeued:
                         log.info("queued %d call(s) again whose runner stopped", requeued)
+                    for stale in await asyncio.to_thread(self.store.stale_callbacks,
+                                                         time.time() - STALE_CALLBACK_SEC, 20):
+                        self._track(asyncio.create_task(self._callback(stale), name=f"sless-callback-{stale.id}"))
                 if now - last_purge >= PURGE_EVERY_SEC:
                     last_purge = now
                     await asyncio.to_thread(self.store.purge, time.time() - self.settings.retention_sec)
@@ -94,9 +107,11 @@ class AsyncRunner:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=self.settings.poll_sec)
                 continue
-            task = asyncio.create_task(self._attempt(call), name=f"sless-async-{call.id}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._track(asyncio.create_task(self._attempt(call), name=f"sless-async-{call.id}"))
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _attempt(self, call: AsyncCall) -> None:
         try:
@@ -139,3 +154,17 @@ class AsyncRunner:
             call.next_attempt_at = now + self.settings.backoff(call.attempts)
         if not await asyncio.to_thread(self.store.settle, call, self.owner):
             log.warning("async call %s: the lease was lost while it ran; its new owner decides", call.id)
+        elif call.state in FINISHED and call.callback_url:
+            await self._callback(call)
+
+    async def _callback(self, call: AsyncCall) -> None:
+        """POST the ended call's record to its callback URL, once (whoever takes the pending delivery makes it)."""
+        assert call.callback_url is not None
+        if not await asyncio.to_thread(self.store.take_callback, call.id):
+            return
+        payload = call.to_api(f"/v1/namespaces/{call.namespace}")
+        payload["callback"] = None  # the receiver gets the outcome of the call, not of this delivery
+        state = await self.callbacks.deliver(call.callback_url, payload, call.id, call.request_id)
+        if state.startswith("failed"):
+            log.warning("async call %s: callback %s", call.id, state)
+        await asyncio.to_thread(self.store.set_callback_state, call.id, state[:500])

@@ -22,7 +22,7 @@ from sless_api.invocations.migrate import migrate_postgres, migrate_sqlite
 
 _COLUMNS = ("id", "namespace", "function", "method", "path", "headers", "body", "request_id", "created_at", "state",
             "attempts", "next_attempt_at", "lease_owner", "lease_until", "result_status", "result_headers",
-            "result_body", "result_truncated", "error", "finished_at")
+            "result_body", "result_truncated", "error", "finished_at", "callback_url", "callback_state")
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM async_calls"  # noqa: S608 - constant columns
 Row = Sequence[Any]
 
@@ -31,13 +31,14 @@ def _row(call: AsyncCall) -> tuple[Any, ...]:
     return (call.id, call.namespace, call.function, call.method, call.path, json.dumps(call.headers), call.body,
             call.request_id, call.created_at, call.state.value, call.attempts, call.next_attempt_at,
             call.lease_owner, call.lease_until, call.result_status, json.dumps(call.result_headers),
-            call.result_body, int(call.result_truncated), call.error, call.finished_at)  # fmt: skip
+            call.result_body, int(call.result_truncated), call.error, call.finished_at, call.callback_url,
+            call.callback_state)  # fmt: skip
 
 
 def _call(row: Row) -> AsyncCall:
     (ident, namespace, function, method, path, headers, body, request_id, created_at, state, attempts,
      next_attempt_at, lease_owner, lease_until, result_status, result_headers, result_body, result_truncated,
-     error, finished_at) = row  # fmt: skip
+     error, finished_at, callback_url, callback_state) = row  # fmt: skip
     return AsyncCall(
         id=ident, namespace=namespace, function=function, method=method, path=path,
         headers=[(k, v) for k, v in json.loads(headers)], body=bytes(body or b""), request_id=request_id,
@@ -46,7 +47,8 @@ def _call(row: Row) -> AsyncCall:
         result_status=None if result_status is None else int(result_status),
         result_headers=[(k, v) for k, v in json.loads(result_headers or "[]")], result_body=bytes(result_body or b""),
         result_truncated=bool(result_truncated), error=error,
-        finished_at=None if finished_at is None else float(finished_at),
+        finished_at=None if finished_at is None else float(finished_at), callback_url=callback_url,
+        callback_state=callback_state,
     )  # fmt: skip
 
 
@@ -60,6 +62,9 @@ class CallStore(Protocol):
     def claim(self, owner: str, now: float, lease_until: float) -> AsyncCall | None: ...
     def settle(self, call: AsyncCall, owner: str) -> bool: ...
     def requeue_orphans(self, is_gone: Callable[[str], bool]) -> int: ...
+    def take_callback(self, call_id: str) -> bool: ...
+    def set_callback_state(self, call_id: str, state: str) -> None: ...
+    def stale_callbacks(self, finished_before: float, limit: int) -> Sequence[AsyncCall]: ...
     def purge(self, finished_before: float) -> int: ...
     def close(self) -> None: ...
 
@@ -115,6 +120,24 @@ class _SqlStore:
                  json.dumps(call.result_headers), call.result_body, int(call.result_truncated), call.error,
                  call.finished_at, call.id, owner))  # fmt: skip
             return bool(cur.rowcount)
+
+    def take_callback(self, call_id: str) -> bool:
+        """Whether this runner is the one to deliver CALL_ID's callback (its state was pending; now sending)."""
+        with self._transaction() as cur:
+            cur.execute(self._q("UPDATE async_calls SET callback_state = 'sending' "
+                                "WHERE id = ? AND callback_state = 'pending'"), (call_id,))
+            return bool(cur.rowcount)
+
+    def set_callback_state(self, call_id: str, state: str) -> None:
+        with self._transaction() as cur:
+            cur.execute(self._q("UPDATE async_calls SET callback_state = ? WHERE id = ?"), (state, call_id))
+
+    def stale_callbacks(self, finished_before: float, limit: int) -> Sequence[AsyncCall]:
+        """Ended calls whose callback was never tried (their runner stopped between the end and the delivery)."""
+        with self._transaction() as cur:
+            cur.execute(self._q(f"{_SELECT} WHERE callback_state = 'pending' AND state IN ('succeeded', 'dead') "
+                                "AND finished_at < ? ORDER BY finished_at LIMIT ?"), (finished_before, int(limit)))
+            return [_call(row) for row in cur.fetchall()]
 
     def requeue_orphans(self, is_gone: Callable[[str], bool]) -> int:
         with self._transaction(immediate=True) as cur:
