@@ -1,7 +1,8 @@
 """The application factory: wires config, auth, storage, the invocation log and a backend into one ASGI app.
 
 ``/fn/...`` goes straight to the bare proxy handler; everything else is the Falcon REST API. The
-lifespan starts the backend (and its cron) inside the server's event loop and stops it on shutdown.
+lifespan starts the backend and the background services it hands over (cron, events) inside the server's
+event loop and stops them on shutdown; which backend it is matters only to :func:`build_services`.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from sless_api.http import (
 from sless_api.invocations import InvocationLog, log_from_url
 from sless_api.openapi import OpenApiDocument
 from sless_api.pathguard import is_canonical, is_invoke_path, raw_path, refuse_path
-from sless_api.platform import Platform, PlatformError
+from sless_api.platform import Background, Platform, PlatformError
 from sless_api.proxy import Invoker, ProxyApp
 from sless_api.resources import calls, functions, jobs, namespaces, probes, secrets, triggers
 from sless_api.resources.metrics import Metrics
@@ -57,7 +58,7 @@ class Services:
     invoker: Invoker
     verifier: TokenVerifier | None
     async_calls: AsyncRunner
-    background: list[Any] = field(default_factory=list)
+    background: list[Background] = field(default_factory=list)
 
 
 def make_verifier(env: MutableMapping[str, str] | None = None) -> TokenVerifier | None:
@@ -149,7 +150,7 @@ def build_services(config: ApiConfig) -> Services:
         platform = KubernetesPlatform(config, store_from_env(os.environ, config.data_dir / "objects"), invocations)
     else:
         raise SystemExit(f"unknown SLESS_BACKEND {config.backend!r}: use standalone or kubernetes")
-    invoker = Invoker(platform, invocations, config.proxy_timeout_margin_sec)
+    invoker = Invoker(platform.router, invocations, config.proxy_timeout_margin_sec)
     runner = AsyncRunner(call_store_from_url(config.database_url), invoker, config.async_calls)
     return Services(config, platform, invocations, invoker, make_verifier(), runner)
 
@@ -189,20 +190,9 @@ class SlessApp:
             log.info("removed %d upload(s) interrupted by an earlier stop", removed)
         await services.platform.start()
         services.async_calls.start()
-        if services.config.backend == "standalone":
-            from sless_api.standalone.platform import StandalonePlatform
-            from sless_api.standalone.scheduler import CronScheduler
-
-            assert isinstance(services.platform, StandalonePlatform)
-            cron = CronScheduler(services.platform)
-            cron.start()
-            services.background.append(cron)
-            if services.config.rabbitmq_url:
-                from sless_api.events.standalone import StandaloneEvents
-
-                events = StandaloneEvents(services.platform, services.invoker, services.config)
-                events.start()
-                services.background.append(events)
+        for service in services.platform.background_services(services.invoker):
+            await service.start()
+            services.background.append(service)
 
     async def shutdown(self) -> None:
         for item in self.services.background:

@@ -1,13 +1,23 @@
-"""The interface between the API and a backend (standalone or Kubernetes).
+"""The interfaces between the API and a backend (standalone or Kubernetes).
 
-Resources and the invoke proxy speak only to this protocol, so the same REST surface, validation and
-error mapping serve both backends, and a backend is swapped by configuration alone.
+Two halves, because two kinds of callers need them:
+
+- :class:`FunctionBackend` changes state (functions, versions, triggers, jobs, secrets): the REST
+  resources speak only to it, so the same REST surface, validation and error mapping serve both backends.
+- :class:`Router` says where a call goes (:meth:`Router.route`, :meth:`Router.event_route`,
+  :meth:`Router.upstream`): the invoke proxy, the cron scheduler and the event dispatchers need only
+  this (and :class:`ChangeFeed` to hear of trigger changes), so a process that only invokes (the
+  Kubernetes event dispatcher) builds a router alone, with no code store and no CRUD.
+
+:class:`Platform` is what the app wires: a backend, its router, and the background services it
+hands over (cron, events), which the app starts and stops without knowing which backend it has.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -134,9 +144,54 @@ class CallRef:
     duration_sec: float
 
 
-class Platform(Protocol):
+class Router(Protocol):
+    """Where and how a call reaches a function; read on every call, so answered from memory."""
+
+    async def route(self, namespace: str, name: str) -> Route:
+        """The route of an http call through ``/fn``: NotFound unless an enabled http trigger exposes it."""
+        ...
+
+    async def event_route(self, namespace: str, name: str) -> Route:
+        """The route of a call a trigger makes (event, cron): any deployed function, http trigger or not."""
+        ...
+
+    def upstream(self, route: Route) -> contextlib.AbstractAsyncContextManager[str]:
+        """The base URL to send the call to, held for the length of the call."""
+        ...
+
+
+class ChangeFeed(Protocol):
+    """Tells listeners (the cron scheduler, an event dispatcher) that triggers or functions changed."""
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call LISTENER after each change (from the event loop); returns what unsubscribes it."""
+        ...
+
+
+class Background(Protocol):
+    """A service a backend runs beside the API (cron, an event dispatcher); started after the backend."""
+
     async def start(self) -> None: ...
     async def close(self) -> None: ...
+
+
+class CallOutcome(Protocol):
+    @property
+    def status(self) -> int: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+class CallInvoker(Protocol):
+    """What a background service calls functions through (the proxy's :class:`~sless_api.proxy.Invoker`), so
+    a backend hands out services without importing the proxy."""
+
+    async def call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]], body: bytes,
+                   trigger: str) -> CallOutcome: ...
+
+
+class FunctionBackend(Protocol):
+    """What changes state: the REST resources' whole view of a backend."""
 
     async def ensure_namespace(self, namespace: str) -> bool: ...
 
@@ -168,9 +223,6 @@ class Platform(Protocol):
     async def replace_secret(self, namespace: str, name: str, data: SecretValues) -> SecretMeta: ...
     async def delete_secret(self, namespace: str, name: str) -> None: ...
 
-    async def route(self, namespace: str, name: str) -> Route: ...
-    def upstream(self, route: Route) -> contextlib.AbstractAsyncContextManager[str]: ...
-
     async def call_logs(self, namespace: str, name: str, call: CallRef) -> dict[str, Any]:
         """``{"lines": [{"stream", "text", "ts"}], "truncated": bool}``: what one call of the function wrote.
 
@@ -178,3 +230,17 @@ class Platform(Protocol):
         """
         ...
 
+
+
+class Platform(FunctionBackend, Protocol):
+    """A whole backend as the app wires it: state, routing, lifecycle and background services."""
+
+    @property
+    def router(self) -> Router: ...
+
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+
+    def background_services(self, invoker: CallInvoker) -> list[Background]:
+        """The services to run beside the API (none, cron, an event dispatcher), built but not started."""
+        ...

@@ -24,7 +24,7 @@ from sless_api.auth import AuthError, TokenVerifier, bearer_token
 from sless_api.calltiming import CallTiming
 from sless_api.invocations import Invocation, InvocationLog
 from sless_api.pathguard import raw_path, reaches_runtime_internals, split_invoke
-from sless_api.platform import Platform, PlatformError, Route
+from sless_api.platform import PlatformError, Route, Router
 from sless_api.requestid import HEADER, new_request_id, scope_request_id
 
 log = logging.getLogger("sless.proxy")
@@ -69,7 +69,7 @@ def error_body(status: int, message: str) -> InvokeResult:
 class Invoker:
     """Calls functions through their routes; shared by the HTTP proxy, cron and event dispatchers."""
 
-    def __init__(self, platform: Platform, invocations: InvocationLog | None, timeout_margin_sec: float) -> None:
+    def __init__(self, platform: Router, invocations: InvocationLog | None, timeout_margin_sec: float) -> None:
         self.platform = platform
         self.invocations = invocations
         self.margin = timeout_margin_sec

@@ -14,7 +14,7 @@ import falcon.asgi
 
 from sless_api.auth import AuthError, TokenVerifier, bearer_token
 from sless_api.http import ApiError, PublicResource
-from sless_api.platform import FunctionRecord, Platform, TriggerRecord
+from sless_api.platform import FunctionBackend, FunctionRecord, TriggerRecord
 
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8"}
@@ -62,7 +62,7 @@ def text_listing(functions: list[FunctionRecord], triggers: list[TriggerRecord],
 class Console(PublicResource):
     """Public by name: the page holds no data, and the plain-text listing checks the token itself."""
 
-    def __init__(self, platform: Platform, verifier: TokenVerifier | None, public_url: str) -> None:
+    def __init__(self, platform: FunctionBackend, verifier: TokenVerifier | None, public_url: str) -> None:
         self.platform = platform
         self.verifier = verifier
         self.public_url = public_url

@@ -9,8 +9,8 @@ Writes that depend on what was read (update, upload, trigger patch, job re-run) 
 resourceVersion, so a concurrent change makes the API server answer 409 and the write is retried
 on fresh state instead of silently overwriting it.
 
-The invoke proxy resolves routes from an in-memory table kept by watches (``kube.routes``,
-``kube.watch``): no API server request per invocation.
+The invoke proxy resolves routes from an in-memory table kept by watches (``kube.router``,
+``kube.routes``, ``kube.watch``): no API server request per invocation.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +32,17 @@ from sless_api.kube import resources
 from sless_api.kube.client import KubeClient, KubeConflict, KubeNotFound
 from sless_api.kube.code import CodeArchive
 from sless_api.kube.podlogs import read_call_logs
-from sless_api.kube.routes import FUNCTIONS, TRIGGERS, RouteTable
+from sless_api.kube.router import KubeRouter
+from sless_api.kube.routes import FUNCTIONS, TRIGGERS
 from sless_api.kube.settings import KubeSettings
-from sless_api.kube.watch import RouteWatch
 from sless_api.platform import (
+    Background,
+    CallInvoker,
     CallRef,
     Conflict,
     FunctionRecord,
     JobRecord,
     NotFound,
-    Route,
     TriggerRecord,
     Unavailable,
     Unsupported,
@@ -61,7 +61,6 @@ KINDS = {FUNCTIONS: "function", TRIGGERS: "trigger", JOBS: "job"}
 SECRETS_VERSION = crd.SECRETS_VERSION
 WRITE_ATTEMPTS = 4
 DELETE_WAIT_SEC = 10.0
-SYNC_WAIT_SEC = 5.0
 NAMESPACE_LABELS = crd.tenant_namespace_labels()  # the same as the operator's
 
 
@@ -78,16 +77,19 @@ class KubernetesPlatform:
         self.settings = settings or KubeSettings.from_env()
         self.kube = kube or KubeClient(self.settings)
         self.archive = CodeArchive(store, self.settings, config.data_dir / "tmp")
-        self.table = RouteTable()
-        self.watch = RouteWatch(self.kube, self.table)
+        self.router = KubeRouter(self.kube, self.settings)
         self.secrets = secret_store_from_env(os.environ, "kubernetes", config.data_dir, self.kube)
+
+    def background_services(self, invoker: CallInvoker) -> list[Background]:
+        """None in the API: CronJobs fire cron triggers, ``sless-events`` (a process of its own) event ones."""
+        return []
 
     # lifecycle
     async def start(self) -> None:
-        self.watch.start()
+        self.router.start()
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.watch.stop)
+        await self.router.close()
         self.secrets.close()
         self.kube.close()
 
@@ -176,7 +178,7 @@ class KubernetesPlatform:
 
     # namespaces
     async def ensure_namespace(self, namespace: str) -> bool:
-        self.watch.add_namespace(namespace)
+        self.router.add_namespace(namespace)
         body = k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace, labels=dict(NAMESPACE_LABELS)))
         what = f"namespace {namespace!r}"
         try:
@@ -414,27 +416,6 @@ class KubernetesPlatform:
             log.info("%s/%s: secret %r changed: new secretsVersion", namespace, fn.spec.name, name)
             with contextlib.suppress(NotFound):
                 await self._patch(FUNCTIONS, namespace, fn.spec.name, {"spec": {SECRETS_VERSION: version}})
-
-    # the invoke proxy
-    async def route(self, namespace: str, name: str) -> Route:
-        """From memory only; waits (briefly) only before the watches have listed for the first time."""
-        route = self.table.lookup(namespace, name)
-        if route is not None:
-            return route
-        if not self.watch.synced(namespace):
-            deadline = time.monotonic() + SYNC_WAIT_SEC
-            while not self.watch.synced(namespace):
-                if time.monotonic() > deadline:
-                    raise Unavailable("the route table is still loading from the cluster; try again")
-                await asyncio.sleep(0.05)
-            route = self.table.lookup(namespace, name)
-            if route is not None:
-                return route
-        raise NotFound(self.table.explain(namespace, name))
-
-    @contextlib.asynccontextmanager
-    async def upstream(self, route: Route) -> AsyncIterator[str]:
-        yield self.settings.service_url(route.namespace, route.function)
 
     async def call_logs(self, namespace: str, name: str, call: CallRef) -> dict[str, Any]:
         """From the function's pods' logs, where the cluster lets the API read them (see podlogs.py)."""

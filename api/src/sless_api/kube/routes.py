@@ -85,6 +85,11 @@ class RouteTable:
     def lookup(self, namespace: str, name: str) -> Route | None:
         return self._routes.get((namespace, name))
 
+    def function(self, namespace: str, name: str) -> FunctionView | None:
+        """The function as last seen, routable or not."""
+        with self._lock:
+            return self._functions.get((namespace, name))
+
     def explain(self, namespace: str, name: str) -> str:
         """Why a function has no route, from the same in-memory state."""
         fn = self._functions.get((namespace, name))

@@ -15,7 +15,7 @@ import falcon.asgi
 from sless_api import versions
 from sless_api.http import ApiError, json_body, page, query_int, read_bounded
 from sless_api.invocations import InvocationLog
-from sless_api.platform import CallRef, FunctionRecord, Platform
+from sless_api.platform import CallRef, FunctionBackend, FunctionRecord
 from sless_api.requestid import is_request_id
 from sless_core.models import FunctionSpec
 from sless_core.naming import validate_name
@@ -57,7 +57,7 @@ def _alive(pid: int) -> bool:
 
 
 class Functions:
-    def __init__(self, platform: Platform, max_timeout_sec: int) -> None:
+    def __init__(self, platform: FunctionBackend, max_timeout_sec: int) -> None:
         self.platform = platform
         self.max_timeout = max_timeout_sec
 
@@ -73,7 +73,7 @@ class Functions:
 
 
 class Function:
-    def __init__(self, platform: Platform, max_timeout_sec: int) -> None:
+    def __init__(self, platform: FunctionBackend, max_timeout_sec: int) -> None:
         self.platform = platform
         self.max_timeout = max_timeout_sec
 
@@ -95,7 +95,7 @@ class Function:
 class Upload:
     """Streams the zip to a temporary file, counting bytes, so an oversize upload is refused without buffering it."""
 
-    def __init__(self, platform: Platform, max_upload_bytes: int, tmp_dir: Path) -> None:
+    def __init__(self, platform: FunctionBackend, max_upload_bytes: int, tmp_dir: Path) -> None:
         self.platform = platform
         self.max_bytes = max_upload_bytes
         self.tmp_dir = tmp_dir
@@ -154,7 +154,7 @@ class Upload:
 
 
 class Source:
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: FunctionBackend) -> None:
         self.platform = platform
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
@@ -165,7 +165,7 @@ class Source:
 class Versions:
     """``GET .../functions/{name}/versions``: the deployed versions, newest (current) first."""
 
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: FunctionBackend) -> None:
         self.platform = platform
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
@@ -175,7 +175,7 @@ class Versions:
 class Rollback:
     """``POST .../functions/{name}/rollback`` ``{"version": N}`` (no body or ``{}``: the previous version)."""
 
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: FunctionBackend) -> None:
         self.platform = platform
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
@@ -187,7 +187,7 @@ class Rollback:
 
 
 class Invocations:
-    def __init__(self, platform: Platform, log: InvocationLog | None) -> None:
+    def __init__(self, platform: FunctionBackend, log: InvocationLog | None) -> None:
         self.platform = platform
         self.log = log
 
@@ -220,7 +220,7 @@ class InvocationLogs:
     filed under this function only.
     """
 
-    def __init__(self, platform: Platform, log: InvocationLog | None) -> None:
+    def __init__(self, platform: FunctionBackend, log: InvocationLog | None) -> None:
         self.platform = platform
         self.log = log
 

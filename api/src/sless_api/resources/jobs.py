@@ -6,13 +6,13 @@ import falcon
 import falcon.asgi
 
 from sless_api.http import ApiError, json_body, page
-from sless_api.platform import Platform
+from sless_api.platform import FunctionBackend
 from sless_core.models import MAX_RUN_ID, JobSpec, validate_run_id
 from sless_core.naming import validate_name
 
 
 class Jobs:
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: FunctionBackend) -> None:
         self.platform = platform
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str) -> None:
@@ -26,7 +26,7 @@ class Jobs:
 
 
 class Job:
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: FunctionBackend) -> None:
         self.platform = platform
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:

@@ -6,11 +6,11 @@ import falcon
 import falcon.asgi
 
 from sless_api.http import claims_of
-from sless_api.platform import Platform
+from sless_api.platform import FunctionBackend
 
 
 class Ensure:
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: FunctionBackend) -> None:
         self.platform = platform
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str) -> None:

@@ -6,13 +6,13 @@ import falcon
 import falcon.asgi
 
 from sless_api.http import json_body, page
-from sless_api.platform import Platform
+from sless_api.platform import FunctionBackend
 from sless_api.secrets import SecretMeta, parse_secret_body
 from sless_core.naming import validate_name
 
 
 class Secrets:
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: FunctionBackend) -> None:
         self.platform = platform
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str) -> None:
@@ -27,7 +27,7 @@ class Secrets:
 
 
 class Secret:
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: FunctionBackend) -> None:
         self.platform = platform
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:

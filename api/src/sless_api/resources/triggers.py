@@ -6,7 +6,7 @@ import falcon
 import falcon.asgi
 
 from sless_api.http import ApiError, json_body, page
-from sless_api.platform import Platform, TriggerRecord
+from sless_api.platform import FunctionBackend, TriggerRecord
 from sless_core.models import TriggerSpec
 from sless_core.naming import validate_name
 
@@ -14,7 +14,7 @@ from sless_core.naming import validate_name
 class _TriggerResource:
     """What both trigger resources need: the platform and the base of the URLs shown for http triggers."""
 
-    def __init__(self, platform: Platform, public_url: str) -> None:
+    def __init__(self, platform: FunctionBackend, public_url: str) -> None:
         self.platform = platform
         self.public_url = public_url
 

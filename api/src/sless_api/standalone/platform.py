@@ -11,41 +11,36 @@ Without one the platform refuses to start unless told it serves a single tenant 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import hashlib
-import json
 import logging
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sless_api import metrics
 from sless_api.buildcontext import make_build_context
 from sless_api.config import ApiConfig
 from sless_api.contract import check_queue_free, check_rerun
-from sless_api.invocations import Invocation, InvocationLog
+from sless_api.cron import CronScheduler
+from sless_api.events.inprocess import InProcessEvents
+from sless_api.invocations import InvocationLog
 from sless_api.platform import (
+    Background,
+    CallInvoker,
     CallRef,
     Conflict,
     FunctionRecord,
     JobRecord,
     NotFound,
-    Route,
     TriggerRecord,
     Unavailable,
     Unsupported,
 )
-from sless_api.requestid import new_request_id
 from sless_api.secrets import SecretMeta, SecretValues
 from sless_api.secrets.factory import secret_store_from_env
 from sless_api.secrets.usage import (
-    Delivery,
     checked_version,
     deliver,
     refuse_dropping_keys,
@@ -54,6 +49,8 @@ from sless_api.secrets.usage import (
 from sless_api.standalone.builder import BuildArtifact, Builder, BuildFailed, BuildRequest, toolchain_paths
 from sless_api.standalone.calllogs import CallLogStore
 from sless_api.standalone.failures import NO_REASON, caller_reason
+from sless_api.standalone.firing import TriggerFiring
+from sless_api.standalone.oneshot import OneShot
 from sless_api.standalone.retention import (
     QuotaExceeded,
     RetentionPolicy,
@@ -61,10 +58,11 @@ from sless_api.standalone.retention import (
     prune_stored,
     prune_versions,
 )
-from sless_api.standalone.runner import KILL_MARGIN_SEC, RunResult, run_once
+from sless_api.standalone.routing import StandaloneRouter, process_key
+from sless_api.standalone.runner import run_once
 from sless_api.standalone.sandbox import Limits, Sandbox, SandboxUnavailable
-from sless_api.standalone.state import StateStore
-from sless_api.standalone.supervisor import LimitExceeded, NotDeployed, ProcessSpec, StartFailed, Supervisor
+from sless_api.standalone.state import StateStore, artifact_to_dict
+from sless_api.standalone.supervisor import StartFailed, Supervisor
 from sless_api.storage import CodeStore, context_key, function_prefixes, zip_key
 from sless_api.storage.versions import newest_archive, stamp, unpack_archive
 from sless_api.versions import Version, choose
@@ -78,8 +76,7 @@ log = logging.getLogger("sless.standalone")
 BASE_IMAGES = {"python3.11": "sless/python3.11", "nodejs20": "sless/nodejs20", "go1.23": "sless/go1.23"}
 
 
-def _key(namespace: str, name: str) -> str:
-    return f"{namespace}.{name}"
+_key = process_key
 
 
 def make_sandbox() -> Sandbox:
@@ -93,18 +90,6 @@ def make_sandbox() -> Sandbox:
             "trusted tenant, start with `sless up --single-tenant` (SLESS_SANDBOX=off)."
         )
     return sandbox
-
-
-def artifact_to_dict(artifact: BuildArtifact) -> dict[str, Any]:
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(artifact).items()}
-
-
-def artifact_from_dict(data: dict[str, Any]) -> BuildArtifact:
-    values = dict(data)
-    for key in ("code_dir", "deps_dir", "bin_dir"):
-        if values.get(key) is not None:
-            values[key] = Path(values[key])
-    return BuildArtifact(**values)
 
 
 class StandalonePlatform:
@@ -124,10 +109,17 @@ class StandalonePlatform:
                                      call_logs=self.call_logs_store)
         self.zip_limits = ZipLimits()
         self.retention = RetentionPolicy.from_env()
-        self._routes: dict[tuple[str, str], Route] = {}
+        self.router = StandaloneRouter(config, self.state, self.supervisor, self.secrets, self.sandbox)
+        self.oneshot = OneShot(self.secrets, self.sandbox, invocations)
+        self.firing = TriggerFiring(self.state, self.router, self.oneshot)
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self.cron: Any = None  # set by the app: the scheduler needs the invoker, which needs us
-        self.events: Any = None  # set by the app when SLESS_RABBITMQ_URL is set: the event dispatcher
+
+    def background_services(self, invoker: CallInvoker) -> list[Background]:
+        """Cron always; the event dispatcher when a broker is configured (SLESS_RABBITMQ_URL)."""
+        services: list[Background] = [CronScheduler(self.firing)]
+        if self.config.rabbitmq_url:
+            services.append(InProcessEvents(self.firing, self.router, invoker, self.config))
+        return services
 
     # lifecycle
     async def start(self) -> None:
@@ -136,7 +128,7 @@ class StandalonePlatform:
             if rec.phase == Phase.BUILDING and rec.code_hash:
                 self._spawn(f"build:{_key(rec.namespace, rec.spec.name)}", self._build(rec.namespace, rec.spec.name))
             elif rec.phase == Phase.READY:
-                await self._sync_process(rec.namespace, rec.spec.name)
+                await self.router.sync(rec.namespace, rec.spec.name)
         for job in self.state.list_jobs():
             if job.phase in (JobPhase.PENDING, JobPhase.RUNNING):
                 job.phase, job.message, job.completed_at = JobPhase.FAILED, "interrupted by a restart", time.time()
@@ -197,7 +189,7 @@ class StandalonePlatform:
             self._spawn(f"build:{_key(namespace, name)}", self._build(namespace, name))
         else:
             self.state.save_function(rec)
-            await self._sync_process(namespace, name)
+            await self.router.sync(namespace, name)
             if rec.phase == Phase.READY:  # a new configuration is deployed at once: a new version
                 self.state.record_version(rec, time.time())
         return rec
@@ -208,12 +200,7 @@ class StandalonePlatform:
         if task is not None:
             task.cancel()
         self.state.delete_function(namespace, name)
-        self._routes.pop((namespace, name), None)
-        if self.cron is not None:
-            self.cron.refresh()
-        if self.events is not None:
-            self.events.refresh()
-        await self.supervisor.remove(_key(namespace, name))
+        await self.router.forget(namespace, name)
         await asyncio.to_thread(self._delete_files, namespace, name)
 
     def _delete_files(self, namespace: str, name: str) -> None:
@@ -331,7 +318,7 @@ class StandalonePlatform:
         self.state.set_artifact(namespace, name, artifact_to_dict(artifact))
         try:
             # Switch traffic before saying Ready, so a client that sees Ready gets the new code.
-            await self._sync_process(namespace, name)
+            await self.router.sync(namespace, name)
         except StartFailed as exc:
             log.warning("new version of %s/%s failed to start: %s", namespace, name, exc)
             self._finish_build(namespace, name, code_hash, None,
@@ -386,74 +373,6 @@ class StandalonePlatform:
         if artifact is not None:
             self.state.record_version(current, current.last_built_at or time.time())
 
-    # processes and routes
-    async def _process_spec(self, rec: FunctionRecord, artifact: BuildArtifact) -> ProcessSpec:
-        """The server process of REC; its version covers code, spec and the secrets' revisions, so a
-        written secret restarts the functions using it (new values are read only at start)."""
-        secrets: Delivery = await deliver(self.secrets, rec.namespace, rec.spec.name, rec.spec.secrets)
-        argv, env = artifact.server_command()
-        env = {**env, **rec.spec.env_vars, **secrets.env, "SLESS_HOST": "127.0.0.1", "PYTHONDONTWRITEBYTECODE": "1",
-               "SLESS_TIMEOUT_SEC": str(rec.spec.timeout_sec),
-               "SLESS_MAX_BODY_BYTES": str(self.config.max_body_bytes)}
-        process_spec = {k: v for k, v in rec.spec.to_dict().items() if k != "max_concurrency"}  # the proxy's alone
-        version = hashlib.sha256(json.dumps([rec.code_hash, process_spec, secrets.version],
-                                            sort_keys=True).encode())
-        limits = Limits.for_function(rec.spec.memory_mb, rec.spec.runtime)
-        jail = dataclasses.replace(artifact.jail(rec.namespace, limits), files=secrets.files)
-        return ProcessSpec(argv=list(argv), env=env, cwd=artifact.code_dir, version=version.hexdigest()[:16],
-                           drain_sec=float(rec.spec.timeout_sec) + self.config.proxy_timeout_margin_sec,
-                           sandbox=self.sandbox, jail=jail, runtime=rec.spec.runtime)
-
-    async def _sync_process(self, namespace: str, name: str) -> None:
-        """Make the supervisor and the route table agree with the state of one function.
-
-        A running process of an older version is replaced (new one healthy first, then the switch);
-        otherwise the process starts on the first call.
-        """
-        rec = self.state.get_function(namespace, name)
-        key = _key(namespace, name)
-        http = [t for t in self.state.list_triggers(namespace, name) if t.spec.type == TriggerType.HTTP
-                and t.spec.enabled]
-        artifact = self.state.get_artifact(namespace, name) if rec else None
-        if rec is None or not http or artifact is None:
-            self._routes.pop((namespace, name), None)
-            await self.supervisor.remove(key)
-            return
-        auth = "public" if any(t.spec.auth == "public" for t in http) else "token"
-        self._routes[(namespace, name)] = Route(namespace, name, float(rec.spec.timeout_sec), auth,
-                                                rec.spec.max_concurrency)
-        await self.supervisor.deploy(key, await self._process_spec(rec, artifact_from_dict(artifact)))
-
-    def _process_state(self, key: str) -> str:
-        try:
-            return str(self.supervisor.status(key)["state"])
-        except NotDeployed:
-            return "absent"
-
-    async def route(self, namespace: str, name: str) -> Route:
-        route = self._routes.get((namespace, name))
-        if route is not None:
-            return route
-        rec = self.state.get_function(namespace, name)
-        if rec is None:
-            raise NotFound(f"function {name!r} not found in {namespace}")
-        if rec.phase != Phase.READY:
-            raise NotFound(f"function {name!r} is not ready (phase {rec.phase})")
-        raise NotFound(f"function {name!r} has no enabled http trigger")
-
-    @contextlib.asynccontextmanager
-    async def upstream(self, route: Route) -> AsyncIterator[str]:
-        try:
-            async with self.supervisor.lease(_key(route.namespace, route.function)) as base_url:
-                yield base_url
-        except NotDeployed as exc:
-            raise NotFound(f"function {route.function!r} is not deployed") from exc
-        except StartFailed as exc:
-            log.warning("function %s/%s failed to start: %s", route.namespace, route.function, exc)
-            raise Unavailable(f"function {route.function!r} failed to start: {caller_reason(str(exc))}") from exc
-        except LimitExceeded as exc:
-            raise Unavailable(f"function {route.function!r} was {str(exc).split(': ', 1)[-1]}") from exc
-
     # secrets
     async def list_secrets(self, namespace: str) -> list[SecretMeta]:
         return await asyncio.to_thread(self.secrets.list, namespace)
@@ -483,7 +402,7 @@ class StandalonePlatform:
         for rec in self.state.list_functions(namespace):
             if any(ref.name == name for ref in rec.spec.secrets):
                 log.info("%s/%s: secret %r changed: restarting", namespace, rec.spec.name, name)
-                await self._sync_process(namespace, rec.spec.name)
+                await self.router.sync(namespace, rec.spec.name)
 
     async def call_logs(self, namespace: str, name: str, call: CallRef) -> dict[str, Any]:
         """Kept in memory as the function's processes wrote them (see calllogs.py)."""
@@ -537,22 +456,8 @@ class StandalonePlatform:
         await self._trigger_changed(namespace, rec.spec.function)
 
     async def _trigger_changed(self, namespace: str, function: str) -> None:
-        await self._sync_process(namespace, function)
-        if self.cron is not None:
-            self.cron.refresh()
-        if self.events is not None:
-            self.events.refresh()
-
-    async def event_route(self, namespace: str, name: str) -> Route:
-        """Event triggers call a Ready function whether or not it has an http trigger."""
-        rec = self._function(namespace, name)
-        artifact = self.state.get_artifact(namespace, name)
-        if rec.phase != Phase.READY or artifact is None:
-            raise Unavailable(f"function {name!r} is not ready (phase {rec.phase})")
-        key = _key(namespace, name)
-        if self._process_state(key) == "absent":
-            await self.supervisor.deploy(key, await self._process_spec(rec, artifact_from_dict(artifact)))
-        return Route(namespace, name, float(rec.spec.timeout_sec), "public")
+        await self.router.sync(namespace, function)
+        self.router.changed()
 
     # jobs
     def _job(self, namespace: str, name: str) -> JobRecord:
@@ -616,73 +521,13 @@ class StandalonePlatform:
             rec.phase, rec.started_at = JobPhase.RUNNING, time.time()
             self.state.save_job(rec)
             started = time.monotonic()
-            result = await self._run_once(namespace, fn, artifact, rec.spec.event)
+            result = await self.oneshot.run(namespace, fn, artifact, rec.spec.event)
             rec.phase = JobPhase.SUCCEEDED if result.ok else JobPhase.FAILED
             rec.message = result.output
-            self._record_run(namespace, fn.spec.name, f"/jobs/{rec.spec.name}", "job", rec.spec.event, result,
+            self.oneshot.record(namespace, fn.spec.name, f"/jobs/{rec.spec.name}", "job", rec.spec.event, result,
                              started)
         except (NotFound, Unavailable) as exc:
             rec.phase, rec.message = JobPhase.FAILED, exc.message
         rec.completed_at = time.time()
         if self.state.get_job(namespace, name) is not None:
             self.state.save_job(rec)
-
-    async def _run_once(self, namespace: str, fn: FunctionRecord, artifact: dict[str, Any],
-                        event: dict[str, Any]) -> RunResult:
-        """One run of FN's runner with EVENT, in the function's sandbox (jobs and cron firings)."""
-        built = artifact_from_dict(artifact)
-        cpu = int(fn.spec.timeout_sec + KILL_MARGIN_SEC) + 1
-        limits = Limits.for_function(fn.spec.memory_mb, fn.spec.runtime, cpu_sec=cpu)
-        secrets = await deliver(self.secrets, namespace, fn.spec.name, fn.spec.secrets)
-        jail = dataclasses.replace(built.jail(namespace, limits), files=secrets.files)
-        return await asyncio.to_thread(run_once, built, event, float(fn.spec.timeout_sec),
-                                       env={**fn.spec.env_vars, **secrets.env}, sandbox=self.sandbox, jail=jail)
-
-    def _record_run(self, namespace: str, function: str, path: str, trigger: str, event: dict[str, Any],
-                    result: RunResult, started: float) -> None:
-        """A run (job, cron firing) in the metrics and the invocation log, as the proxy records a call."""
-        status, duration = (200 if result.ok else 500), time.monotonic() - started
-        metrics.observe_invocation(namespace, function, trigger, status, duration)
-        if self.invocations is None:
-            return
-        self.invocations.record(Invocation(
-            namespace=namespace, function=function, method="RUN", path=path, status=status,
-            duration_ms=duration * 1000, request_bytes=len(json.dumps(event)), response_bytes=len(result.output),
-            trigger=trigger, error=None if result.ok else result.output[-500:], started_at=time.time(),
-            request_id=new_request_id()))
-
-    # cron
-    def cron_triggers(self) -> list[TriggerRecord]:
-        return [t for t in self.state.list_triggers() if t.spec.type == TriggerType.CRON and t.spec.enabled]
-
-    def _note_trigger(self, trigger: TriggerRecord, message: str, fired_at: float | None = None) -> None:
-        current = self.state.get_trigger(trigger.namespace, trigger.spec.name)
-        if current is not None and current.spec.function == trigger.spec.function:
-            current.message = message
-            if fired_at is not None:
-                current.last_fired_at = fired_at
-            self.state.save_trigger(current)
-
-    def cron_skipped(self, trigger: TriggerRecord, tick: float) -> None:
-        """A tick of TRIGGER came while its previous firing still ran: not fired (firings never overlap)."""
-        self._note_trigger(trigger, f"skipped the tick of {contract.scheduled_at(tick)}: the previous firing "
-                                    "still runs")
-
-    async def fire_cron(self, trigger: TriggerRecord, tick: float) -> str:
-        """Fire TICK of TRIGGER: the function's runner with the cron event, as on Kubernetes (a CronJob's
-        runner pod), recorded as an invocation with trigger ``cron``; the trigger's message says how it went."""
-        namespace, name = trigger.namespace, trigger.spec.name
-        self._note_trigger(trigger, f"firing the tick of {contract.scheduled_at(tick)}", fired_at=time.time())
-        event = contract.cron_event(name, trigger.spec.schedule or "", tick)
-        fn = self.state.get_function(namespace, trigger.spec.function)
-        artifact = self.state.get_artifact(namespace, trigger.spec.function) if fn is not None else None
-        if fn is None or fn.phase != Phase.READY or artifact is None:
-            phase = fn.phase if fn is not None else "deleted"
-            message = f"last run failed: function {trigger.spec.function!r} is not ready (phase {phase})"
-        else:
-            started = time.monotonic()
-            result = await self._run_once(namespace, fn, artifact, event)
-            self._record_run(namespace, fn.spec.name, f"/triggers/{name}", "cron", event, result, started)
-            message = "last run: succeeded" if result.ok else f"last run failed: {result.output[-300:]}"
-        self._note_trigger(trigger, message)
-        return message

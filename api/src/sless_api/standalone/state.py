@@ -11,10 +11,12 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from sless_api.platform import FunctionRecord, JobRecord, TriggerRecord
+from sless_api.standalone.builder import BuildArtifact
 from sless_api.standalone.datadir import create_private_file
 from sless_api.versions import Version, append, function_config
 from sless_core.models import FunctionSpec, JobSpec, TriggerSpec
@@ -35,6 +37,19 @@ CREATE TABLE IF NOT EXISTS jobs (
   namespace TEXT NOT NULL, name TEXT NOT NULL, function TEXT NOT NULL, spec TEXT NOT NULL, phase TEXT NOT NULL,
   message TEXT NOT NULL, started_at REAL, completed_at REAL, created_at REAL NOT NULL, PRIMARY KEY (namespace, name));
 """
+
+
+def artifact_to_dict(artifact: BuildArtifact) -> dict[str, Any]:
+    """A built artifact as stored in the functions table (paths as strings)."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(artifact).items()}
+
+
+def artifact_from_dict(data: dict[str, Any]) -> BuildArtifact:
+    values = dict(data)
+    for key in ("code_dir", "deps_dir", "bin_dir"):
+        if values.get(key) is not None:
+            values[key] = Path(values[key])
+    return BuildArtifact(**values)
 
 
 class CorruptStateError(RuntimeError):

@@ -1,10 +1,11 @@
 """The event dispatcher on Kubernetes: triggers from the API's watches, calls through the invoker.
 
-This is the only module of the package that knows the Kubernetes backend; the dispatcher itself
-sees two callables and a store, exactly as in `sless up` (:mod:`.standalone`).
+This is the Kubernetes backend's side of the dispatcher; the dispatcher itself sees two callables and
+a store, exactly as in `sless up` (:mod:`sless_api.events.inprocess`).
 
 - Trigger source: the same list-and-watch of Functions and Triggers that feeds the invoke proxy's
-  route table (``kube.watch.RouteWatch``). :class:`EventTable` is that route table plus the event
+  route table (a :class:`~sless_api.kube.router.KubeRouter` of its own, no whole backend).
+  :class:`EventTable` is that route table plus the event
   triggers: each watch event updates both, and when the set of consumable triggers changes the
   dispatcher is told at once (no polling; its periodic resync is only a safety net).
 - A trigger is consumed while it is an enabled ``event`` trigger with a queue and its Function is
@@ -28,7 +29,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sless_api.config import ApiConfig
@@ -36,11 +36,11 @@ from sless_api.events.config import EventsConfig
 from sless_api.events.dedup import DedupStore
 from sless_api.events.dispatcher import Dispatcher
 from sless_api.events.model import CallResult, EventTarget
-from sless_api.kube.platform import KubernetesPlatform
+from sless_api.kube.client import KubeClient
+from sless_api.kube.router import KubeRouter
 from sless_api.kube.routes import FUNCTIONS, TRIGGERS, FunctionView, RouteTable, function_view
-from sless_api.kube.watch import RouteWatch
-from sless_api.platform import Route, Unsupported, iso
-from sless_api.proxy import Invoker
+from sless_api.kube.settings import KubeSettings
+from sless_api.platform import CallInvoker, Route, iso
 from sless_core import crd
 from sless_core.crcodec import InvalidResource, TriggerResource, key_of
 from sless_core.models import TriggerType
@@ -161,49 +161,21 @@ class EventTable(RouteTable):
             log.exception("the trigger change listener failed")
 
 
-class NoCodeStore:
-    """The code store of a process that only invokes: the dispatcher never reads or writes code.
-
-    ``KubernetesPlatform`` wants a store for its code methods; this one refuses them plainly, so
-    ``sless-events`` needs neither S3 credentials nor a writable directory.
-    """
-
-    def _refuse(self) -> Unsupported:
-        return Unsupported("the event dispatcher keeps no function code")
-
-    def put_bytes(self, key: str, data: bytes) -> None:
-        raise self._refuse()
-
-    def put_file(self, key: str, path: str | Path) -> None:
-        raise self._refuse()
-
-    def get_bytes(self, key: str) -> bytes:
-        raise self._refuse()
-
-    def get_to_file(self, key: str, path: str | Path) -> None:
-        raise self._refuse()
-
-    def exists(self, key: str) -> bool:
-        raise self._refuse()
-
-    def delete_prefix(self, prefix: str) -> int:
-        raise self._refuse()
-
-    def list(self, prefix: str = "") -> list[str]:
-        raise self._refuse()
+def event_router(kube: KubeClient, settings: KubeSettings) -> tuple[KubeRouter, EventTable]:
+    """A router whose watches feed an :class:`EventTable`: one watch serves the calls and the triggers."""
+    table = EventTable()
+    return KubeRouter(kube, settings, table), table
 
 
 class KubeEvents:
-    """The dispatcher wired to a :class:`KubernetesPlatform` whose watches feed an :class:`EventTable`."""
+    """The dispatcher wired to a router and the :class:`EventTable` its watches feed (:func:`event_router`)."""
 
-    def __init__(self, platform: KubernetesPlatform, invoker: Invoker, config: ApiConfig,
+    def __init__(self, router: KubeRouter, table: EventTable, invoker: CallInvoker, config: ApiConfig,
                  events_config: EventsConfig, store: DedupStore) -> None:
-        self.platform = platform
+        self.router = router
         self.invoker = invoker
-        self.table = EventTable(self._changed)
-        # The platform's own route table and watch, replaced before they start: one watch feeds both.
-        platform.table = self.table
-        platform.watch = RouteWatch(platform.kube, self.table)
+        self.table = table
+        table.on_change = self._changed
         self.dispatcher = Dispatcher(events_config, self.targets, self.invoke, store, self.report,
                                      max_body_bytes=config.max_body_bytes)
         self.replica = socket.gethostname()
@@ -216,7 +188,7 @@ class KubeEvents:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        await self.platform.start()
+        self.router.start()
         self.dispatcher.start()
 
     async def close(self) -> None:
@@ -228,11 +200,11 @@ class KubeEvents:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.platform.close()
+        await self.router.close()
 
     def synced(self) -> bool:
         """Whether the watches have listed Functions and Triggers (the trigger list is complete)."""
-        watchers = dict(self.platform.watch.watchers)
+        watchers = dict(self.router.watch.watchers)
         plurals = {plural for plural, _ in watchers}
         return plurals == {FUNCTIONS, TRIGGERS} and all(w.listed.is_set() for w in watchers.values())
 
@@ -305,7 +277,7 @@ class KubeEvents:
         return {"message": message[:1000], "replica": self.replica, "updatedAt": iso(time.time()) or ""}
 
     async def _patch_status(self, key: Key, status: dict[str, Any]) -> None:
-        kube = self.platform.kube
+        kube = self.router.kube
         ns, name = key
         try:
             await kube.call(f"trigger {name!r}", kube.custom.patch_namespaced_custom_object_status,

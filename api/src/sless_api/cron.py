@@ -1,4 +1,7 @@
-"""In-process cron for the standalone backend, by the rules of ``sless_core.contract`` (as on Kubernetes).
+"""In-process cron, by the rules of ``sless_core.contract`` (as CronJobs on Kubernetes).
+
+It needs no backend, only a :class:`CronSource`: the enabled cron triggers, a way to fire one, a note of
+a skipped tick, and the change feed that wakes it (the standalone backend hands one over).
 
 One asyncio task sleeps until the earliest next tick of the enabled cron triggers, then fires each
 due trigger on its own task, so a slow function never delays another trigger's tick:
@@ -16,9 +19,10 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
+from typing import Protocol
 
-from sless_api.platform import TriggerRecord
-from sless_api.standalone.platform import StandalonePlatform
+from sless_api.platform import ChangeFeed, TriggerRecord
 from sless_core import contract
 
 log = logging.getLogger("sless.cron")
@@ -26,19 +30,38 @@ Key = tuple[str, str, str]  # namespace, trigger, schedule
 IDLE_WAKE_SEC = 30.0
 
 
+class CronSource(ChangeFeed, Protocol):
+    """The cron firing hooks of a backend."""
+
+    def cron_triggers(self) -> list[TriggerRecord]:
+        """The enabled cron triggers, with when each last fired."""
+        ...
+
+    def cron_skipped(self, trigger: TriggerRecord, tick: float) -> None:
+        """A tick of TRIGGER came while its previous firing still ran: not fired (firings never overlap)."""
+        ...
+
+    async def fire_cron(self, trigger: TriggerRecord, tick: float) -> str:
+        """Fire TICK of TRIGGER; what happened, in one line (the trigger's message)."""
+        ...
+
+
 class CronScheduler:
-    def __init__(self, platform: StandalonePlatform) -> None:
+    def __init__(self, platform: CronSource) -> None:
         self.platform = platform
         self._fired: dict[Key, float] = {}  # the last tick fired (or skipped) per trigger and schedule
         self._running: dict[Key, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._unsubscribe: Callable[[], None] | None = None
 
-    def start(self) -> None:
-        self.platform.cron = self
+    async def start(self) -> None:
+        self._unsubscribe = self.platform.subscribe(self.refresh)
         self._task = asyncio.create_task(self._loop())
 
     async def close(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, *self._running.values(), return_exceptions=True)

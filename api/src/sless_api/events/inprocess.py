@@ -1,32 +1,44 @@
-"""The event dispatcher inside `sless up`: triggers from the state database, calls through the invoker.
+"""The event dispatcher inside the API process (`sless up`): triggers from a backend's event source, calls
+through the invoker.
 
-This is the only module of the package that knows the standalone platform; the dispatcher itself
-sees two callables and a store.
+It imports no backend: the backend hands over an :class:`EventSource` (which triggers to consume, where
+to report) and a router (where a call goes); the dispatcher itself sees two callables and a store.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
+from collections.abc import Callable
+from typing import Protocol
 
 from sless_api.config import ApiConfig
 from sless_api.events.config import EventsConfig
 from sless_api.events.dedup import SqliteDedupStore
 from sless_api.events.dispatcher import Dispatcher
 from sless_api.events.model import CallResult, EventTarget
-from sless_api.platform import PlatformError
-from sless_api.proxy import Invoker
-from sless_api.standalone.platform import StandalonePlatform
-from sless_core.models import Phase, TriggerType
+from sless_api.platform import CallInvoker, ChangeFeed, PlatformError, Router
 
 #: Function phase changes (a build finishing) have no hook: the trigger list is re-read this often.
 RESYNC_SEC = 2.0
 
 
-class StandaloneEvents:
-    def __init__(self, platform: StandalonePlatform, invoker: Invoker, config: ApiConfig) -> None:
+class EventSource(ChangeFeed, Protocol):
+    """A backend's event triggers, as the dispatcher consumes and reports them."""
+
+    def event_targets(self) -> list[EventTarget]:
+        """Enabled event triggers whose function is Ready: others keep their messages queued."""
+        ...
+
+    def event_report(self, target: EventTarget, message: str, active: bool) -> None:
+        """What the consumer of TARGET does now (ACTIVE: it just handled a message)."""
+        ...
+
+
+class InProcessEvents:
+    def __init__(self, source: EventSource, router: Router, invoker: CallInvoker, config: ApiConfig) -> None:
         assert config.rabbitmq_url
-        self.platform = platform
+        self.source = source
+        self.router = router
         self.invoker = invoker
         events_config = EventsConfig.from_env(
             config.rabbitmq_url, max_call_sec=config.max_timeout_sec + config.proxy_timeout_margin_sec)
@@ -34,37 +46,28 @@ class StandaloneEvents:
         self.dispatcher = Dispatcher(dataclasses.replace(events_config, resync_sec=RESYNC_SEC),
                                      self.targets, self.invoke, self.store, self.report,
                                      max_body_bytes=config.max_body_bytes)
+        self._unsubscribe: Callable[[], None] | None = None
 
-    def start(self) -> None:
-        self.platform.events = self
+    async def start(self) -> None:
+        self._unsubscribe = self.source.subscribe(self.refresh)
         self.dispatcher.start()
 
     def refresh(self) -> None:
         self.dispatcher.refresh()
 
     async def close(self) -> None:
-        self.platform.events = None
+        if self._unsubscribe is not None:
+            self._unsubscribe()
         await self.dispatcher.close()
         self.store.close()
 
     async def targets(self) -> list[EventTarget]:
-        """Enabled event triggers whose function is Ready: others keep their messages queued."""
-        state = self.platform.state
-        out = []
-        for trig in state.list_triggers():
-            if trig.spec.type != TriggerType.EVENT or not trig.spec.enabled or not trig.spec.queue:
-                continue
-            fn = state.get_function(trig.namespace, trig.spec.function)
-            if fn is None or fn.phase != Phase.READY or state.get_artifact(trig.namespace, fn.spec.name) is None:
-                continue
-            out.append(EventTarget(trig.namespace, trig.spec.name, fn.spec.name, trig.spec.queue,
-                                   float(fn.spec.timeout_sec)))
-        return out
+        return self.source.event_targets()
 
     async def invoke(self, target: EventTarget, body: bytes) -> CallResult:
         """One call through the same path as HTTP and cron, recorded with trigger type ``event``."""
         try:
-            route = await self.platform.event_route(target.namespace, target.function)
+            route = await self.router.event_route(target.namespace, target.function)
         except PlatformError as exc:
             return CallResult(exc.status, exc.message, platform_error=True)
         result = await self.invoker.call(
@@ -75,11 +78,4 @@ class StandaloneEvents:
         return CallResult(result.status, result.error, platform_error=platform_error)
 
     async def report(self, target: EventTarget, message: str, active: bool) -> None:
-        state = self.platform.state
-        rec = state.get_trigger(target.namespace, target.trigger)
-        if rec is None or rec.spec.type != TriggerType.EVENT:
-            return
-        rec.message = message
-        if active:
-            rec.last_fired_at = time.time()
-        state.save_trigger(rec)
+        self.source.event_report(target, message, active)
