@@ -150,7 +150,7 @@ def build_services(config: ApiConfig) -> Services:
         platform = KubernetesPlatform(config, store_from_env(os.environ, config.data_dir / "objects"), invocations)
     else:
         raise SystemExit(f"unknown SLESS_BACKEND {config.backend!r}: use standalone or kubernetes")
-    invoker = Invoker(platform.router, invocations, config.proxy_timeout_margin_sec)
+    invoker = Invoker(platform.router, invocations, config.proxy_timeout_margin_sec, config.stream_max_sec)
     runner = AsyncRunner(call_store_from_url(config.database_url), invoker, config.async_calls)
     return Services(config, platform, invocations, invoker, make_verifier(), runner)
 

@@ -95,6 +95,11 @@ class ApiConfig:
     tenant_max_concurrency: int = 0  # 0: no tenant-wide limit
     concurrency_queue_max: int = 100
     concurrency_queue_wait_sec: float = 10.0
+    stream_max_sec: float = 3600.0  # a streamed /fn response is cut after this long, however busy
+
+    def __post_init__(self) -> None:
+        if not self.stream_max_sec > 0:
+            raise ValueError("SLESS_PROXY_STREAM_MAX_SEC must be a positive number of seconds")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, data_dir: Path | None = None) -> ApiConfig:
@@ -117,6 +122,7 @@ class ApiConfig:
             tenant_max_concurrency=_int(env, "SLESS_TENANT_MAX_CONCURRENCY", 0),
             concurrency_queue_max=_int(env, "SLESS_CONCURRENCY_QUEUE_MAX", 100),
             concurrency_queue_wait_sec=_float(env, "SLESS_CONCURRENCY_QUEUE_WAIT_SEC", 10.0),
+            stream_max_sec=_float(env, "SLESS_PROXY_STREAM_MAX_SEC", 3600.0),
         )
 
 

@@ -3,10 +3,16 @@
 This is the hot path, so it is a bare ASGI handler (no framework routing per call), resolves routes
 from the backend's in-memory table, reuses pooled keep-alive upstream connections, streams the
 response back, and hands the invocation record to a bounded queue instead of writing it inline.
+
+A response without a ``Content-Length`` (a function's chunked stream, Server-Sent Events) is relayed
+chunk by chunk as it arrives. The function's timeout then limits each wait for the next chunk (idle
+time), and ``SLESS_PROXY_STREAM_MAX_SEC`` the whole exchange; a client that leaves mid-stream closes
+the upstream connection, which ends the function's stream.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -61,6 +67,10 @@ class InvokeResult:
     error: str | None = None
 
 
+#: The most a buffered call (cron, events, async calls) reads of an answer: an endless stream stops there.
+BUFFERED_MAX_BYTES = 64 * 1024 * 1024
+
+
 def error_body(status: int, message: str) -> InvokeResult:
     body = json.dumps({"error": message}).encode()
     return InvokeResult(status, [("content-type", "application/json")], body, error=message)
@@ -69,10 +79,12 @@ def error_body(status: int, message: str) -> InvokeResult:
 class Invoker:
     """Calls functions through their routes; shared by the HTTP proxy, cron and event dispatchers."""
 
-    def __init__(self, platform: Router, invocations: InvocationLog | None, timeout_margin_sec: float) -> None:
+    def __init__(self, platform: Router, invocations: InvocationLog | None, timeout_margin_sec: float,
+                 stream_max_sec: float = 3600.0) -> None:
         self.platform = platform
         self.invocations = invocations
         self.margin = timeout_margin_sec
+        self.stream_max = stream_max_sec
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -111,27 +123,43 @@ class Invoker:
                       body: bytes, timing: CallTiming | None = None) -> AsyncIterator[aiohttp.ClientResponse]:
         """One upstream exchange on a pooled connection; timeouts and connection failures become UpstreamError.
 
+        The answer's head must come within the function's timeout plus the margin; then its body may take
+        as long as it keeps coming: the same limit applies to each wait for more of it (a stream's idle
+        time), ``stream_max_sec`` to the whole exchange.
+
         ``timing`` (when given) learns whether a process had to start, how long the call waited in the
         platform, and the handler's time the runtime reported.
         """
         token = calltiming.CURRENT.set(timing)
+        limit = route.timeout_sec + self.margin
+        began, head = time.monotonic(), False
         try:
             async with self.platform.upstream(route) as base_url:
                 if timing is not None:
                     timing.forwarded = True
                     timing.queue_sec = max(0.0, time.monotonic() - timing.ready - timing.start_sec)
-                async with self.session.request(
+                async with asyncio.timeout(limit) as head_deadline, self.session.request(
                     method, base_url + path_qs, headers=headers, data=body or None,
-                    timeout=aiohttp.ClientTimeout(total=route.timeout_sec + self.margin), allow_redirects=False,
+                    timeout=aiohttp.ClientTimeout(total=self.stream_max, sock_read=limit), allow_redirects=False,
                 ) as resp:
+                    head_deadline.reschedule(None)
+                    head = True
                     if timing is not None:
                         timing.handler_ms = calltiming.handler_ms(resp.headers.get(calltiming.HANDLER_MS_HEADER))
                     yield resp
         except TimeoutError:
             metrics.UPSTREAM_ERRORS.labels("timeout").inc()
-            raise UpstreamError(504, f"function did not answer within {route.timeout_sec:g}s") from None
+            if not head:
+                message = f"function did not answer within {route.timeout_sec:g}s"
+            elif time.monotonic() - began >= self.stream_max:
+                message = f"function's response cut after {self.stream_max:g}s (the longest a response may last)"
+            else:
+                message = f"function's response idle for more than {route.timeout_sec:g}s"
+            raise UpstreamError(504, message) from None
         except aiohttp.ClientError as exc:
             metrics.UPSTREAM_ERRORS.labels("unreachable").inc()
+            if head:
+                raise UpstreamError(502, f"function's response broke off: {type(exc).__name__}") from None
             raise UpstreamError(502, f"function unreachable: {type(exc).__name__}") from None
         finally:
             calltiming.CURRENT.reset(token)
@@ -150,7 +178,7 @@ class Invoker:
         timing = CallTiming(ready=started - max(0.0, waited_sec))
         try:
             async with self.request(route, method, path_qs, headers, body, timing) as resp:
-                data = await resp.read()
+                data = await read_capped(resp, BUFFERED_MAX_BYTES)
                 result = InvokeResult(resp.status, to_caller(resp.headers.items()), data,
                                       error=None if resp.status < 500 else data[:500].decode("utf-8", "replace"))
         except (UpstreamError, PlatformError) as exc:
@@ -158,6 +186,24 @@ class Invoker:
         self.record(route.namespace, route.function, method, path_qs.split("?", 1)[0], result.status, started,
                     len(body), len(result.body), trigger, result.error, request_id, timing)
         return result
+
+
+async def read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The answer's body, at most ``limit`` bytes of it (the rest is never read; the connection closes)."""
+    parts, size = [], 0
+    while size < limit:
+        chunk = await resp.content.read(min(limit - size, 1 << 20))
+        if not chunk:
+            break
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts)
+
+
+async def client_gone(receive: Receive) -> None:
+    """Return once the client has disconnected (its request body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 class UpstreamError(Exception):
@@ -242,7 +288,8 @@ class ProxyApp:
                 raise _Reply(error_body(400, "X-Sless-Callback-Url needs an asynchronous call "
                                              "(Prefer: respond-async or X-Sless-Async: 1)"))
             async with self.admission.admit(ns, name, route.max_concurrency):
-                status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, send, timing)
+                status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, send,
+                                                                receive, timing)
         except _Reply as reply:
             status, error = reply.result.status, reply.result.error
             await self._send(send, reply.result)
@@ -306,8 +353,8 @@ class ProxyApp:
                 return b"".join(chunks)
 
     async def _forward(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
-                       body: bytes, send: Send, timing: CallTiming) -> tuple[int, int, str | None]:
-        started, sent = False, 0
+                       body: bytes, send: Send, receive: Receive, timing: CallTiming) -> tuple[int, int, str | None]:
+        started, sent, streamed, progress = False, 0, False, _Progress()
         try:
             async with self.invoker.request(route, method, path_qs, headers, body, timing) as resp:
                 out = [(k.lower().encode("latin-1"), v.encode("latin-1"))
@@ -315,6 +362,11 @@ class ProxyApp:
                 out.extend(self.csp)
                 if "Content-Length" in resp.headers:
                     out.append((b"content-length", resp.headers["Content-Length"].encode("latin-1")))
+                elif method != "HEAD" and resp.status not in (204, 304):
+                    streamed = True
+                    await send({"type": "http.response.start", "status": resp.status, "headers": out})
+                    started = True
+                    return await self._relay(resp, send, receive, progress)
                 chunk = await resp.content.readany() if method != "HEAD" else b""
                 await send({"type": "http.response.start", "status": resp.status, "headers": out})
                 started = True
@@ -329,9 +381,38 @@ class ProxyApp:
         except UpstreamError as exc:
             if not started:
                 raise _Reply(error_body(exc.status, exc.message)) from None
+            if streamed:
+                # no final chunk: returning with the response incomplete closes the client's connection,
+                # so the client sees a cut stream, never a clean end
+                return exc.status, progress.sent, exc.message
             # the status line is gone already: end the body early; the client sees a short response
             await send({"type": "http.response.body", "body": b""})
             return exc.status, sent, exc.message
+
+    @staticmethod
+    async def _relay(resp: aiohttp.ClientResponse, send: Send, receive: Receive,
+                     progress: _Progress) -> tuple[int, int, str | None]:
+        """Pass a streamed body on chunk by chunk as it arrives, until it ends or the client leaves (then the
+        upstream connection is closed, which ends the function's stream)."""
+        sent = 0
+        gone = asyncio.ensure_future(client_gone(receive))
+        try:
+            while True:
+                read = asyncio.ensure_future(resp.content.readany())
+                await asyncio.wait((read, gone), return_when=asyncio.FIRST_COMPLETED)
+                if not read.done():
+                    read.cancel()
+                    resp.close()
+                    return resp.status, sent, f"client disconnected after {sent} bytes of the stream"
+                chunk = read.result()  # a broken or idle stream raises here (UpstreamError once out of request())
+                if not chunk:
+                    await send({"type": "http.response.body", "body": b""})
+                    return resp.status, sent, None if resp.status < 500 else f"function answered {resp.status}"
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                sent += len(chunk)
+                progress.sent = sent
+        finally:
+            gone.cancel()
 
     @staticmethod
     async def _send(send: Send, result: InvokeResult) -> None:
@@ -357,6 +438,13 @@ def wants_async(headers: list[tuple[str, str]]) -> bool:
         if name == "x-sless-async" and value.strip() in ("1", "true"):
             return True
     return False
+
+
+@dataclass
+class _Progress:
+    """How much of a streamed body reached the client (recorded even when the stream breaks)."""
+
+    sent: int = 0
 
 
 class _Reply(Exception):

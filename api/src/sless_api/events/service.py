@@ -14,7 +14,7 @@ from running twice (:mod:`.pgdedup`).
 | ``SLESS_EVENTS_HOST`` | ``127.0.0.1`` | where ``/health`` and ``/ready`` listen (``0.0.0.0`` in a pod) |
 | ``SLESS_EVENTS_PORT`` | ``8091`` | their port |
 | ``SLESS_EVENT_*`` | | the dispatcher's knobs (events README) |
-| ``SLESS_MAX_TIMEOUT_SEC``, ``SLESS_PROXY_TIMEOUT_MARGIN_SEC``, ``SLESS_MAX_BODY_BYTES`` | | as the API |
+| ``SLESS_MAX_TIMEOUT_SEC``, ``SLESS_PROXY_TIMEOUT_MARGIN_SEC``, ``SLESS_PROXY_STREAM_MAX_SEC``, ``SLESS_MAX_BODY_BYTES`` | | as the API |
 | ``SLESS_LOG_LEVEL``, ``SLESS_LOG_FORMAT`` | ``INFO``, ``json`` | as the API |
 | ``SLESS_METRICS_TOKEN`` | unset: off | ``/metrics`` on the probe port answers this bearer token only |
 
@@ -63,7 +63,7 @@ async def serve(settings: ServiceSettings, config: ApiConfig, events_config: Eve
         store.close()
         return EXIT_CONFIG
     router, table = event_router(kube, kube_settings)
-    invoker = Invoker(router, invocations, config.proxy_timeout_margin_sec)
+    invoker = Invoker(router, invocations, config.proxy_timeout_margin_sec, config.stream_max_sec)
     events = KubeEvents(router, table, invoker, config, events_config, store)
     probes = Probes(events, invocations, config.metrics_token)
     try:
