@@ -14,7 +14,8 @@ from running twice (:mod:`.pgdedup`).
 | ``SLESS_EVENTS_HOST`` | ``127.0.0.1`` | where ``/health`` and ``/ready`` listen (``0.0.0.0`` in a pod) |
 | ``SLESS_EVENTS_PORT`` | ``8091`` | their port |
 | ``SLESS_EVENT_*`` | | the dispatcher's knobs (events README) |
-| ``SLESS_MAX_TIMEOUT_SEC``, ``SLESS_PROXY_TIMEOUT_MARGIN_SEC``, ``SLESS_PROXY_STREAM_MAX_SEC``, ``SLESS_MAX_BODY_BYTES`` | | as the API |
+| ``SLESS_MAX_TIMEOUT_SEC``, ``SLESS_MAX_BODY_BYTES`` | | as the API |
+| ``SLESS_PROXY_TIMEOUT_MARGIN_SEC``, ``SLESS_PROXY_STREAM_MAX_SEC`` | | as the API |
 | ``SLESS_LOG_LEVEL``, ``SLESS_LOG_FORMAT`` | ``INFO``, ``json`` | as the API |
 | ``SLESS_METRICS_TOKEN`` | unset: off | ``/metrics`` on the probe port answers this bearer token only |
 
