@@ -9,7 +9,7 @@ For each runtime, the same run measures, with wrk (1 thread, keep-alive) at 1 an
 requests/s and p50/p99 latency of:
 - the sless runtime (``runtimes/<rt>/...``) with a handler returning ``"ok"``;
 - the raw ceiling of its language answering a fixed ``ok``: Python: a bare asyncio Protocol server and a
-  bare thread-per-connection socket server (the runtime's own I/O model); Node: bare ``http.createServer``;
+  bare thread-per-connection socket server (the runtime's previous I/O model); Node: bare ``http.createServer``;
   Go: bare ``net/http``;
 - Python only: Flask on bjoern (Fission's Python environment) and Flask on waitress (OpenFaaS's
   python3-flask template).

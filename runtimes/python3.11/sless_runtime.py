@@ -44,12 +44,13 @@ class InvalidResponse(Exception):
 class Config:
     """The runtime's settings; every field comes from one documented environment variable."""
 
-    __slots__ = ("code_dir", "deps_dir", "drain_sec", "entrypoint", "host", "max_abandoned", "max_body_bytes", "port",
-                 "timeout_sec")
+    __slots__ = ("code_dir", "deps_dir", "drain_sec", "entrypoint", "handler_threads", "host", "max_abandoned",
+                 "max_body_bytes", "max_handler_threads", "port", "timeout_sec")
 
     def __init__(self, port: int = 8080, host: str = "0.0.0.0", code_dir: str = "/app/function",
                  entrypoint: str = "handler.handle", deps_dir: str | None = None, timeout_sec: float = 30.0,
-                 max_body_bytes: int = 6291456, drain_sec: float = 25.0, max_abandoned: int = 8) -> None:
+                 max_body_bytes: int = 6291456, drain_sec: float = 25.0, max_abandoned: int = 8,
+                 handler_threads: int = 32, max_handler_threads: int = 1000) -> None:
         self.port = port
         self.host = host
         self.code_dir = code_dir
@@ -59,6 +60,10 @@ class Config:
         self.max_body_bytes = max_body_bytes
         self.drain_sec = drain_sec
         self.max_abandoned = max_abandoned
+        #: handlers that run at once while they keep finishing (the HTTP server's thread pool).
+        self.handler_threads = handler_threads
+        #: the pool's ceiling while handlers block (sleep, wait on I/O) for longer than a moment.
+        self.max_handler_threads = max(handler_threads, max_handler_threads)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -89,6 +94,8 @@ class Config:
             max_body_bytes=number("SLESS_MAX_BODY_BYTES", "6291456", int, 0),
             drain_sec=number("SLESS_DRAIN_SEC", "25", float, 0),
             max_abandoned=number("SLESS_MAX_ABANDONED_HANDLERS", "8", int, 1),
+            handler_threads=number("SLESS_HANDLER_THREADS", "32", int, 1),
+            max_handler_threads=number("SLESS_MAX_HANDLER_THREADS", "1000", int, 1),
         )
 
 
