@@ -16,9 +16,10 @@ from sless_api.storage import (
     LocalCodeStore,
     ObjectNotFoundError,
     S3CodeStore,
+    StorageSettings,
+    code_store,
     context_key,
     function_prefixes,
-    store_from_env,
     zip_key,
 )
 from tests.support.services import S3Endpoint
@@ -184,16 +185,16 @@ def test_key_helpers() -> None:
             context_key("ns", bad, 1)
 
 
-def test_store_from_env(tmp_path: Path) -> None:
-    local = store_from_env({}, tmp_path / "code")
+def test_store_from_settings(tmp_path: Path) -> None:
+    local = code_store(StorageSettings.from_env({}), tmp_path / "code")
     assert isinstance(local, LocalCodeStore)
     assert local.root == (tmp_path / "code").resolve()
-    s3 = store_from_env(
-        {
+    s3 = code_store(
+        StorageSettings.from_env({
             "SLESS_S3_ENDPOINT": "https://minio.example:9000/",
             "SLESS_S3_ACCESS_KEY": "ak",
             "SLESS_S3_SECRET_KEY": "sk",
-        },
+        }),
         tmp_path / "unused",
     )
     assert isinstance(s3, S3CodeStore)
@@ -203,9 +204,9 @@ def test_store_from_env(tmp_path: Path) -> None:
 
 
 @pytest.mark.s3
-def test_store_from_env_talks_to_s3(s3_endpoint: S3Endpoint, tmp_path: Path) -> None:
+def test_store_from_settings_talks_to_s3(s3_endpoint: S3Endpoint, tmp_path: Path) -> None:
     env = s3_endpoint.env() | {"SLESS_S3_BUCKET": f"env-{uuid.uuid4().hex[:12]}"}
-    store = store_from_env(env, tmp_path / "unused")
+    store = code_store(StorageSettings.from_env(env), tmp_path / "unused")
     store.put_bytes("functions/ns/fn/1.zip", b"via env")
     assert store.get_bytes("functions/ns/fn/1.zip") == b"via env"
     assert not (tmp_path / "unused").exists()

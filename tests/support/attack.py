@@ -13,7 +13,6 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -37,7 +36,7 @@ VICTIM_CALL = "0123456789abcdef" * 2  # the shape of a call id: the walk is refu
 
 def rest_routes() -> list[RouteEntry]:
     """The REST app's route table, built without a backend (resources only keep references)."""
-    config = ApiConfig.from_env({}, data_dir=Path("/nonexistent"))
+    config = ApiConfig.from_env({}, {"SLESS_DATA_DIR": "/nonexistent"})
     services = Services(config, None, None, None, None, None)  # type: ignore[arg-type]
     return route_table(build_rest(services))
 

@@ -68,6 +68,32 @@ def test_every_variable_read_is_in_the_readme_table() -> None:
     assert not missing, f"add these to the README's configuration table: {missing}"
 
 
+#: The only modules that touch os.environ, and why. Everything else gets its settings from the one parser of
+#: its process (ApiConfig.from_env, OperatorConfig.from_env) through its caller.
+ENVIRONMENT_READERS = {
+    "api/src/sless_api/cli.py": "entry point: builds the config (command-line overrides), the client's options",
+    "api/src/sless_api/serve.py": "entry point (sless-api); PROMETHEUS_MULTIPROC_DIR is prometheus_client's own",
+    "api/src/sless_api/app.py": "entry point of `uvicorn --factory sless_api.app:create_app`",
+    "api/src/sless_api/events/service.py": "entry point (sless-events)",
+    "api/src/sless_api/metrics.py": "PROMETHEUS_MULTIPROC_DIR, read by prometheus_client itself in each worker",
+    "api/src/sless_api/standalone/builder.py": "function and build processes' environments; the runtimes' "
+                                               "locations, shared with the harnesses that run runtimes alone",
+    "operator/src/sless_operator/main.py": "entry point (sless-operator)",
+    "operator/src/sless_operator/contextfetch.py": "the build Job's init container, a process of its own",
+}
+
+
+def test_only_entry_points_read_the_environment() -> None:
+    readers = set()
+    for source in SOURCES:
+        for path in sorted((ROOT / source).rglob("*.py")):
+            code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+            if re.search(r"\bos\.environ\b|\bgetenv\(|\bos\.environb\b", code.split('"""', 2)[-1]):
+                readers.add(str(path.relative_to(ROOT)))
+    assert readers <= set(ENVIRONMENT_READERS), f"read the setting in the process's config instead: " \
+        f"{sorted(readers - set(ENVIRONMENT_READERS))}"
+
+
 def test_the_table_lists_no_variable_nothing_reads() -> None:
     # Read outside the scanned Python sources: build.sh, the test suite's own switches.
     elsewhere = {"SLESS_GO_CACHE"}

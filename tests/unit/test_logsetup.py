@@ -9,7 +9,14 @@ import sys
 
 import pytest
 
-from sless_api.logsetup import JsonFormatter, RequestIdFilter, TextFormatter, current_request_id, log_format
+from sless_api.logsetup import (
+    JsonFormatter,
+    LogSettings,
+    RequestIdFilter,
+    TextFormatter,
+    current_request_id,
+    log_format,
+)
 
 
 class Terminal(io.StringIO):
@@ -17,15 +24,26 @@ class Terminal(io.StringIO):
         return True
 
 
+def chosen(env: dict[str, str]) -> str:
+    return log_format(LogSettings.from_env(env))
+
+
 def test_the_format_follows_the_setting_and_auto_follows_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert log_format({"SLESS_LOG_FORMAT": "json"}) == "json"
-    assert log_format({"SLESS_LOG_FORMAT": " Text "}) == "text"
+    assert chosen({"SLESS_LOG_FORMAT": "json"}) == "json"
+    assert chosen({"SLESS_LOG_FORMAT": " Text "}) == "text"
     monkeypatch.setattr(sys, "stderr", Terminal())
-    assert log_format({}) == log_format({"SLESS_LOG_FORMAT": "auto"}) == "text"
+    assert chosen({}) == chosen({"SLESS_LOG_FORMAT": "auto"}) == "text"
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    assert log_format({}) == "json"
+    assert chosen({}) == "json"
     with pytest.raises(ValueError, match="SLESS_LOG_FORMAT must be one of auto, json, text"):
-        log_format({"SLESS_LOG_FORMAT": "xml"})
+        chosen({"SLESS_LOG_FORMAT": "xml"})
+
+
+def test_the_level_is_a_log_level() -> None:
+    assert LogSettings.from_env({}).level == "INFO"
+    assert LogSettings.from_env({"SLESS_LOG_LEVEL": " debug "}).level == "DEBUG"
+    with pytest.raises(ValueError, match="SLESS_LOG_LEVEL must be a log level"):
+        LogSettings.from_env({"SLESS_LOG_LEVEL": "LOUD"})
 
 
 def record(message: str, **extra: object) -> logging.LogRecord:

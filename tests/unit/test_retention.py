@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from sless_api.backendconfig import RetentionPolicy
 from sless_api.standalone.retention import (
     QuotaExceeded,
-    RetentionPolicy,
     check_tenant_quota,
     prune_stored,
     prune_versions,

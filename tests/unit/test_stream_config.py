@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from sless_api.config import ApiConfig
 
 
 def test_default_and_value() -> None:
-    assert ApiConfig.from_env({}, data_dir=Path("/tmp/x")).stream_max_sec == 3600.0
-    assert ApiConfig.from_env({"SLESS_PROXY_STREAM_MAX_SEC": "2.5"}, data_dir=Path("/tmp/x")).stream_max_sec == 2.5
+    assert ApiConfig.from_env({}, {"SLESS_DATA_DIR": "/tmp/x"}).stream_max_sec == 3600.0
+    assert ApiConfig.from_env({"SLESS_PROXY_STREAM_MAX_SEC": "2.5"}, {"SLESS_DATA_DIR": "/tmp/x"}).stream_max_sec == 2.5
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "x", "nan"])
 def test_bad_values_are_refused(value: str) -> None:
     with pytest.raises(ValueError, match="SLESS_PROXY_STREAM_MAX_SEC"):
-        ApiConfig.from_env({"SLESS_PROXY_STREAM_MAX_SEC": value}, data_dir=Path("/tmp/x"))
+        ApiConfig.from_env({"SLESS_PROXY_STREAM_MAX_SEC": value}, {"SLESS_DATA_DIR": "/tmp/x"})

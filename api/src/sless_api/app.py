@@ -38,7 +38,7 @@ from sless_api.platform import Background, Platform, PlatformError
 from sless_api.proxy import Invoker, ProxyApp
 from sless_api.resources import calls, functions, jobs, namespaces, probes, secrets, triggers
 from sless_api.resources.metrics import Metrics
-from sless_api.storage import store_from_env
+from sless_api.storage import code_store
 from sless_core.errors import ValidationError
 
 log = logging.getLogger("sless.app")
@@ -61,12 +61,12 @@ class Services:
     background: list[Background] = field(default_factory=list)
 
 
-def make_verifier(env: MutableMapping[str, str] | None = None) -> TokenVerifier | None:
-    try:
-        return TokenVerifier(AuthConfig.from_env(env))
-    except ValueError as exc:
-        log.warning("no token verification configured (%s): /v1 answers 503 until it is", exc)
+def make_verifier(auth: AuthConfig | None) -> TokenVerifier | None:
+    if auth is None:
+        log.warning("no token verification configured (set SLESS_JWT_SECRET, SLESS_JWT_PUBLIC_KEY or "
+                    "SLESS_JWKS_URL): /v1 answers 503 until it is")
         return None
+    return TokenVerifier(auth)
 
 
 def upload_spool(config: ApiConfig) -> Path:
@@ -142,17 +142,17 @@ def build_services(config: ApiConfig) -> Services:
     if config.backend == "standalone":
         from sless_api.standalone.platform import StandalonePlatform
 
-        store = store_from_env(os.environ, config.data_dir / "objects")
+        store = code_store(config.storage, config.data_dir / "objects")
         platform: Platform = StandalonePlatform(config, store, invocations)
     elif config.backend == "kubernetes":
-        from sless_api.kube import KubernetesPlatform
+        from sless_api.kube.platform import KubernetesPlatform
 
-        platform = KubernetesPlatform(config, store_from_env(os.environ, config.data_dir / "objects"), invocations)
+        platform = KubernetesPlatform(config, code_store(config.storage, config.data_dir / "objects"), invocations)
     else:
         raise SystemExit(f"unknown SLESS_BACKEND {config.backend!r}: use standalone or kubernetes")
     invoker = Invoker(platform.router, invocations, config.proxy_timeout_margin_sec, config.stream_max_sec)
     runner = AsyncRunner(call_store_from_url(config.database_url), invoker, config.async_calls)
-    return Services(config, platform, invocations, invoker, make_verifier(), runner)
+    return Services(config, platform, invocations, invoker, make_verifier(config.auth), runner)
 
 
 class SlessApp:
@@ -221,4 +221,6 @@ class SlessApp:
 
 
 def create_app(config: ApiConfig | None = None) -> SlessApp:
-    return SlessApp(build_services(config or ApiConfig.from_env()))
+    """The app for CONFIG; without one (``uvicorn --factory sless_api.app:create_app``) this is the entry
+    point, and it parses the environment itself."""
+    return SlessApp(build_services(config or ApiConfig.from_env(os.environ)))

@@ -19,7 +19,6 @@ import contextlib
 import json
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Mapping
@@ -34,6 +33,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from jwt.exceptions import InvalidSubjectError
 
 from sless_api.jsonshape import is_utf8_text
+from sless_core.envconfig import EnvReader
 from sless_core.naming import tenant_namespace
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class Claims:
 class AuthConfig:
     """Key material and checks for bearer tokens. At least one of secret, public key or JWKS URL is set."""
 
-    secret: str | None = None
+    secret: str | None = field(default=None, repr=False)
     public_key_pem: str | None = None
     jwks_url: str | None = None
     issuer: str | None = None
@@ -103,34 +103,30 @@ class AuthConfig:
             raise ValueError("SLESS_JWKS_URL must be an http(s) URL")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> AuthConfig:
+    def from_env(cls, env: Mapping[str, str]) -> AuthConfig:
         """Read the ``SLESS_JWT_*`` / ``SLESS_JWKS_URL`` variables; empty values count as unset."""
-        env = os.environ if environ is None else environ
-
-        def get(name: str) -> str | None:
-            value = env.get(name, "").strip()
-            return value or None
-
-        public_key = get("SLESS_JWT_PUBLIC_KEY")
+        reader = EnvReader(env)
+        public_key = reader.optional("SLESS_JWT_PUBLIC_KEY")
         if public_key is not None and "-----BEGIN" not in public_key:
             try:
                 with open(public_key, encoding="ascii") as fh:
                     public_key = fh.read()
             except (OSError, UnicodeDecodeError) as exc:
                 raise ValueError(f"SLESS_JWT_PUBLIC_KEY is neither PEM text nor a readable PEM file: {exc}") from exc
-        leeway_text = get("SLESS_JWT_LEEWAY_SEC")
-        try:
-            leeway = float(leeway_text) if leeway_text is not None else 30.0
-        except ValueError:
-            raise ValueError(f"SLESS_JWT_LEEWAY_SEC must be a number, got {leeway_text!r}") from None
         return cls(
-            secret=get("SLESS_JWT_SECRET"),
+            secret=reader.optional("SLESS_JWT_SECRET"),
             public_key_pem=public_key,
-            jwks_url=get("SLESS_JWKS_URL"),
-            issuer=get("SLESS_JWT_ISSUER"),
-            audience=get("SLESS_JWT_AUDIENCE"),
-            leeway_sec=leeway,
+            jwks_url=reader.optional("SLESS_JWKS_URL"),
+            issuer=reader.optional("SLESS_JWT_ISSUER"),
+            audience=reader.optional("SLESS_JWT_AUDIENCE"),
+            leeway_sec=reader.number("SLESS_JWT_LEEWAY_SEC", 30.0, low=0),
         )
+
+    @staticmethod
+    def configured(env: Mapping[str, str]) -> bool:
+        """Whether ENV names any key material (without it the API serves, answering 503 on /v1)."""
+        reader = EnvReader(env)
+        return any(reader.optional(name) for name in ("SLESS_JWT_SECRET", "SLESS_JWT_PUBLIC_KEY", "SLESS_JWKS_URL"))
 
 
 def load_public_key(pem: str) -> tuple[PublicKey, str]:

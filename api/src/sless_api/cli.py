@@ -25,8 +25,8 @@ def default_data_dir() -> Path:
 
 def local_secret(data_dir: Path) -> str:
     """The HS256 secret of a standalone install: from the environment, else one generated once per data dir."""
-    if os.environ.get("SLESS_JWT_SECRET"):
-        return os.environ["SLESS_JWT_SECRET"]
+    if os.environ.get("SLESS_JWT_SECRET", "").strip():
+        return os.environ["SLESS_JWT_SECRET"].strip()
     path = data_dir / "jwt-secret"
     if not path.exists():
         from sless_api.standalone.datadir import DataDirError, secure_data_dir
@@ -45,34 +45,40 @@ def cmd_up(args: argparse.Namespace) -> int:
     import uvicorn
 
     from sless_api.app import create_app
-    from sless_api.config import ApiConfig, ServerLimits
+    from sless_api.config import ApiConfig
     from sless_api.invocations import sqlite_path
     from sless_api.logsetup import configure_logging
     from sless_api.slowclients import guarded_protocol
     from sless_api.standalone.datadir import DataDirError, secure_data_dir
+    from sless_core.envconfig import ConfigError, EnvReader
 
     data_dir = Path(args.data_dir).resolve()
-    os.environ["SLESS_DATA_DIR"] = str(data_dir)
+    # The command line's choices, over the environment: the config is parsed once, with them.
+    overrides = {"SLESS_DATA_DIR": str(data_dir)}
+    if args.single_tenant:
+        overrides["SLESS_SANDBOX"] = "off"
+    env = EnvReader(os.environ)
+    if not (env.optional("SLESS_JWT_PUBLIC_KEY") or env.optional("SLESS_JWKS_URL")):
+        try:
+            overrides["SLESS_JWT_SECRET"] = local_secret(data_dir)
+        except CliError as exc:  # the data dir is not private
+            print(f"sless up: refusing to start: {exc}", file=sys.stderr)
+            return 2
     try:
-        configure_logging()
-    except ValueError as exc:
+        config = ApiConfig.from_env(os.environ, overrides)
+    except ConfigError as exc:
         print(f"sless up: {exc}", file=sys.stderr)
         return 2
+    configure_logging(config.logging)
     databases = [data_dir / "state.db"]
-    database_url = os.environ.get("SLESS_DATABASE_URL") or f"sqlite:///{data_dir / 'invocations.db'}"
-    if database_url.startswith("sqlite:///"):
-        databases.append(sqlite_path(database_url))
+    if config.database_url.startswith("sqlite:///"):
+        databases.append(sqlite_path(config.database_url))
     try:
         secure_data_dir(data_dir, databases)
     except DataDirError as exc:
         print(f"sless up: refusing to start: {exc}", file=sys.stderr)
         return 2
-    if args.single_tenant:
-        os.environ["SLESS_SANDBOX"] = "off"
-    if not (os.environ.get("SLESS_JWT_PUBLIC_KEY") or os.environ.get("SLESS_JWKS_URL")):
-        os.environ["SLESS_JWT_SECRET"] = local_secret(data_dir)
-    config = ApiConfig.from_env(data_dir=data_dir)
-    limits = ServerLimits.from_env()
+    limits = config.server
     url = f"http://{args.host}:{args.port}"
     print(f"sless standalone: serving on {url} (data in {data_dir})", file=sys.stderr)
     print(f"  get a token:      sless token --sub you --data-dir {data_dir}", file=sys.stderr)

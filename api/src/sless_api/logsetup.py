@@ -12,11 +12,13 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-import os
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from sless_core.envconfig import ConfigError, EnvReader
 
 #: The request id of the call being served, set by the access-log middleware for everything it awaits.
 current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("sless_request_id", default=None)
@@ -66,30 +68,38 @@ class TextFormatter(logging.Formatter):
         return f"{text} [{request_id}]" if request_id else text
 
 
-def log_format(env: Mapping[str, str] | None = None) -> str:
+@dataclass(frozen=True)
+class LogSettings:
+    """``SLESS_LOG_LEVEL`` and ``SLESS_LOG_FORMAT``, read once with the API's config."""
+
+    level: str = "INFO"
+    format: str = "auto"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> LogSettings:
+        reader = EnvReader(env)
+        level = reader.text("SLESS_LOG_LEVEL", cls.level).upper()
+        if not isinstance(logging.getLevelName(level), int):
+            raise ConfigError(f"SLESS_LOG_LEVEL must be a log level (DEBUG, INFO, WARNING, ERROR), got {level!r}")
+        return cls(level=level, format=reader.choice("SLESS_LOG_FORMAT", cls.format, FORMATS))
+
+
+def log_format(settings: LogSettings) -> str:
     """``json`` or ``text``, as configured (``auto``: text when stderr is a terminal)."""
-    env = os.environ if env is None else env
-    chosen = env.get("SLESS_LOG_FORMAT", "auto").strip().lower()
-    if chosen not in FORMATS:
-        raise ValueError(f"SLESS_LOG_FORMAT must be one of {', '.join(FORMATS)}, not {chosen!r}")
-    if chosen == "auto":
+    if settings.format == "auto":
         return "text" if sys.stderr.isatty() else "json"
-    return chosen
+    return settings.format
 
 
-def configure_logging(env: Mapping[str, str] | None = None) -> None:
+def configure_logging(settings: LogSettings) -> None:
     """Route the root logger to stderr in the configured format; called once by each entry point."""
-    env = os.environ if env is None else env
-    level = env.get("SLESS_LOG_LEVEL", "INFO").strip().upper()
-    if not isinstance(logging.getLevelName(level), int):
-        raise ValueError(f"SLESS_LOG_LEVEL {level!r} is not a log level (DEBUG, INFO, WARNING, ERROR)")
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if log_format(env) == "json" else TextFormatter())
+    handler.setFormatter(JsonFormatter() if log_format(settings) == "json" else TextFormatter())
     handler.addFilter(RequestIdFilter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(level)
+    root.setLevel(settings.level)
     for noisy in ("aiormq", "aio_pika", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

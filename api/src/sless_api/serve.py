@@ -12,34 +12,41 @@ from ``SLESS_HEADER_TIMEOUT_SEC``, ``SLESS_MAX_HEADER_BYTES``, ``SLESS_MAX_CONNE
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
 from uvicorn_worker import UvicornWorker  # type: ignore[import-untyped]
 
-from sless_api.config import ServerLimits
-from sless_api.slowclients import guarded_protocol
+from sless_core.envconfig import ConfigError
+
+if TYPE_CHECKING:  # imported in main(), once the metrics folder is set: the config's imports load prometheus_client
+    from sless_api.config import ApiConfig
 
 # Keep-alive between requests for clients behind a load balancer (which keeps its own connections open).
 KEEPALIVE_SEC = 75
 
 
 class GuardedUvicornWorker(UvicornWorker):  # type: ignore[misc]
-    """gunicorn's uvicorn worker, serving with the slow-client guard (limits read in the worker)."""
+    """gunicorn's uvicorn worker, serving with the slow-client guard (the limits of the master's config)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        limits = ServerLimits.from_env(keep_alive_default=KEEPALIVE_SEC)
+        # gunicorn's arbiter makes a worker as (age, ppid, sockets, app, timeout, cfg, log): the app is ours.
+        from sless_api.slowclients import guarded_protocol
+
+        app = args[3] if len(args) > 3 else kwargs["app"]
         # uvicorn_worker's extension point, read by its __init__.
-        self.CONFIG_KWARGS = {"loop": "auto", "http": guarded_protocol(limits)}
+        self.CONFIG_KWARGS = {"loop": "auto", "http": guarded_protocol(app.config.server)}
         super().__init__(*args, **kwargs)
 
 
 class _Gunicorn(BaseApplication):  # type: ignore[misc]
-    def __init__(self, options: dict[str, Any]) -> None:
+    def __init__(self, options: dict[str, Any], config: ApiConfig) -> None:
         self.options = options
+        self.config = config  # parsed once in the master; every forked worker serves with it
         super().__init__()
 
     def load_config(self) -> None:
@@ -50,8 +57,8 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
         from sless_api.app import create_app
         from sless_api.logsetup import configure_logging
 
-        configure_logging()
-        return create_app()
+        configure_logging(self.config.logging)
+        return create_app(self.config)
 
 
 def _worker_exited(server: Any, worker: Any) -> None:
@@ -72,20 +79,28 @@ def metrics_folder() -> str:
 
 
 def main() -> int:
-    metrics_folder()  # before any worker imports prometheus_client
-    max_timeout = int(os.environ.get("SLESS_MAX_TIMEOUT_SEC", "900"))
-    limits = ServerLimits.from_env(keep_alive_default=KEEPALIVE_SEC)  # fail here, not in every worker
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    folder = metrics_folder()  # before anything imports prometheus_client (it reads the folder at import)
+    from sless_api.config import ApiConfig
+
+    try:  # the one read of the environment: a bad value stops the master, not every worker
+        config = ApiConfig.from_env(os.environ, keep_alive_default=KEEPALIVE_SEC)
+    except ConfigError as exc:
+        if not given:
+            shutil.rmtree(folder, ignore_errors=True)
+        print(f"sless-api: {exc}", file=sys.stderr)
+        return 2
     options = {
-        "bind": os.environ.get("SLESS_BIND", "127.0.0.1:8090"),
-        "workers": int(os.environ.get("SLESS_WORKERS", "2")),
+        "bind": config.serve.bind,
+        "workers": config.serve.workers,
         "worker_class": "sless_api.serve.GuardedUvicornWorker",
-        "timeout": max_timeout + 60,
+        "timeout": config.max_timeout_sec + 60,
         "graceful_timeout": 30,
-        "keepalive": limits.keep_alive_sec,
+        "keepalive": config.server.keep_alive_sec,
         "accesslog": None,  # sless_api.accesslog writes one JSON line per request instead
         "child_exit": _worker_exited,
     }
-    _Gunicorn(options).run()
+    _Gunicorn(options, config).run()
     return 0
 
 

@@ -1,27 +1,15 @@
-"""The event dispatcher's own typed configuration, read from the environment.
+"""The event dispatcher's own typed configuration, read with the API's config (``ApiConfig.events``).
 
-The dispatcher runs inside `sless up` today and as its own process on Kubernetes later, so it
-reads its settings itself instead of borrowing the API's config object.
+The dispatcher sees this object only, not the API's config: it runs inside `sless up` and as the
+``sless-events`` process, and the event modules never import a backend or the API's wiring.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-
-def _number(env: Mapping[str, str], key: str, default: float, low: float, high: float) -> float:
-    raw = env.get(key)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise ValueError(f"{key} must be a number, got {raw!r}") from exc
-    if not low <= value <= high:
-        raise ValueError(f"{key} must be between {low:g} and {high:g}, got {raw!r}")
-    return value
+from sless_core.envconfig import EnvReader
 
 
 @dataclass(frozen=True)
@@ -49,17 +37,17 @@ class EventsConfig:
     drain_sec: float = 30.0
 
     @classmethod
-    def from_env(cls, url: str, env: Mapping[str, str] | None = None, max_call_sec: float = 905.0) -> EventsConfig:
-        env = os.environ if env is None else env
+    def from_env(cls, url: str, env: Mapping[str, str], max_call_sec: float = 905.0) -> EventsConfig:
+        reader = EnvReader(env)
         return cls(
             url=url,
-            prefetch=int(_number(env, "SLESS_EVENT_PREFETCH", 8, 1, 1000)),
-            max_retries=int(_number(env, "SLESS_EVENT_MAX_RETRIES", 3, 0, 100)),
-            retry_backoff_sec=_number(env, "SLESS_EVENT_RETRY_BACKOFF_SEC", 1.0, 0, 3600),
-            retry_backoff_max_sec=_number(env, "SLESS_EVENT_RETRY_BACKOFF_MAX_SEC", 30.0, 0, 3600),
-            dedup_window_sec=_number(env, "SLESS_EVENT_DEDUP_WINDOW_SEC", 86400.0, 60, 90 * 86400),
-            reconnect_max_sec=_number(env, "SLESS_EVENT_RECONNECT_MAX_SEC", 10.0, 0.5, 600),
-            drain_sec=_number(env, "SLESS_EVENT_DRAIN_SEC", 30.0, 0, 3600),
+            prefetch=reader.integer("SLESS_EVENT_PREFETCH", 8, 1, 1000),
+            max_retries=reader.integer("SLESS_EVENT_MAX_RETRIES", 3, 0, 100),
+            retry_backoff_sec=reader.number("SLESS_EVENT_RETRY_BACKOFF_SEC", 1.0, 0, 3600),
+            retry_backoff_max_sec=reader.number("SLESS_EVENT_RETRY_BACKOFF_MAX_SEC", 30.0, 0, 3600),
+            dedup_window_sec=reader.number("SLESS_EVENT_DEDUP_WINDOW_SEC", 86400.0, 60, 90 * 86400),
+            reconnect_max_sec=reader.number("SLESS_EVENT_RECONNECT_MAX_SEC", 10.0, 0.5, 600),
+            drain_sec=reader.number("SLESS_EVENT_DRAIN_SEC", 30.0, 0, 3600),
             max_call_sec=max_call_sec,
         )
 

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Protocol
 
 from sless_api.config import ApiConfig
-from sless_api.events.config import EventsConfig
 from sless_api.events.dedup import SqliteDedupStore
 from sless_api.events.dispatcher import Dispatcher
 from sless_api.events.model import CallResult, EventTarget
@@ -36,12 +35,11 @@ class EventSource(ChangeFeed, Protocol):
 
 class InProcessEvents:
     def __init__(self, source: EventSource, router: Router, invoker: CallInvoker, config: ApiConfig) -> None:
-        assert config.rabbitmq_url
+        assert config.events is not None  # the app starts the dispatcher only with SLESS_RABBITMQ_URL
         self.source = source
         self.router = router
         self.invoker = invoker
-        events_config = EventsConfig.from_env(
-            config.rabbitmq_url, max_call_sec=config.max_timeout_sec + config.proxy_timeout_margin_sec)
+        events_config = config.events
         self.store = SqliteDedupStore(config.data_dir / "state.db")
         self.dispatcher = Dispatcher(dataclasses.replace(events_config, resync_sec=RESYNC_SEC),
                                      self.targets, self.invoke, self.store, self.report,

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 
+from sless_api.backendconfig import KubeSettings
 from sless_api.config import ApiConfig
 from sless_api.events.config import EventsConfig
 from sless_api.events.pgdedup import PostgresDedupStore
@@ -40,9 +42,9 @@ from sless_api.events.settings import ServiceSettings
 from sless_api.invocations import log_from_url
 from sless_api.kube.client import KubeClient
 from sless_api.kube.events import KubeEvents, event_router
-from sless_api.kube.settings import KubeSettings
 from sless_api.logsetup import configure_logging
 from sless_api.proxy import Invoker
+from sless_core.envconfig import ConfigError
 
 log = logging.getLogger("sless.events.service")
 EXIT_CONFIG = 2
@@ -88,16 +90,14 @@ async def serve(settings: ServiceSettings, config: ApiConfig, events_config: Eve
 
 def main() -> int:
     try:
-        configure_logging()
-        settings = ServiceSettings.from_env()
-        config = ApiConfig.from_env()
-        events_config = EventsConfig.from_env(
-            settings.rabbitmq_url, max_call_sec=config.max_timeout_sec + config.proxy_timeout_margin_sec)
-        kube_settings = KubeSettings.from_env()
-    except ValueError as exc:
-        log.error("configuration: %s", exc)
+        config = ApiConfig.from_env(os.environ)  # the one read of the environment
+        settings = ServiceSettings.from_config(config)
+    except ConfigError as exc:
+        print(f"sless-events: configuration: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    return asyncio.run(serve(settings, config, events_config, kube_settings))
+    assert config.events is not None  # SLESS_RABBITMQ_URL is set
+    configure_logging(config.logging)
+    return asyncio.run(serve(settings, config, config.events, config.kube))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -21,7 +20,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from sless_api.kube.settings import KubeSettings
+from sless_api.backendconfig import KubeSettings
 from sless_api.platform import Conflict, NotFound, PlatformError, Unavailable
 from sless_core.errors import ValidationError
 
@@ -49,7 +48,7 @@ class KubeConflict(Conflict):
 def load_configuration(settings: KubeSettings) -> k8s.Configuration:
     """The kubeconfig named by KUBECONFIG, else the in-cluster service account, else ~/.kube/config."""
     cfg = k8s.Configuration()
-    if settings.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+    if settings.kubeconfig is None and settings.in_cluster:
         k8s_config.load_incluster_config(client_configuration=cfg)
     else:
         k8s_config.load_kube_config(config_file=settings.kubeconfig, context=settings.context,

@@ -20,8 +20,8 @@ from typing import Any
 import urllib3.exceptions
 from minio.error import MinioException
 
+from sless_api.backendconfig import KubeSettings
 from sless_api.buildcontext import make_build_context, make_code_archive, make_deps_context
-from sless_api.kube.settings import KubeSettings
 from sless_api.platform import NotFound, Unavailable
 from sless_api.storage import CodeStore, StorageError, code_key, context_key, function_prefixes, zip_key
 from sless_api.storage.versions import newest_archive, prune, stamp, unpack_archive

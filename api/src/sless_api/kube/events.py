@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from sless_api.backendconfig import KubeSettings
 from sless_api.config import ApiConfig
 from sless_api.events.config import EventsConfig
 from sless_api.events.dedup import DedupStore
@@ -39,7 +40,6 @@ from sless_api.events.model import CallResult, EventTarget
 from sless_api.kube.client import KubeClient
 from sless_api.kube.router import KubeRouter
 from sless_api.kube.routes import FUNCTIONS, TRIGGERS, FunctionView, RouteTable, function_view
-from sless_api.kube.settings import KubeSettings
 from sless_api.platform import CallInvoker, Route, iso
 from sless_core import crd
 from sless_core.crcodec import InvalidResource, TriggerResource, key_of

@@ -18,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
 
+from sless_api.backendconfig import KubeSettings
 from sless_api.config import ApiConfig
 from sless_api.contract import check_queue_free, check_rerun
 from sless_api.invocations import InvocationLog
@@ -34,7 +34,6 @@ from sless_api.kube.code import CodeArchive
 from sless_api.kube.podlogs import read_call_logs
 from sless_api.kube.router import KubeRouter
 from sless_api.kube.routes import FUNCTIONS, TRIGGERS
-from sless_api.kube.settings import KubeSettings
 from sless_api.platform import (
     Background,
     CallInvoker,
@@ -48,7 +47,7 @@ from sless_api.platform import (
     Unsupported,
 )
 from sless_api.secrets import SecretMeta, SecretValues
-from sless_api.secrets.factory import secret_store_from_env
+from sless_api.secrets.factory import secret_store
 from sless_api.secrets.usage import checked_version, current_version, refuse_dropping_keys, refuse_if_used
 from sless_api.storage import CodeStore
 from sless_api.versions import Version, choose
@@ -74,11 +73,11 @@ class KubernetesPlatform:
                  settings: KubeSettings | None = None, kube: KubeClient | None = None) -> None:
         self.config = config
         self.invocations = invocations
-        self.settings = settings or KubeSettings.from_env()
+        self.settings = settings or config.kube
         self.kube = kube or KubeClient(self.settings)
         self.archive = CodeArchive(store, self.settings, config.data_dir / "tmp")
         self.router = KubeRouter(self.kube, self.settings)
-        self.secrets = secret_store_from_env(os.environ, "kubernetes", config.data_dir, self.kube)
+        self.secrets = secret_store(config.secrets, "kubernetes", config.data_dir, self.kube)
 
     def background_services(self, invoker: CallInvoker) -> list[Background]:
         """None in the API: CronJobs fire cron triggers, ``sless-events`` (a process of its own) event ones."""

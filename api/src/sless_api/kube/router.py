@@ -11,9 +11,9 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
+from sless_api.backendconfig import KubeSettings
 from sless_api.kube.client import KubeClient
 from sless_api.kube.routes import RouteTable
-from sless_api.kube.settings import KubeSettings
 from sless_api.kube.watch import RouteWatch
 from sless_api.platform import NotFound, Route, Unavailable
 

@@ -5,13 +5,13 @@ and a write uses check-and-set, so a create never overwrites an entry made meanw
 revives one deleted meanwhile. Namespace and name are validated before they become a path.
 
 Settings: ``SLESS_VAULT_ADDR`` (else ``VAULT_ADDR``), ``SLESS_VAULT_TOKEN`` (else ``VAULT_TOKEN``),
-``SLESS_VAULT_MOUNT`` (default ``secret``), ``SLESS_VAULT_PREFIX`` (default ``sless-tenants``).
+``SLESS_VAULT_MOUNT`` (default ``secret``), ``SLESS_VAULT_PREFIX`` (default ``sless-tenants``), read and
+checked with the API's config (``secrets.factory.SecretsSettings``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,8 +23,6 @@ from sless_api.platform import Conflict, NotFound, Unavailable
 from sless_api.secrets.model import SecretMeta, SecretValues
 from sless_core.naming import validate_name, validate_namespace
 
-PATH_PART = re.compile(r"[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*")
-
 
 @dataclass(frozen=True)
 class VaultSettings:
@@ -32,20 +30,6 @@ class VaultSettings:
     token: str
     mount: str = "secret"
     prefix: str = "sless-tenants"
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> VaultSettings:
-        addr = env.get("SLESS_VAULT_ADDR") or env.get("VAULT_ADDR") or ""
-        token = env.get("SLESS_VAULT_TOKEN") or env.get("VAULT_TOKEN") or ""
-        if not addr or not token:
-            raise ValueError("SLESS_SECRETS_BACKEND=vault needs SLESS_VAULT_ADDR and SLESS_VAULT_TOKEN "
-                             "(or VAULT_ADDR and VAULT_TOKEN)")
-        mount = env.get("SLESS_VAULT_MOUNT") or "secret"
-        prefix = (env.get("SLESS_VAULT_PREFIX") or "sless-tenants").strip("/")
-        for label, value in (("SLESS_VAULT_MOUNT", mount), ("SLESS_VAULT_PREFIX", prefix)):
-            if not PATH_PART.fullmatch(value):
-                raise ValueError(f"{label}={value!r}: expected path segments of [A-Za-z0-9_-] separated by '/'")
-        return cls(addr, token, mount, prefix)
 
 
 def _time(value: object) -> float:

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from sless_api import metrics
+from sless_api.backendconfig import SandboxSettings
 from sless_api.invocations import Invocation, InvocationLog
 from sless_api.platform import FunctionRecord
 from sless_api.requestid import new_request_id
@@ -24,17 +25,19 @@ from sless_api.standalone.state import artifact_from_dict
 
 
 class OneShot:
-    def __init__(self, secrets: SecretStore, sandbox: Sandbox, invocations: InvocationLog | None) -> None:
+    def __init__(self, secrets: SecretStore, sandbox: Sandbox, invocations: InvocationLog | None,
+                 host: SandboxSettings) -> None:
         self.secrets = secrets
         self.sandbox = sandbox
         self.invocations = invocations
+        self.host = host  # the host-wide limits of function processes
 
     async def run(self, namespace: str, fn: FunctionRecord, artifact: dict[str, Any],
                   event: dict[str, Any]) -> RunResult:
         """One run of FN's runner with EVENT, in the function's sandbox (jobs and cron firings)."""
         built = artifact_from_dict(artifact)
         cpu = int(fn.spec.timeout_sec + KILL_MARGIN_SEC) + 1
-        limits = Limits.for_function(fn.spec.memory_mb, fn.spec.runtime, cpu_sec=cpu)
+        limits = Limits.for_function(fn.spec.memory_mb, fn.spec.runtime, cpu_sec=cpu, host=self.host)
         secrets = await deliver(self.secrets, namespace, fn.spec.name, fn.spec.secrets)
         jail = dataclasses.replace(built.jail(namespace, limits), files=secrets.files)
         return await asyncio.to_thread(run_once, built, event, float(fn.spec.timeout_sec),

@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from sless_api.backendconfig import SandboxSettings
 from sless_api.buildcontext import make_build_context
 from sless_api.config import ApiConfig
 from sless_api.contract import check_queue_free, check_rerun
@@ -39,7 +39,7 @@ from sless_api.platform import (
     Unsupported,
 )
 from sless_api.secrets import SecretMeta, SecretValues
-from sless_api.secrets.factory import secret_store_from_env
+from sless_api.secrets.factory import secret_store
 from sless_api.secrets.usage import (
     checked_version,
     deliver,
@@ -53,7 +53,6 @@ from sless_api.standalone.firing import TriggerFiring
 from sless_api.standalone.oneshot import OneShot
 from sless_api.standalone.retention import (
     QuotaExceeded,
-    RetentionPolicy,
     check_tenant_quota,
     prune_stored,
     prune_versions,
@@ -79,9 +78,9 @@ BASE_IMAGES = {"python3.11": "sless/python3.11", "nodejs20": "sless/nodejs20", "
 _key = process_key
 
 
-def make_sandbox() -> Sandbox:
+def make_sandbox(settings: SandboxSettings) -> Sandbox:
     """The sandbox of this platform; refuses (SandboxUnavailable) to run tenants unconfined unless told to."""
-    sandbox = Sandbox.detect(toolchain=toolchain_paths())
+    sandbox = Sandbox.detect(settings.mode, toolchain=toolchain_paths())
     if not sandbox.enabled and sandbox.reason != Sandbox.off().reason:
         raise SandboxUnavailable(
             f"no sandbox for function processes: {sandbox.reason}. Without one every tenant's code runs as "
@@ -99,18 +98,18 @@ class StandalonePlatform:
         self.invocations = invocations
         data = config.data_dir
         self.code_root = data / "functions"
-        self.sandbox = make_sandbox()
+        self.sandbox = make_sandbox(config.sandbox)
         log.info("function sandbox: %s", self.sandbox.reason)
         self.state = StateStore(data / "state.db")
-        self.secrets = secret_store_from_env(os.environ, "standalone", data)
+        self.secrets = secret_store(config.secrets, "standalone", data)
         self.builder = Builder(data / "cache", sandbox=self.sandbox)
         self.call_logs_store = CallLogStore()
         self.supervisor = Supervisor(idle_timeout_sec=config.idle_timeout_sec, log_dir=data / "logs",
                                      call_logs=self.call_logs_store)
         self.zip_limits = ZipLimits()
-        self.retention = RetentionPolicy.from_env()
+        self.retention = config.retention
         self.router = StandaloneRouter(config, self.state, self.supervisor, self.secrets, self.sandbox)
-        self.oneshot = OneShot(self.secrets, self.sandbox, invocations)
+        self.oneshot = OneShot(self.secrets, self.sandbox, invocations, config.sandbox)
         self.firing = TriggerFiring(self.state, self.router, self.oneshot)
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
@@ -344,7 +343,8 @@ class StandalonePlatform:
         """
         if rec.spec.runtime not in LOAD_CHECKED:
             return ""
-        limits = Limits.for_function(rec.spec.memory_mb, rec.spec.runtime, cpu_sec=int(rec.spec.timeout_sec) + 1)
+        limits = Limits.for_function(rec.spec.memory_mb, rec.spec.runtime, cpu_sec=int(rec.spec.timeout_sec) + 1,
+                                     host=self.config.sandbox)
         secrets = await deliver(self.secrets, namespace, rec.spec.name, rec.spec.secrets)
         jail = dataclasses.replace(artifact.jail(namespace, limits), files=secrets.files)
         result = await asyncio.to_thread(run_once, artifact, {}, float(rec.spec.timeout_sec),

@@ -10,35 +10,16 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
+from sless_api.backendconfig import RetentionPolicy
 from sless_api.platform import PlatformError
 from sless_api.storage import CodeStore
 from sless_api.storage.versions import prune
 
-GIB = 1024**3
-
 
 class QuotaExceeded(PlatformError):
     status = 413
-
-
-@dataclass(frozen=True)
-class RetentionPolicy:
-    """``SLESS_CODE_VERSIONS_KEPT`` versions per function, ``SLESS_TENANT_CODE_QUOTA_BYTES`` per tenant."""
-
-    versions_kept: int = 3
-    tenant_quota_bytes: int = GIB
-
-    @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> RetentionPolicy:
-        source = os.environ if env is None else env
-        kept = int(source.get("SLESS_CODE_VERSIONS_KEPT") or cls.versions_kept)
-        quota = int(source.get("SLESS_TENANT_CODE_QUOTA_BYTES") or cls.tenant_quota_bytes)
-        if kept < 1 or quota < 1:
-            raise ValueError("SLESS_CODE_VERSIONS_KEPT and SLESS_TENANT_CODE_QUOTA_BYTES must be positive")
-        return cls(kept, quota)
 
 
 def tree_bytes(root: Path) -> int:

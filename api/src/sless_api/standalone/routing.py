@@ -67,7 +67,7 @@ class StandaloneRouter:
         process_spec = {k: v for k, v in rec.spec.to_dict().items() if k != "max_concurrency"}  # the proxy's alone
         version = hashlib.sha256(json.dumps([rec.code_hash, process_spec, secrets.version],
                                             sort_keys=True).encode())
-        limits = Limits.for_function(rec.spec.memory_mb, rec.spec.runtime)
+        limits = Limits.for_function(rec.spec.memory_mb, rec.spec.runtime, host=self.config.sandbox)
         jail = dataclasses.replace(artifact.jail(rec.namespace, limits), files=secrets.files)
         return ProcessSpec(argv=list(argv), env=env, cwd=artifact.code_dir, version=version.hexdigest()[:16],
                            drain_sec=float(rec.spec.timeout_sec) + self.config.proxy_timeout_margin_sec,

@@ -49,8 +49,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sless_api.backendconfig import SandboxSettings
 from sless_api.standalone.cgroups import Cgroups, CgroupSet
 from sless_api.standalone.portguard import PortGuard
+
+#: The host-wide limits when the caller has no config (tests of the sandbox alone).
+HOST_DEFAULTS = SandboxSettings()
 
 #: First uid of the per-tenant range; the span keeps collisions between tenants rare.
 UID_BASE = 100_000
@@ -96,19 +100,20 @@ class Limits:
     runtime: str = ""
 
     @classmethod
-    def for_function(cls, memory_mb: int | None, runtime: str = "", cpu_sec: int | None = None) -> Limits:
-        """The limits of a function's process, with the host-wide knobs from the environment.
+    def for_function(cls, memory_mb: int | None, runtime: str = "", cpu_sec: int | None = None,
+                     host: SandboxSettings = HOST_DEFAULTS) -> Limits:
+        """The limits of a function's process, with the host-wide knobs of HOST.
 
         The private /tmp is memory (tmpfs pages count against the memory cgroup), so it
         gets at most half of ``memory_mb``: a full /tmp answers ENOSPC instead of an OOM kill.
         """
-        tmp_mb = _env_int("SLESS_SANDBOX_TMP_MB", 64)
+        tmp_mb = host.tmp_mb
         if memory_mb:
             tmp_mb = max(1, min(tmp_mb, memory_mb // 2))
         return cls(
             memory_mb=memory_mb,
-            nproc=_env_int("SLESS_SANDBOX_NPROC", 256),
-            fsize_mb=_env_int("SLESS_SANDBOX_FSIZE_MB", 256),
+            nproc=host.nproc,
+            fsize_mb=host.fsize_mb,
             tmp_mb=tmp_mb,
             cpu_sec=cpu_sec,
             runtime=runtime,
@@ -118,13 +123,6 @@ class Limits:
 def _address_space_env(limits: Limits, cgroup: CgroupSet | None) -> dict[str, str]:
     """With RLIMIT_AS as the memory limit, cap glibc's per-thread arenas (address space, not memory)."""
     return {"MALLOC_ARENA_MAX": MALLOC_ARENAS} if limits.memory_mb and cgroup is None else {}
-
-
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, "") or default)
-    except ValueError:
-        return default
 
 
 @dataclass(frozen=True)
@@ -391,9 +389,9 @@ class Sandbox:
         return cls(bwrap=None, reason=reason)
 
     @classmethod
-    def detect(cls, setting: str | None = None, toolchain: Sequence[Path] = ()) -> Sandbox:
-        """The sandbox for ``setting`` (auto, bwrap, off; default $SLESS_SANDBOX or auto)."""
-        mode = (setting if setting is not None else os.environ.get("SLESS_SANDBOX", "auto")).strip().lower()
+    def detect(cls, setting: str = "auto", toolchain: Sequence[Path] = ()) -> Sandbox:
+        """The sandbox for ``setting`` (auto, bwrap, off: ``SandboxSettings.mode``)."""
+        mode = setting.strip().lower()
         if mode in ("off", "0", "false", "none"):
             return cls.off()
         if mode not in ("auto", "bwrap", "on", "1", "true"):

@@ -1,7 +1,7 @@
 """Code storage: uploaded archives and build contexts, in S3/MinIO or a local folder."""
 
 from sless_api.storage.base import CodeStore
-from sless_api.storage.factory import store_from_env
+from sless_api.storage.factory import StorageSettings, code_store
 from sless_api.storage.keys import (
     InvalidKeyError,
     ObjectNotFoundError,
@@ -23,10 +23,11 @@ __all__ = [
     "ObjectNotFoundError",
     "S3CodeStore",
     "StorageError",
+    "StorageSettings",
     "code_key",
+    "code_store",
     "context_key",
     "function_prefixes",
-    "store_from_env",
     "validate_key",
     "validate_prefix",
     "zip_key",

@@ -1,26 +1,48 @@
-"""Pick the code store from the environment: S3 when SLESS_S3_ENDPOINT is set, else a folder."""
+"""Pick the code store: S3 when ``SLESS_S3_ENDPOINT`` is set, else a folder."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sless_api.storage.base import CodeStore
 from sless_api.storage.local import LocalCodeStore
 from sless_api.storage.s3 import S3CodeStore
+from sless_core.envconfig import EnvReader
 
 DEFAULT_BUCKET = "sless"
 
 
-def store_from_env(environ: Mapping[str, str], default_local_dir: str | Path) -> CodeStore:
-    """The code store the environment configures.
+@dataclass(frozen=True)
+class StorageSettings:
+    """Where code archives and build contexts live (``SLESS_S3_*``), read once with the API's config.
 
-    ``SLESS_S3_ENDPOINT`` is ``host:port`` (plain HTTP) or a URL whose scheme chooses
-    ``http``/``https``; ``SLESS_S3_ACCESS_KEY``, ``SLESS_S3_SECRET_KEY`` and
-    ``SLESS_S3_BUCKET`` (default ``sless``) complete it. Without an endpoint the store is
-    the local folder DEFAULT_LOCAL_DIR (standalone).
+    ``endpoint`` is ``host:port`` (plain HTTP) or a URL whose scheme chooses ``http``/``https``; empty
+    means the local folder (standalone).
     """
-    endpoint = environ.get("SLESS_S3_ENDPOINT", "").strip()
+
+    endpoint: str = ""
+    access_key: str = ""
+    secret_key: str = field(default="", repr=False)
+    bucket: str = DEFAULT_BUCKET
+    region: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> StorageSettings:
+        reader = EnvReader(env)
+        return cls(
+            endpoint=reader.text("SLESS_S3_ENDPOINT", ""),
+            access_key=reader.text("SLESS_S3_ACCESS_KEY", ""),
+            secret_key=reader.text("SLESS_S3_SECRET_KEY", ""),
+            bucket=reader.text("SLESS_S3_BUCKET", DEFAULT_BUCKET),
+            region=reader.optional("SLESS_S3_REGION"),
+        )
+
+
+def code_store(settings: StorageSettings, default_local_dir: str | Path) -> CodeStore:
+    """The code store SETTINGS name: S3, or the local folder DEFAULT_LOCAL_DIR without an endpoint."""
+    endpoint = settings.endpoint
     if not endpoint:
         return LocalCodeStore(default_local_dir)
     secure = False
@@ -28,11 +50,5 @@ def store_from_env(environ: Mapping[str, str], default_local_dir: str | Path) ->
         secure, endpoint = True, endpoint.removeprefix("https://")
     elif endpoint.startswith("http://"):
         endpoint = endpoint.removeprefix("http://")
-    return S3CodeStore(
-        endpoint.rstrip("/"),
-        environ.get("SLESS_S3_ACCESS_KEY", ""),
-        environ.get("SLESS_S3_SECRET_KEY", ""),
-        environ.get("SLESS_S3_BUCKET", "") or DEFAULT_BUCKET,
-        secure=secure,
-        region=environ.get("SLESS_S3_REGION") or None,
-    )
+    return S3CodeStore(endpoint.rstrip("/"), settings.access_key, settings.secret_key, settings.bucket,
+                       secure=secure, region=settings.region)

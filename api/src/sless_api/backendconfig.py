@@ -1,4 +1,9 @@
-"""Settings of the Kubernetes backend, read once from the environment.
+"""The settings of the two backends, read with the API's config (``sless_api.config``).
+
+They live outside ``sless_api.kube`` and ``sless_api.standalone`` so that the config, which the backend-free
+modules (the proxy, cron, the event dispatchers, async calls) import, imports no backend.
+
+Kubernetes backend:
 
 | variable | default | meaning |
 |---|---|---|
@@ -11,45 +16,24 @@
 | ``SLESS_RUNTIME_IMAGE_TAG`` | ``latest`` | tag of those base images |
 | ``SLESS_GO_RUN_IMAGE`` | ``gcr.io/distroless/static-debian12:nonroot`` | image a Go function's binary runs on |
 | ``SLESS_KUBE_CODE_FETCH`` | ``true`` | pods fetch Python/Node code at start; ``false``: an image per change |
+
+Standalone backend: ``SLESS_SANDBOX``, ``SLESS_SANDBOX_*`` (:class:`SandboxSettings`),
+``SLESS_CODE_VERSIONS_KEPT``, ``SLESS_TENANT_CODE_QUOTA_BYTES`` (:class:`RetentionPolicy`).
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sless_api.buildcontext import GO_RUN_IMAGE
+from sless_core.envconfig import ConfigError, EnvReader
 from sless_core.models import RUNTIMES
 
 _DOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 _IMAGE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/:]*\Z")
 FUNCTION_PORT = 8080
-
-
-def _positive(env: Mapping[str, str], key: str, default: float) -> float:
-    raw = (env.get(key) or "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{key} must be a number, got {raw!r}") from None
-    if value <= 0:
-        raise ValueError(f"{key} must be positive, got {raw!r}")
-    return value
-
-
-def _boolean(env: Mapping[str, str], key: str, default: bool) -> bool:
-    raw = (env.get(key) or "").strip().lower()
-    if not raw:
-        return default
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{key} must be true or false, got {raw!r}")
 
 
 @dataclass(frozen=True)
@@ -63,10 +47,12 @@ class KubeSettings:
     runtime_image_tag: str = "latest"
     go_run_image: str = GO_RUN_IMAGE
     code_fetch: bool = True
+    #: In a pod (``KUBERNETES_SERVICE_HOST`` set): without ``KUBECONFIG`` the service account is used.
+    in_cluster: bool = False
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> KubeSettings:
-        source = os.environ if env is None else env
+    def from_env(cls, env: Mapping[str, str]) -> KubeSettings:
+        source, reader = env, EnvReader(env)
         domain = (source.get("SLESS_KUBE_SERVICE_DOMAIN") or cls.service_domain).strip().strip(".").lower()
         if not _DOMAIN.match(domain):
             raise ValueError(f"SLESS_KUBE_SERVICE_DOMAIN must be a DNS suffix (svc.cluster.local), got {domain!r}")
@@ -81,12 +67,13 @@ class KubeSettings:
             kubeconfig=source.get("KUBECONFIG") or None,
             context=source.get("SLESS_KUBE_CONTEXT") or None,
             service_domain=domain,
-            request_timeout_sec=_positive(source, "SLESS_KUBE_REQUEST_TIMEOUT_SEC", cls.request_timeout_sec),
-            watch_timeout_sec=_positive(source, "SLESS_KUBE_WATCH_TIMEOUT_SEC", cls.watch_timeout_sec),
+            request_timeout_sec=reader.number("SLESS_KUBE_REQUEST_TIMEOUT_SEC", cls.request_timeout_sec, low=0.1),
+            watch_timeout_sec=reader.number("SLESS_KUBE_WATCH_TIMEOUT_SEC", cls.watch_timeout_sec, low=0.1),
             runtime_image_prefix=prefix,
             runtime_image_tag=tag,
             go_run_image=go_run,
-            code_fetch=_boolean(source, "SLESS_KUBE_CODE_FETCH", cls.code_fetch),
+            code_fetch=reader.boolean("SLESS_KUBE_CODE_FETCH", cls.code_fetch),
+            in_cluster=bool(reader.optional("KUBERNETES_SERVICE_HOST")),
         )
 
     def base_image(self, runtime: str) -> str:
@@ -98,3 +85,48 @@ class KubeSettings:
     def service_url(self, namespace: str, name: str) -> str:
         """Where the operator's Service of a function answers inside the cluster."""
         return f"http://{name}.{namespace}.{self.service_domain}:{FUNCTION_PORT}"
+
+
+MODES = ("auto", "bwrap", "off")
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """The host-wide sandbox knobs (``SLESS_SANDBOX``, ``SLESS_SANDBOX_*``), read once with the API's config."""
+
+    mode: str = "auto"
+    tmp_mb: int = 64
+    nproc: int = 256
+    fsize_mb: int = 256
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> SandboxSettings:
+        reader = EnvReader(env)
+        mode = reader.raw("SLESS_SANDBOX")
+        aliases = {"0": "off", "false": "off", "none": "off", "on": "bwrap", "1": "bwrap", "true": "bwrap"}
+        chosen = aliases.get((mode or "").lower(), (mode or cls.mode).lower())
+        if chosen not in MODES:
+            raise ConfigError(f"SLESS_SANDBOX must be one of auto, bwrap, off, got {mode!r}")
+        return cls(
+            mode=chosen,
+            tmp_mb=reader.integer("SLESS_SANDBOX_TMP_MB", cls.tmp_mb, 1, 1 << 20),
+            nproc=reader.integer("SLESS_SANDBOX_NPROC", cls.nproc, 1, 1 << 22),
+            fsize_mb=reader.integer("SLESS_SANDBOX_FSIZE_MB", cls.fsize_mb, 1, 1 << 30),
+        )
+
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """``SLESS_CODE_VERSIONS_KEPT`` versions per function, ``SLESS_TENANT_CODE_QUOTA_BYTES`` per tenant."""
+
+    versions_kept: int = 3
+    tenant_quota_bytes: int = GIB
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> RetentionPolicy:
+        reader = EnvReader(env)
+        return cls(reader.integer("SLESS_CODE_VERSIONS_KEPT", cls.versions_kept, low=1),
+                   reader.integer("SLESS_TENANT_CODE_QUOTA_BYTES", cls.tenant_quota_bytes, low=1))
