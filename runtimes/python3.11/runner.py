@@ -25,6 +25,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 import sless_runtime as rt  # noqa: E402
+import sless_stream  # noqa: E402
 
 # The user's modules must not be shadowed by this directory (e.g. their own "runner.py").
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
@@ -78,7 +79,7 @@ def call(handler: rt.Handler, event: dict[str, Any]) -> Any:
             return await result
 
         result = asyncio.run(wait())
-    return result
+    return sless_stream.collect_streams(result)  # a stream is read to its end within the time limit
 
 
 def write_result(path: str, data: bytes) -> None:

@@ -43,6 +43,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 import sless_runtime as rt  # noqa: E402
+import sless_stream  # noqa: E402
 
 if TYPE_CHECKING:
     import asyncio
@@ -744,7 +745,10 @@ class Server:
         resp.headers.append((rt.HANDLER_MS_HEADER, f"{(time.perf_counter() - began) * 1000:.3f}"))
         keep_alive = request.keep_alive and not self.draining
         try:
-            write_response(conn, resp, keep_alive, conn.head_only, request.http10)
+            if resp.stream is not None:
+                keep_alive = self._send_stream(conn, resp, keep_alive, request.http10)
+            else:
+                write_response(conn, resp, keep_alive, conn.head_only, request.http10)
         except OSError:
             keep_alive = False
         if not keep_alive:
@@ -753,6 +757,12 @@ class Server:
         conn.busy = False
         conn.state = READ
         return True
+
+    def _send_stream(self, conn: Connection, resp: rt.Response, keep_alive: bool, http10: bool) -> bool:
+        """A streamed result: sless_stream writes it from this thread; a cut stream raises OSError (closed)."""
+        return sless_stream.send_stream(
+            conn.send_all, resp, keep_alive, conn.head_only, http10, _clock.date(), _status_line,
+            self._event_loop, self.config.timeout_sec, lambda r: serialize(r, keep_alive, conn.head_only, http10))
 
     def _invoke(self, conn: Connection, event: dict[str, Any]) -> rt.Response | None:
         """Run the handler; the response, or None when the watchdog already answered 504."""

@@ -181,18 +181,33 @@ def to_json(value: Any) -> bytes:
 
 
 class Response:
-    """A response ready to send: status, headers (name, value) and the full body."""
+    """A response ready to send: status, headers (name, value) and the full body, or a ``stream`` (an iterator
+    or async iterator of chunks, sent by sless_stream) with the call's ``context`` to produce it in."""
 
-    __slots__ = ("body", "headers", "status")
+    __slots__ = ("body", "context", "headers", "status", "stream")
 
-    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes, stream: Any = None) -> None:
         self.status = status
         self.headers = headers
         self.body = body
+        self.stream = stream
+        self.context: contextvars.Context | None = contextvars.copy_context() if stream is not None else None
+
+
+def is_stream(value: Any) -> bool:
+    """A generator, async generator or other (async) iterator, whose chunks are streamed: not a str, bytes, list,
+    dict or other value (lists and strings are iterable, but they are values)."""
+    if isinstance(value, (str, bytes, bytearray, memoryview, dict, list, tuple)):
+        return False
+    kind = type(value)
+    return hasattr(kind, "__anext__") or hasattr(kind, "__aiter__") or (
+        hasattr(kind, "__next__") and hasattr(kind, "__iter__"))
 
 
 def encode_result(result: Any) -> Response:
     """Map a handler result to a response (contract: "Result mapping")."""
+    if is_stream(result):
+        return Response(200, [], b"", stream=result)
     if isinstance(result, str):
         kind = HTML_TYPE if result.lstrip().startswith("<") else TEXT_TYPE
         return Response(200, [("Content-Type", kind)], result.encode("utf-8", "surrogatepass"))
@@ -224,6 +239,8 @@ def _from_description(desc: dict[str, Any]) -> Response:
                 headers.append((name, value))
     has_type = any(name.lower() == "content-type" for name, _ in headers)
     body = desc.get("body")
+    if is_stream(body):
+        return Response(status, headers, b"", stream=body)
     if body is None:
         data = b""
     elif isinstance(body, str):

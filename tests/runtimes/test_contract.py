@@ -781,9 +781,7 @@ def gate() -> Any:
 
 @pytest.fixture
 def streaming(runtime: str) -> str:
-    """The runtimes that stream responses so far."""
-    if runtime == "python3.11":
-        pytest.skip("the python3.11 runtime does not stream responses yet")
+    """Every runtime streams responses."""
     return runtime
 
 

@@ -6,9 +6,12 @@ event["_path"], so the same function serves both HTTP and runner tests.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
 import sys
 import time
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 
@@ -18,10 +21,80 @@ def _case(event: dict[str, Any]) -> str:
     return str(event.get("_path", "")).rstrip("/").rsplit("/", 1)[-1]
 
 
+def _gate(port: str) -> None:
+    """Wait until the test holding ``port`` sends a byte (or closes)."""
+    with socket.create_connection(("127.0.0.1", int(port))) as sock:
+        sock.recv(1)
+
+
+def _notify(port: str, text: str) -> None:
+    """Tell the test holding ``port`` that something happened."""
+    with socket.create_connection(("127.0.0.1", int(port))) as sock:
+        sock.sendall(text.encode())
+
+
+def _chunks(query: dict[str, str]) -> Iterator[str]:
+    if query.get("hold"):
+        _gate(query["hold"])  # held before the first chunk
+    yield "first\n"
+    if query.get("gate"):
+        _gate(query["gate"])
+    yield "second\n"
+
+
+async def _events(query: dict[str, str]) -> AsyncIterator[str]:
+    yield "data: one\n\n"
+    if query.get("gate"):
+        await asyncio.get_running_loop().run_in_executor(None, _gate, query["gate"])
+    yield "data: two\n\n"
+
+
+def _parts() -> Iterator[bytes | str]:
+    yield b"bytes "
+    yield "then text"
+
+
+async def _ticks(query: dict[str, str]) -> AsyncIterator[str]:
+    """``n`` ticks (endless without it) ``ms`` apart; ``done`` hears when the stream is closed."""
+    try:
+        i = 0
+        while not query.get("n") or i < int(query["n"]):
+            yield f"tick {i}\n"
+            await asyncio.sleep(int(query.get("ms") or 50) / 1000)
+            i += 1
+    finally:
+        if query.get("done"):
+            _notify(query["done"], "closed")
+
+
+def _broken(query: dict[str, str]) -> Iterator[str]:
+    yield "first\n"
+    if query.get("gate"):
+        _gate(query["gate"])
+    raise RuntimeError("stream broke")
+
+
+def _bad() -> Iterator[Any]:
+    yield 42
+
+
 def handle(event: dict[str, Any]) -> Any:
     """Dispatch on the case name; unknown cases echo the event."""
     case = _case(event)
     query = event.get("_query") or {}
+    if case == "stream":
+        return _chunks(query)
+    if case == "sse":
+        return {"statusCode": 200, "headers": {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+                "body": _events(query)}
+    if case == "stream-sync":
+        return _parts()
+    if case == "stream-ticks":
+        return _ticks(query)
+    if case == "stream-error":
+        return _broken(query)
+    if case == "stream-bad":
+        return _bad()
     if case == "text":
         return "hello"
     if case == "html":
