@@ -701,3 +701,35 @@ def test_metrics_on_give_the_token_monitors_and_a_way_through_the_network_policy
 def test_monitors_need_metrics_on() -> None:
     objects = render({"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}})
     assert not by_kind(objects, "ServiceMonitor") and not by_kind(objects, "PodMonitor")
+
+
+# ---------------------------------------------------------------- the processes accept what the chart sets
+
+
+def _process_env(objects: list[dict[str, Any]], deployment: str) -> dict[str, str]:
+    """What the container's process finds in its environment: the ConfigMap, literal values, and a stand-in
+    for each Secret reference (a value of the shape the process expects), plus the pod's own variable."""
+    data = one(objects, "ConfigMap", "sless-config")["data"]
+    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"} | dict(data)
+    stand_ins = {"SLESS_JWT_SECRET": "s" * 32, "SLESS_DATABASE_URL": "postgresql://sless@db/sless",
+                 "SLESS_RABBITMQ_URL": "amqp://sless@mq/", "SLESS_JWT_PUBLIC_KEY": ""}
+    for name, entry in _env(one(objects, "Deployment", deployment)).items():
+        env[name] = entry["value"] if "value" in entry else stand_ins.get(name, "from-a-secret")
+    return env
+
+
+@pytest.mark.parametrize("values", [{}, {"auth": {"algorithm": "RS256", "jwksUrl": "https://idp/jwks", "issuer": "i",
+                                                  "audience": "a", "leewaySec": 5}}])
+def test_every_process_parses_the_configuration_the_chart_gives_it(values: dict[str, Any]) -> None:
+    from sless_api.config import ApiConfig
+    from sless_api.events.settings import ServiceSettings
+    from sless_operator.config import OperatorConfig
+
+    objects = render(values)
+    api = ApiConfig.from_env(_process_env(objects, API), keep_alive_default=75)
+    assert api.backend == "kubernetes" and api.kube.in_cluster and api.secrets.backend == "kubernetes"
+    assert api.auth is not None
+    events = ApiConfig.from_env(_process_env(objects, EVENTS))
+    assert events.events is not None and ServiceSettings.from_config(events).port == events.probes.port
+    operator = OperatorConfig.from_env(_process_env(objects, OPERATOR))
+    assert operator.platform_namespace == NAMESPACE
