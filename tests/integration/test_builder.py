@@ -34,6 +34,7 @@ from sless_api.standalone.builder import (
     BuildRequest,
     find_runtimes_dir,
     is_transient,
+    precompile_python_runtime,
     python_interpreter,
     toolchain_paths,
 )
@@ -597,3 +598,41 @@ def _sandboxed_installs(sandboxed: Builder, tmp_path: Path) -> None:
     plain = Builder(tmp_path / "plain-cache").build(
         BuildRequest("python3.11", peeking, "handler.handle", "h2", tenant="tenant-a"), Log())
     assert plain.deps_dir is not None and (plain.deps_dir / "six.py").is_file()
+
+
+def _runtime_copy(root: Path) -> Path:
+    folder = root / "runtimes" / "python3.11"
+    folder.mkdir(parents=True)
+    for name in ("server.py", "sless_server.py", "sless_runtime.py", "sless_stream.py", "runner.py"):
+        shutil.copy(REPO / "runtimes" / "python3.11" / name, folder / name)
+    return folder
+
+
+def test_python_runtime_is_precompiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Function processes cannot write bytecode (PYTHONDONTWRITEBYTECODE, a read-only folder in the sandbox):
+    the platform compiles the runtime's modules once, and a start then loads them from __pycache__."""
+    _need_runtime_files("python3.11/sless_server.py")
+    folder = _runtime_copy(tmp_path)
+    monkeypatch.setenv("SLESS_RUNTIMES_DIR", str(folder.parent))
+    assert precompile_python_runtime() is None
+    cached = sorted(p.name for p in (folder / "__pycache__").iterdir())
+    assert cached == ["sless_runtime.cpython-311.pyc", "sless_server.cpython-311.pyc", "sless_stream.cpython-311.pyc"]
+    script = f"import sys; sys.path.insert(0, {str(folder)!r}); import sless_server"
+    probe = subprocess.run(
+        [str(python_interpreter()), "-S", "-v", "-c", script], capture_output=True, text=True, timeout=60,
+        env={"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1"}, check=True)
+    for module in ("sless_server", "sless_runtime", "sless_stream"):
+        assert f"code object from '{folder}/__pycache__/{module}.cpython-311.pyc'" in probe.stderr
+
+
+def test_python_runtime_precompile_failure_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _need_runtime_files("python3.11/sless_server.py")
+    folder = _runtime_copy(tmp_path)
+    (folder / "__pycache__").write_text("not a folder")  # py_compile cannot write below it
+    monkeypatch.setenv("SLESS_RUNTIMES_DIR", str(folder.parent))
+    reason = precompile_python_runtime()
+    assert reason and "__pycache__" in reason
+    empty = tmp_path / "empty" / "python3.11"
+    empty.mkdir(parents=True)
+    monkeypatch.setenv("SLESS_RUNTIMES_DIR", str(empty.parent))
+    assert precompile_python_runtime() == f"no runtime modules in {empty}"

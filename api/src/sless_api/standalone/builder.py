@@ -201,6 +201,26 @@ def python_interpreter() -> Path:
     return Path(found) if found else Path(sys.executable)
 
 
+#: The Python runtime's modules (server.py and runner.py are scripts: Python never loads a script's bytecode).
+PYTHON_RUNTIME_MODULES = ("sless_runtime.py", "sless_server.py", "sless_stream.py")
+
+
+def precompile_python_runtime() -> str | None:
+    """Compile the Python runtime's modules into its ``__pycache__``, with the interpreter that runs functions.
+
+    Function processes run with PYTHONDONTWRITEBYTECODE and, sandboxed, see the runtimes folder read-only:
+    without this, every cold start compiled the server's thousand-odd lines again (tens of milliseconds on
+    a busy machine). Only the platform's own files are compiled, by the platform's user; a tenant cannot
+    write there. Returns why it failed (e.g. a read-only install): cold starts are then only slower.
+    """
+    folder = find_runtimes_dir() / PYTHON
+    files = [str(folder / name) for name in PYTHON_RUNTIME_MODULES if (folder / name).is_file()]
+    if not files:
+        return f"no runtime modules in {folder}"
+    run = _run_tool([str(python_interpreter()), "-S", "-m", "py_compile", *files], folder, tool_env(), 120)
+    return None if run.returncode == 0 else tail_lines(run.log) or f"py_compile exited with {run.returncode}"
+
+
 def node_binary() -> str:
     """The node executable ($SLESS_NODE or node on PATH)."""
     return os.environ.get("SLESS_NODE") or "node"

@@ -46,7 +46,14 @@ from sless_api.secrets.usage import (
     refuse_dropping_keys,
     refuse_if_used,
 )
-from sless_api.standalone.builder import BuildArtifact, Builder, BuildFailed, BuildRequest, toolchain_paths
+from sless_api.standalone.builder import (
+    BuildArtifact,
+    Builder,
+    BuildFailed,
+    BuildRequest,
+    precompile_python_runtime,
+    toolchain_paths,
+)
 from sless_api.standalone.calllogs import CallLogStore
 from sless_api.standalone.failures import NO_REASON, caller_reason
 from sless_api.standalone.firing import TriggerFiring
@@ -122,7 +129,13 @@ class StandalonePlatform:
 
     # lifecycle
     async def start(self) -> None:
-        """Bring the previous run's functions back: Ready ones serve again, interrupted builds resume."""
+        """Bring the previous run's functions back: Ready ones serve again, interrupted builds resume.
+
+        First the Python runtime's bytecode is compiled (see ``precompile_python_runtime``).
+        """
+        failure = await asyncio.to_thread(precompile_python_runtime)
+        if failure:
+            log.warning("python runtime not precompiled, each cold start compiles it: %s", failure)
         for rec in self.state.list_functions():
             if rec.phase == Phase.BUILDING and rec.code_hash:
                 self._spawn(f"build:{_key(rec.namespace, rec.spec.name)}", self._build(rec.namespace, rec.spec.name))

@@ -1,0 +1,200 @@
+"""Python cold start: precompiled runtime bytecode against compiling the runtime at every start.
+
+Run: ``.venv/bin/python -m bench.coldstart [--quick] [--no-platform]`` (the platform part needs bwrap,
+like ``sless up``; everything listens on 127.0.0.1).
+
+A function process runs with PYTHONDONTWRITEBYTECODE and, sandboxed, sees the runtimes folder read-only,
+so it cannot cache bytecode: unless the runtime's modules were compiled beforehand (``sless up`` does it
+at start, the image at build), every cold start compiles the whole server again. Measured, interleaved:
+
+1. process start: ``python -S server.py`` of a trivial handler until ``GET /_/health`` answers 200, with
+   the runtime precompiled (``precompiled``), from a copy without bytecode (``compiled at start``, the
+   baseline: what every sandboxed start did before), and the previous thread-per-connection server
+   (``bench/peers/threaded_server.py``) from a copy without bytecode (its smaller file compiles faster);
+   and, precompiled, in the sandbox as ``sless up`` starts it (bwrap, and as root a tenant uid, cgroups
+   and the port rule): what the sandbox adds;
+2. with ``sless up`` (sandboxed, as it runs tenants): the first call through the proxy after scale to
+   zero (trigger disabled and enabled), one platform with the repository's runtimes (precompiled at its
+   start) and one whose runtimes copy cannot hold bytecode (its ``__pycache__`` is a file), same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import Table, median, percentile
+
+REPO = Path(__file__).resolve().parent.parent
+RUNTIME = REPO / "runtimes" / "python3.11"
+HANDLER = "def handle(event):\n    return 'ok'\n"
+PRECOMPILED = "precompiled"
+COMPILED = "compiled at start"
+PREVIOUS = "previous server, compiled at start"
+SANDBOXED = "precompiled, sandboxed"
+
+
+def log(message: str) -> None:
+    print(f"[bench.coldstart] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def runtime_copy(root: Path, server_source: Path | None = None, cacheable: bool = True) -> Path:
+    """The runtime's files in ``root`` (``server_source`` as server.py when given); ``cacheable=False``
+    makes ``__pycache__`` a file, so nothing can compile bytecode there."""
+    root.mkdir(parents=True)
+    for path in RUNTIME.glob("*.py"):
+        shutil.copy(path, root / path.name)
+    if server_source is not None:
+        shutil.copy(server_source, root / "server.py")
+    if not cacheable:
+        (root / "__pycache__").write_text("bytecode cannot be cached here\n")
+    return root
+
+
+def start_to_healthy(python: str, server: Path, code: Path, sandbox: Any = None) -> float:
+    """Seconds from spawning the server (in ``sandbox``'s jail when given, as ``sless up`` starts it) until
+    /_/health answers 200 (polled every millisecond)."""
+    port = free_port()
+    env = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PORT": str(port),
+           "SLESS_HOST": "127.0.0.1", "SLESS_CODE_DIR": str(code)}
+    request = b"GET /_/health HTTP/1.1\r\nHost: x\r\n\r\n"
+    argv, preexec, jail = [python, "-S", str(server)], None, None
+    started = time.perf_counter()
+    if sandbox is not None:
+        from sless_api.standalone.sandbox import JailSpec, Limits
+
+        spec = JailSpec("bench-coldstart", Limits.for_function(128, "python3.11"), ro_binds=(code, server.parent))
+        jail = sandbox.prepare(argv, code, spec, f"bench-coldstart-{port}", port=port)
+        argv, preexec = jail.argv, jail.preexec
+        env.update(jail.env)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=code,
+                            start_new_session=True, preexec_fn=preexec)  # noqa: PLW1509 - the sandbox's hook
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                    sock.sendall(request)
+                    if sock.recv(64).startswith(b"HTTP/1.1 200"):
+                        return time.perf_counter() - started
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{server} exited with {proc.returncode}") from None
+                time.sleep(0.001)
+        raise RuntimeError(f"{server} did not answer within 30 s")
+    finally:
+        if jail is not None:
+            jail.kill(proc.pid)
+        proc.terminate()
+        proc.wait(30)
+        if jail is not None:
+            jail.cleanup()
+
+
+def bench_process(table: Table, workdir: Path, rounds: int, sandboxed: bool) -> None:
+    from sless_api.standalone.builder import python_interpreter, toolchain_paths
+    from sless_api.standalone.sandbox import Sandbox
+
+    python = str(python_interpreter())
+    code = workdir / "code"
+    code.mkdir()
+    (code / "handler.py").write_text(HANDLER)
+    precompiled = runtime_copy(workdir / "precompiled")
+    modules = [str(path) for path in sorted(precompiled.glob("sless_*.py"))]
+    subprocess.run([python, "-S", "-m", "py_compile", *modules], check=True, timeout=120)
+    servers = {
+        PRECOMPILED: precompiled / "server.py",
+        COMPILED: runtime_copy(workdir / "compiled", cacheable=False) / "server.py",
+        PREVIOUS: runtime_copy(workdir / "previous", REPO / "bench/peers/threaded_server.py", False) / "server.py",
+    }
+    sandbox = Sandbox.detect("bwrap", toolchain=[*toolchain_paths(), precompiled]) if sandboxed else None
+    runs = [(name, server, None) for name, server in servers.items()]
+    if sandbox is not None:
+        runs.append((SANDBOXED, precompiled / "server.py", sandbox))
+    try:
+        for _, server, jail in runs:
+            start_to_healthy(python, server, code, jail)  # warm the page cache
+        times: dict[str, list[float]] = {name: [] for name, _, _ in runs}
+        for r in range(rounds):
+            log(f"process starts, round {r + 1}/{rounds}")
+            for name, server, jail in runs:
+                times[name].append(start_to_healthy(python, server, code, jail))
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+    ms = {name: [t * 1000 for t in values] for name, values in times.items()}
+    for baseline in (COMPILED, PREVIOUS):
+        table.add(f"process start to healthy, p50 ({rounds} starts)", median(ms[PRECOMPILED]), "ms",
+                  median(ms[baseline]), baseline)
+    table.add(f"process start to healthy, p90 ({rounds} starts)", percentile(ms[PRECOMPILED], 90), "ms",
+              percentile(ms[COMPILED], 90), COMPILED)
+    if sandbox is not None:
+        table.add(f"process start to healthy in the sandbox, p50 ({rounds} starts)", median(ms[SANDBOXED]), "ms",
+                  median(ms[PRECOMPILED]), f"{PRECOMPILED}, no sandbox")
+
+
+def bench_platform(table: Table, workdir: Path, rounds: int) -> None:
+    import requests
+
+    from bench.sandbox import cold_start
+    from tests.support.platform import SlessProcess, Tenant, start_sless
+
+    blocked = runtime_copy(workdir / "blocked-runtimes" / "python3.11", cacheable=False).parent
+    for sub in ("nodejs20", "go1.23"):  # the platform looks for the other runtimes' folders too
+        shutil.copytree(REPO / "runtimes" / sub, blocked / sub, ignore=shutil.ignore_patterns("node_modules"))
+    platforms: dict[str, SlessProcess] = {}
+    try:
+        for name, env in ((PRECOMPILED, {}), (COMPILED, {"SLESS_RUNTIMES_DIR": str(blocked)})):
+            log(f"starting sless up ({name})")
+            platforms[name] = start_sless(workdir / name.replace(" ", "-"), {"SLESS_SANDBOX": "bwrap", **env})
+        tenants = {name: Tenant(sp.url, "bench-coldstart") for name, sp in platforms.items()}
+        for tenant in tenants.values():
+            tenant.deploy("py", "python3.11", {"handler.py": HANDLER})
+            requests.get(tenant.fn_url("py"), timeout=30)
+        cold: dict[str, list[float]] = {name: [] for name in tenants}
+        for r in range(rounds):
+            log(f"sless up cold starts, round {r + 1}/{rounds}")
+            for name, tenant in tenants.items():
+                cold[name].append(cold_start(tenant, "py") * 1000)
+        table.add(f"sless up: first call after scale to zero, p50 ({rounds})", median(cold[PRECOMPILED]), "ms",
+                  median(cold[COMPILED]), COMPILED, "<= 50 ms", median(cold[PRECOMPILED]) <= 50)
+    finally:
+        for sp in platforms.values():
+            sp.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="7 starts of each kind instead of 21")
+    parser.add_argument("--no-platform", action="store_true", help="process starts only (no sless up, no bwrap)")
+    args = parser.parse_args()
+    rounds = 7 if args.quick else 21
+    load_start = os.getloadavg()[0]
+    table = Table("Python cold start: precompiled runtime vs compiled at every start (same run)")
+    with tempfile.TemporaryDirectory(prefix="sless-bench-coldstart-") as tmp:
+        workdir = Path(tmp)
+        bench_process(table, workdir, rounds, not args.no_platform)
+        if not args.no_platform:
+            bench_platform(table, workdir, rounds)
+    print(f"# sless Python cold start\n\n{os.cpu_count()} CPUs; load average at start {load_start:.2f}, "
+          f"at end {os.getloadavg()[0]:.2f}")
+    table.print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1008 @@
+"""sless Python runtime: the HTTP/1.1 server that calls the user's handler once per request.
+
+Started by ``server.py`` (a few lines, so that this module's bytecode can be cached; see there).
+
+Design (why it looks like this):
+- One event loop (epoll, on the main thread) holds every connection and reads and parses requests; a
+  complete request goes to a bounded pool of handler threads (HandlerPool: SLESS_HANDLER_THREADS, growing
+  up to SLESS_MAX_HANDLER_THREADS past handlers that block). An idle keep-alive connection costs a
+  buffer, not a thread, so a thousand of them do not slow the others down, as a thread per connection
+  did (every thread contending for the GIL). Each connection is registered EPOLLONESHOT: exactly one
+  thread owns it at a time (the loop while it waits for bytes, a handler thread while its request runs),
+  and the handler thread that answered re-arms it, so a keep-alive request costs one epoll wake-up, one
+  recv, one hand-off to a thread and one send. The small hand-written HTTP/1.1 parser beats http.server's
+  BaseHTTPRequestHandler (line-by-line file reads, several writes per response) several times over.
+- Probes (``/_/health``) are answered on the loop itself: they never wait behind busy handlers.
+- Timeouts: a watchdog thread answers 504 on behalf of a handler that overran
+  SLESS_TIMEOUT_SEC and closes that connection; Python cannot stop a thread, so
+  the handler keeps running in the background until it returns on its own.
+  ``async def`` handlers run on one shared event loop and are cancelled instead.
+- SIGTERM: close the listening socket (new connections are refused), close
+  idle keep-alive connections, let in-flight requests finish up to
+  SLESS_DRAIN_SEC, exit 0.
+- Linux only (epoll), like the platform's images.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import queue
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from http import HTTPStatus
+from types import FrameType
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at start-up
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+import sless_runtime as rt  # noqa: E402
+import sless_stream  # noqa: E402
+
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable
+    from typing import Any
+
+# The user's modules must not be shadowed by this directory (e.g. their own "server.py").
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
+RECV_SIZE = 65536
+MAX_HEAD_BYTES = 65536
+#: Idle keep-alive connections (and stalled clients) are closed after this many seconds.
+IDLE_TIMEOUT_SEC = 75.0
+#: After a 413, how long to swallow the rest of the upload so the client reads our answer.
+LINGER_SEC = 0.5
+#: Longest chunk-size or trailer line of a chunked body.
+MAX_LINE_BYTES = 8192
+#: recv calls for one connection per wake-up before the loop turns to the others (a large upload).
+READS_PER_EVENT = 16
+#: A handler running this long counts as stuck: requests waiting behind it get extra threads.
+STUCK_SEC = 0.1
+#: A connection whose next request follows its answer within this many seconds is "hot": the handler
+#: thread that answered waits this long for it instead of handing the connection back to the event loop.
+HOT_GAP_SEC = 0.005
+#: ... in slices of this many milliseconds, between which it gives up if requests wait for a thread.
+HOT_SLICE_MS = 1
+_RECV_SLICE = struct.pack("ll", 0, HOT_SLICE_MS * 1000)
+_SEND_TIMEOUT = struct.pack("ll", int(IDLE_TIMEOUT_SEC), 0)
+#: How a connection waits in epoll: for bytes or EOF, once (whoever handles the event re-arms it).
+_ARMED = select.EPOLLIN | select.EPOLLONESHOT
+
+_STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode("latin-1") for s in HTTPStatus}
+
+
+# Exit status after recycling the process because too many handlers overran (EX_TEMPFAIL).
+RECYCLE_EXIT = 75
+
+
+class BadRequest(Exception):
+    """The request cannot be parsed; answered with ``status`` and the connection closed."""
+
+    def __init__(self, status: int, message: str, type_: str = "BadRequest") -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type_
+
+
+class ClientGone(Exception):
+    """The client closed the connection in the middle of a request."""
+
+
+def _status_line(status: int) -> bytes:
+    line = _STATUS_LINES.get(status)
+    return line if line is not None else f"HTTP/1.1 {status} Status {status}\r\n".encode()
+
+
+class _Clock:
+    """The Date header, formatted at most once a second."""
+
+    def __init__(self) -> None:
+        self.second = -1
+        self.header = b""
+
+    def date(self) -> bytes:
+        now = int(time.time())
+        if now != self.second:
+            self.header = b"Date: " + _http_date(now) + b"\r\n"
+            self.second = now
+        return self.header
+
+
+_clock = _Clock()
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, read without importing inspect at start-up
+
+
+def _http_date(now: int) -> bytes:
+    """RFC 9110 IMF-fixdate, independent of the handler's locale (and of email.utils' import cost)."""
+    t = time.gmtime(now)
+    return (f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} "
+            f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT").encode()
+
+
+def _is_coroutine_function(fn: Any) -> bool:
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is None:  # a callable object or a partial: rare, so pay for inspect here
+        import inspect
+
+        return inspect.iscoroutinefunction(fn)
+    return bool(code.co_flags & _CO_COROUTINE)
+
+
+def serialize(resp: rt.Response, keep_alive: bool, head_only: bool, http10: bool = False) -> bytes:
+    """The complete response as one buffer (one send: no Nagle/delayed-ACK stall)."""
+    parts = [_status_line(resp.status)]
+    for name, value in resp.headers:
+        parts.append(f"{name}: {value}\r\n".encode("latin-1"))
+    bodyless = resp.status in (204, 304)
+    if not bodyless:
+        parts.append(b"Content-Length: %d\r\n" % len(resp.body))
+    parts.append(_clock.date())
+    if not keep_alive:
+        parts.append(b"Connection: close\r\n")
+    elif http10:
+        parts.append(b"Connection: keep-alive\r\n")
+    parts.append(b"\r\n")
+    if not head_only and not bodyless:
+        parts.append(resp.body)
+    return b"".join(parts)
+
+
+class Request:
+    """One request, complete with its body, as the event loop hands it to a handler thread."""
+
+    __slots__ = ("body", "headers", "http10", "keep_alive", "method", "target")
+
+    def __init__(self, method: str, target: str, http10: bool, headers: dict[str, str], keep_alive: bool) -> None:
+        self.method = method
+        self.target = target
+        self.http10 = http10
+        self.headers = headers
+        self.keep_alive = keep_alive
+        self.body = b""
+
+
+class FixedBody:
+    """A Content-Length body: complete once that many bytes are buffered."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def take(self, buf: bytearray) -> bytes | None:
+        n = self.length
+        if len(buf) < n:
+            return None
+        out = bytes(buf[:n])
+        del buf[:n]
+        return out
+
+
+class ChunkedBody:
+    """An incremental chunked-body decoder: consumes what is buffered, keeps its place between reads."""
+
+    __slots__ = ("left", "limit", "parts", "total", "trailers")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[bytes] = []
+        self.total = 0
+        self.left = -1  # bytes of the current chunk still expected; -1: a size line is next
+        self.trailers = False
+
+    def take(self, buf: bytearray) -> bytes | None:
+        """The whole body once its last chunk and trailers are buffered; raises BadRequest (400, 413)."""
+        while True:
+            if self.left >= 0:
+                need = self.left + 2
+                if len(buf) < need:
+                    return None
+                if buf[self.left:need] != b"\r\n":
+                    raise BadRequest(400, "bad chunk terminator")
+                self.parts.append(bytes(buf[: self.left]))
+                del buf[:need]
+                self.left = -1
+                continue
+            idx = buf.find(b"\r\n")
+            if idx < 0:
+                if len(buf) > MAX_LINE_BYTES:
+                    raise BadRequest(400, "line too long")
+                return None
+            line = bytes(buf[:idx])
+            del buf[: idx + 2]
+            if self.trailers:  # trailer fields are ignored; an empty line ends the body
+                if not line:
+                    return b"".join(self.parts)
+                continue
+            size_text = line.split(b";", 1)[0].strip()
+            if not size_text or len(size_text) > 16 or not all(c in b"0123456789abcdefABCDEF" for c in size_text):
+                raise BadRequest(400, "bad chunk size")
+            size = int(size_text, 16)
+            if size == 0:
+                self.trailers = True
+                continue
+            self.total += size
+            if self.total > self.limit:
+                raise BadRequest(413, _too_large(self.limit), "PayloadTooLarge")
+            self.left = size
+
+
+# Connection states. READ: waiting for (the rest of) a request, owned by the event loop while armed in
+# epoll; RUN: its request is in the handler pool, owned by that handler thread; LINGER: answered with an
+# error, the rest of the upload is swallowed; CLOSED.
+READ, RUN, LINGER, CLOSED = 0, 1, 2, 3
+
+
+class Connection:
+    """One client connection. Exactly one thread owns it at a time (see the states above)."""
+
+    __slots__ = ("active", "body", "buf", "busy", "deadline", "fd", "head_only", "hot", "linger_until", "lock",
+                 "request", "sock", "state", "swallowed", "timed_out")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.buf = bytearray()
+        self.state = READ
+        self.lock = threading.Lock()
+        #: True from the first byte of a request until its response is sent (the drain waits for these).
+        self.busy = False
+        #: monotonic time of the last bytes received or sent (idle keep-alive connections close after a while).
+        self.active = time.monotonic()
+        #: monotonic deadline of the running sync handler (0: none running).
+        self.deadline = 0.0
+        #: The watchdog answered 504; the handler thread still runs.
+        self.timed_out = False
+        self.head_only = False
+        #: the request whose head is parsed and whose body is still arriving
+        self.request: Request | None = None
+        self.body: FixedBody | ChunkedBody | None = None
+        self.linger_until = 0.0
+        self.swallowed = 0
+        #: its last request came within HOT_GAP_SEC of the answer before (see Server._run)
+        self.hot = False
+
+    def send_all(self, data: bytes) -> None:
+        """Send everything from a handler thread, waiting while the client is slow to read (the socket is
+        blocking, with a kernel send timeout of IDLE_TIMEOUT_SEC); raises OSError when it is gone or stalled."""
+        self.sock.sendall(data)
+        self.active = time.monotonic()
+
+    def send_now(self, data: bytes) -> bool:
+        """Send a small answer without waiting (the event loop, the watchdog); False unless all of it went out."""
+        try:
+            return self.sock.send(data, socket.MSG_DONTWAIT) == len(data)
+        except OSError:
+            return False
+
+
+class _Worker:
+    """One handler thread of the pool; ``since`` and ``conn`` let the watchdog see what it runs."""
+
+    __slots__ = ("conn", "inbox", "since")
+
+    def __init__(self) -> None:
+        self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.since = 0.0
+        self.conn: Connection | None = None
+
+
+class HandlerPool:
+    """The bounded thread pool handlers run in (SLESS_HANDLER_THREADS, SLESS_MAX_HANDLER_THREADS).
+
+    Threads start on demand, up to ``size``; beyond that, requests wait in FIFO order. A handler that
+    blocks (``time.sleep``, a slow database) holds its thread, so when a request waits while handlers have
+    been running for STUCK_SEC or more, ``tick`` (called by the watchdog) adds threads, up to ``max_size``:
+    as many as there are stuck handlers, or the whole backlog when every thread is stuck. CPU-bound
+    handlers never grow the pool past ``size`` (more threads would only contend for the GIL), while a
+    burst of sleeping handlers still runs concurrently, as a thread per connection did. Threads beyond
+    ``size`` end when they find no work.
+    """
+
+    def __init__(self, run: Callable[[_Worker, Any], None], size: int, max_size: int) -> None:
+        self.run = run
+        self.size = size
+        self.max_size = max(size, max_size)
+        self.lock = threading.Lock()
+        self.workers: set[_Worker] = set()
+        self.idle: list[_Worker] = []
+        self.backlog: collections.deque[Any] = collections.deque()
+        self.spawn_failed_logged = -10.0
+
+    def submit(self, task: Any) -> None:
+        with self.lock:
+            if self.idle:
+                worker = self.idle.pop()  # the most recently idle one: its stack is warm
+            elif len(self.workers) < self.size:
+                self._spawn(task)
+                return
+            else:
+                self.backlog.append(task)
+                return
+        worker.inbox.put(task)
+
+    def _spawn(self, task: Any) -> bool:
+        """Start a thread whose first task is ``task`` (the lock is held). When the system refuses (a
+        memory or thread limit), the task waits for a running thread instead: False."""
+        worker = _Worker()
+        self.workers.add(worker)
+        try:
+            threading.Thread(target=self._work, args=(worker, task), name="sless-handler", daemon=True).start()
+        except RuntimeError as exc:  # "can't start new thread"
+            self.workers.discard(worker)
+            self.backlog.appendleft(task)
+            now = time.monotonic()
+            if now >= self.spawn_failed_logged + 10:
+                self.spawn_failed_logged = now
+                rt.log(f"cannot start a handler thread ({exc}); {len(self.workers)} running, "
+                       f"{len(self.backlog)} request(s) waiting")
+            return False
+        return True
+
+    def _work(self, worker: _Worker, task: Any) -> None:
+        while True:
+            worker.since = time.monotonic()
+            try:
+                self.run(worker, task)
+            except Exception as exc:  # a bug in the server itself: keep the thread
+                rt.log_exception("request failed", exc)
+            worker.since = 0.0
+            worker.conn = None
+            with self.lock:
+                if self.backlog:
+                    task = self.backlog.popleft()
+                    continue
+                if len(self.workers) > self.size:
+                    self.workers.discard(worker)
+                    return
+                self.idle.append(worker)
+            task = worker.inbox.get()
+
+    def tick(self, now: float) -> None:
+        """Add threads for waiting requests when running handlers are stuck (see the class docstring)."""
+        if not self.backlog:
+            return
+        with self.lock:
+            count = len(self.workers)
+            stuck = sum(1 for w in self.workers if w.since and now - w.since >= STUCK_SEC)
+            extra = len(self.backlog) if stuck >= count else self.size + stuck - count
+            for _ in range(min(extra, len(self.backlog), self.max_size - count)):
+                if not self._spawn(self.backlog.popleft()):
+                    break
+
+
+class Server:
+    """Accepts connections and runs the handler; see the module docstring."""
+
+    def __init__(self, config: rt.Config, handler: rt.Handler) -> None:
+        self.config = config
+        self.handler = handler
+        self.is_async = _is_coroutine_function(handler)
+        #: every open connection by file descriptor; an entry is removed before its socket is closed
+        self.connections: dict[int, Connection] = {}
+        self.lingering: set[Connection] = set()
+        self.draining = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_lock = threading.Lock()
+        #: sync handler threads still running after their 504 (Python cannot stop a thread)
+        self.abandoned = 0
+        self._abandoned_lock = threading.Lock()
+        self.exit_code = 0
+        #: The tagging streams in front of sys.stdout/sys.stderr (see sless_runtime.TaggedStream).
+        self.tagged = [s for s in (sys.stdout, sys.stderr) if isinstance(s, rt.TaggedStream)]
+        self.pool = HandlerPool(self._run, config.handler_threads, config.max_handler_threads)
+        self.listener = self._listen()
+        self.epoll = select.epoll()
+        self._accept_paused_until = 0.0
+
+    # ------------------------------------------------------------------ life cycle
+
+    def _listen(self) -> socket.socket:
+        family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.config.host, self.config.port))
+        sock.listen(4096)
+        return sock
+
+    def serve(self) -> None:
+        """Serve until SIGTERM/SIGINT, then drain and exit 0 (never returns)."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        threading.Thread(target=self._watchdog, name="sless-watchdog", daemon=True).start()
+        host, port = self.listener.getsockname()[:2]
+        rt.log(f"python runtime listening on {host}:{port}, handler {self.config.entrypoint}")
+        # The kernel may deliver SIGTERM to any thread, and Python runs its handler only when the main
+        # thread executes bytecode: the wakeup fd makes the signal wake the event loop's poll instead.
+        wake_r, wake_w = socket.socketpair()
+        wake_r.setblocking(False)
+        wake_w.setblocking(False)
+        signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+        self.listener.setblocking(False)
+        self.epoll.register(self.listener.fileno(), select.EPOLLIN)
+        self.epoll.register(wake_r.fileno(), select.EPOLLIN)
+        self._event_loop_run(wake_r)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(self.exit_code)
+
+    def _event_loop_run(self, wake_r: socket.socket) -> None:
+        """The event loop: accept, read and parse requests, hand complete ones to the pool; return when drained."""
+        listen_fd, wake_fd = self.listener.fileno(), wake_r.fileno()
+        connections = self.connections
+        next_sweep = time.monotonic() + 1.0
+        drain_deadline = 0.0
+        while True:
+            timeout = 0.02 if self.draining else (0.1 if self.lingering or self._accept_paused_until else 1.0)
+            for fd, _ in self.epoll.poll(timeout):
+                conn = connections.get(fd)
+                if conn is not None:
+                    self._on_readable(conn)
+                elif fd == listen_fd:
+                    self._accept()
+                elif fd == wake_fd:
+                    with contextlib.suppress(OSError):
+                        wake_r.recv(4096)
+            now = time.monotonic()
+            if self.draining:
+                if not drain_deadline:
+                    drain_deadline = now + self.config.drain_sec
+                    self._begin_drain()
+                if not self._in_flight():
+                    return
+                if now >= drain_deadline:
+                    rt.log(f"drain deadline of {rt.format_seconds(self.config.drain_sec)}s reached; exiting")
+                    return
+            if self.lingering:
+                for conn in list(self.lingering):
+                    if now >= conn.linger_until:
+                        self.lingering.discard(conn)
+                        _shutdown(conn.sock)  # wakes the loop with EOF, which closes it
+            if self._accept_paused_until and now >= self._accept_paused_until and not self.draining:
+                self._accept_paused_until = 0.0
+                self.epoll.register(listen_fd, select.EPOLLIN)
+            if now >= next_sweep:
+                next_sweep = now + 1.0
+                idle_since = now - IDLE_TIMEOUT_SEC
+                for conn in list(connections.values()):
+                    if conn.state == READ and conn.active < idle_since:
+                        _shutdown(conn.sock)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.draining = True
+
+    def _accept(self) -> None:
+        for _ in range(256):  # then let the loop serve the connections it has
+            try:
+                sock, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # e.g. EMFILE: keep serving the connections we have, retry in 0.1 s
+                rt.log(f"accept failed: {exc}")
+                self.epoll.unregister(self.listener.fileno())
+                self._accept_paused_until = time.monotonic() + 0.1
+                return
+            # Blocking, with kernel timeouts (no poll() per call, unlike settimeout): the event loop passes
+            # MSG_DONTWAIT on each call, while a handler thread may wait in send and, for a hot connection,
+            # in recv (one HOT_SLICE_MS slice at a time).
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _RECV_SLICE)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _SEND_TIMEOUT)
+            conn = Connection(sock)
+            self.connections[conn.fd] = conn
+            self.epoll.register(conn.fd, _ARMED)
+
+    def _begin_drain(self) -> None:
+        """Refuse new connections and close idle ones; a request that arrived just before SIGTERM is served."""
+        if not self._accept_paused_until:
+            self.epoll.unregister(self.listener.fileno())
+        self.listener.close()
+        for conn in list(self.connections.values()):
+            if conn.state == READ and not conn.buf and not conn.busy:
+                if _has_pending_input(conn.sock):
+                    conn.busy = True
+                else:
+                    _shutdown(conn.sock)
+
+    def _in_flight(self) -> bool:
+        return any((c.state == RUN and not c.timed_out) or (c.state == READ and c.busy)
+                   for c in list(self.connections.values()))
+
+    def _close(self, conn: Connection) -> None:
+        """Close a connection this thread owns (its entry goes first: the fd number may be reused at once)."""
+        if self.connections.get(conn.fd) is conn:
+            del self.connections[conn.fd]
+        self.lingering.discard(conn)
+        conn.state = CLOSED
+        with contextlib.suppress(OSError):
+            conn.sock.close()
+
+    def _rearm(self, conn: Connection) -> None:
+        """Give the connection back to the event loop: it fires once, when bytes (or EOF) arrive."""
+        try:
+            self.epoll.modify(conn.fd, _ARMED)
+        except OSError:
+            self._close(conn)
+
+    # ------------------------------------------------------------------ reading requests (event loop)
+
+    def _on_readable(self, conn: Connection) -> None:
+        if conn.state == LINGER:
+            self._swallow(conn)
+            return
+        sock = conn.sock
+        for _ in range(READS_PER_EVENT):  # then rearm: other connections get their turn
+            try:
+                data = sock.recv(RECV_SIZE, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self._close(conn)
+                return
+            if not data:  # EOF: the client is gone (a half-closed client has had its buffered requests)
+                self._close(conn)
+                return
+            now = time.monotonic()
+            if not conn.buf:  # a new request: did it follow the last answer at once?
+                conn.hot = now - conn.active < HOT_GAP_SEC
+            conn.buf += data
+            conn.active = now
+            if self._advance(conn):
+                return
+        self._rearm(conn)
+
+    def _advance(self, conn: Connection, inline: bool = False) -> Request | bool:
+        """Act on what is buffered: True once the connection is handed on (pool, linger, closed), False
+        when it needs more bytes (the caller rearms it). Called by whichever thread owns the connection;
+        with ``inline`` (a handler thread), a complete request is returned for that thread to run."""
+        while True:
+            try:
+                request = self._next_request(conn)
+            except BadRequest as exc:
+                self._reject(conn, exc.status, str(exc), exc.type)
+                return True
+            if request is None:
+                return False
+            path, _, query = _split_target(request.target)
+            if path.startswith("/_/"):  # answered right here: probes never wait for a handler thread
+                keep_alive = request.keep_alive and not self.draining
+                if not conn.send_now(serialize(_reserved(request.method, path), keep_alive, conn.head_only,
+                                               request.http10)) or not keep_alive:
+                    self._close(conn)
+                    return True
+                conn.busy = False
+                continue
+            conn.state = RUN
+            if inline:
+                return request
+            self.pool.submit((conn, request, path, query))
+            return True
+
+    def _next_request(self, conn: Connection) -> Request | None:
+        """The next complete request in the buffer, or None while bytes are missing; raises BadRequest."""
+        buf = conn.buf
+        request = conn.request
+        if request is None:
+            while buf[:2] == b"\r\n":  # stray CRLFs between requests are allowed (RFC 9112 2.2)
+                del buf[:2]
+            if not buf:
+                return None
+            conn.busy = True
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD_BYTES:
+                    raise BadRequest(431, "request header too large", "HeaderTooLarge")
+                return None
+            if end > MAX_HEAD_BYTES:
+                raise BadRequest(431, "request header too large", "HeaderTooLarge")
+            head = bytes(buf[:end])
+            del buf[: end + 4]
+            method, target, http10, headers = _parse_head(head)
+            conn.head_only = method == "HEAD"
+            keep_alive = _keep_alive(http10, headers.get("connection", ""))
+            if "transfer-encoding" in headers and "content-length" in headers:
+                keep_alive = False
+            request = Request(method, target, http10, headers, keep_alive)
+            conn.body = self._body_framing(headers)
+            if conn.body is None:
+                return request
+            conn.request = request
+            if headers.get("expect", "").lower() == "100-continue" and not buf:
+                conn.send_now(b"HTTP/1.1 100 Continue\r\n\r\n")
+        assert conn.body is not None
+        body = conn.body.take(buf)
+        if body is None:
+            return None
+        request.body = body
+        conn.request = None
+        conn.body = None
+        return request
+
+    def _body_framing(self, headers: dict[str, str]) -> FixedBody | ChunkedBody | None:
+        """How the body is framed (None: no body); raises BadRequest for bad or too large bodies."""
+        limit = self.config.max_body_bytes
+        te = headers.get("transfer-encoding")
+        if te is not None:
+            if te.rsplit(",", 1)[-1].strip().lower() != "chunked":
+                raise BadRequest(501, f"unsupported transfer-encoding {te!r}", "NotImplemented")
+            return ChunkedBody(limit)
+        cl = headers.get("content-length")
+        if cl is None:
+            return None
+        length = _content_length(cl)
+        if length > limit:
+            raise BadRequest(413, _too_large(limit), "PayloadTooLarge")
+        return FixedBody(length) if length else None
+
+    def _reject(self, conn: Connection, status: int, message: str, type_: str) -> None:
+        """Answer a request we will not run, then close without resetting the connection: for a moment,
+        swallow what the client is still sending (closing with unread data would send a TCP reset that can
+        destroy our answer in flight)."""
+        conn.send_now(serialize(rt.error_response(status, message, type_), False, conn.head_only))
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._close(conn)
+            return
+        conn.buf.clear()
+        conn.busy = False
+        conn.state = LINGER
+        conn.linger_until = time.monotonic() + LINGER_SEC
+        self.lingering.add(conn)
+        self._rearm(conn)
+
+    def _swallow(self, conn: Connection) -> None:
+        while True:
+            try:
+                data = conn.sock.recv(RECV_SIZE, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                data = b""
+            conn.swallowed += len(data)
+            if not data or conn.swallowed >= 16 * RECV_SIZE or time.monotonic() >= conn.linger_until:
+                self._close(conn)
+                return
+        self._rearm(conn)
+
+    # ------------------------------------------------------------------ running requests (handler threads)
+
+    def _run(self, worker: _Worker, task: tuple[Connection, Request, str, str]) -> None:
+        """Run one request's handler in a pool thread, answer it, and give the connection back.
+
+        A hot connection (its client sent each request right after the previous answer) is kept by this
+        thread for up to HOT_GAP_SEC while no other request waits for a thread: its next request is read and
+        run here, with no hand-off through the event loop, as a thread per connection would. A connection
+        that goes quiet, or any backlog, sends it back to the loop.
+        """
+        conn, request, path, query = task
+        worker.conn = conn
+        while True:
+            worker.since = time.monotonic()  # per request: a hot connection's thread is not a stuck one
+            if not self._answer(conn, request, path, query):
+                return
+            nxt = self._advance(conn, inline=True)  # a pipelined request may be buffered already
+            if nxt is False and conn.hot and not self.pool.backlog and not self.draining:
+                worker.since = 0.0
+                nxt = self._read_inline(conn)
+            if nxt is False:
+                self._rearm(conn)
+                return
+            if nxt is True:
+                return
+            request = nxt
+            path, _, query = _split_target(request.target)
+
+    def _read_inline(self, conn: Connection) -> Request | bool:
+        """Wait up to HOT_GAP_SEC for the hot connection's next request; see ``_run``."""
+        deadline = time.monotonic() + HOT_GAP_SEC
+        recv = conn.sock.recv
+        while True:  # in slices (SO_RCVTIMEO): a request waiting for a thread ends the wait
+            try:
+                data = recv(RECV_SIZE)
+                break
+            except (BlockingIOError, InterruptedError):
+                if self.pool.backlog or time.monotonic() >= deadline:
+                    conn.hot = False
+                    return False
+            except OSError:
+                data = b""
+                break
+        if not data:
+            self._close(conn)
+            return True
+        conn.buf += data
+        conn.active = time.monotonic()
+        return self._advance(conn, inline=True)
+
+    def _answer(self, conn: Connection, request: Request, path: str, query: str) -> bool:
+        """Run the handler for one request and write its answer; True when the connection stays open."""
+        event = rt.build_event(request.method, path, query, request.headers, request.body)
+        call_id = rt.call_id_from(request.headers.get("x-request-id"))
+        token = rt.CALL_ID.set(call_id)
+        began = time.perf_counter()
+        try:
+            maybe = self._invoke(conn, event)
+        finally:
+            rt.CALL_ID.reset(token)
+            for stream in self.tagged:
+                stream.end_call(call_id)
+        if maybe is None:  # timed out: the watchdog answered and shut the connection down
+            self._close(conn)
+            return False
+        resp = maybe
+        resp.headers = [h for h in resp.headers if h[0].lower() != "x-sless-handler-ms"]
+        resp.headers.append((rt.HANDLER_MS_HEADER, f"{(time.perf_counter() - began) * 1000:.3f}"))
+        keep_alive = request.keep_alive and not self.draining
+        try:
+            if resp.stream is not None:
+                keep_alive = self._send_stream(conn, resp, keep_alive, request.http10)
+            else:
+                write_response(conn, resp, keep_alive, conn.head_only, request.http10)
+        except OSError:
+            keep_alive = False
+        if not keep_alive:
+            self._close(conn)
+            return False
+        conn.busy = False
+        conn.state = READ
+        return True
+
+    def _send_stream(self, conn: Connection, resp: rt.Response, keep_alive: bool, http10: bool) -> bool:
+        """A streamed result: sless_stream writes it from this thread; a cut stream raises OSError (closed)."""
+        return sless_stream.send_stream(
+            conn.send_all, resp, keep_alive, conn.head_only, http10, _clock.date(), _status_line,
+            self._event_loop, self.config.timeout_sec, lambda r: serialize(r, keep_alive, conn.head_only, http10))
+
+    def _invoke(self, conn: Connection, event: dict[str, Any]) -> rt.Response | None:
+        """Run the handler; the response, or None when the watchdog already answered 504."""
+        timeout = self.config.timeout_sec
+        if self.is_async:
+            return self._run_async(self.handler(event), timeout)
+        conn.deadline = time.monotonic() + timeout
+        try:
+            result = self.handler(event)
+        except BaseException as exc:  # SystemExit from a handler must not end the thread either
+            if self._disarm(conn):
+                self._release()
+                return None
+            rt.log_exception(f"handler failed ({event['_method']} {event['_path']})", exc)
+            return rt.exception_response(exc, self.config)
+        remaining = conn.deadline - time.monotonic()
+        if self._disarm(conn):
+            self._release()
+            return None
+        if hasattr(type(result), "__await__"):  # e.g. a sync wrapper around an async function
+            return self._run_async(result, max(0.001, remaining))
+        return _encode(result)
+
+    def _disarm(self, conn: Connection) -> bool:
+        """Stop the watchdog for this request; True if it already answered 504."""
+        with conn.lock:
+            conn.deadline = 0.0
+            return conn.timed_out
+
+    def _run_async(self, awaitable: Any, timeout: float) -> rt.Response:
+        import asyncio
+
+        future = asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), self._event_loop())
+        try:
+            result = future.result(timeout)
+        except TimeoutError:  # concurrent.futures.TimeoutError is this builtin since 3.11
+            future.cancel()
+            rt.log(rt.timeout_message(self.config.timeout_sec) + " (async handler cancelled)")
+            return rt.error_response(504, rt.timeout_message(self.config.timeout_sec), "Timeout")
+        except BaseException as exc:
+            rt.log_exception("handler failed", exc)
+            return rt.exception_response(exc, self.config)
+        return _encode(result)
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        """The shared loop for async handlers, started on first use."""
+        import asyncio  # on first use: most handlers are sync, and asyncio costs ~40 ms of cold start
+
+        with self._loop_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="sless-async", daemon=True).start()
+                self._loop = loop
+            return self._loop
+
+    def _watchdog(self) -> None:
+        """Answer 504 for sync handlers that overran their deadline; grow the pool past stuck handlers."""
+        interval = min(0.05, max(0.005, self.config.timeout_sec / 20))
+        pool = self.pool
+        while True:
+            time.sleep(interval)
+            now = time.monotonic()
+            for worker in list(pool.workers):
+                conn = worker.conn
+                if conn is not None and conn.deadline and now >= conn.deadline:
+                    self._expire(conn, now)
+            pool.tick(now)
+
+    def _expire(self, conn: Connection, now: float) -> None:
+        message = rt.timeout_message(self.config.timeout_sec)
+        with conn.lock:
+            if not conn.deadline or now < conn.deadline:
+                return  # finished in the meantime
+            conn.deadline = 0.0
+            conn.timed_out = True
+            with contextlib.suppress(OSError):
+                resp = rt.error_response(504, message, "Timeout")
+                conn.send_now(serialize(resp, False, conn.head_only))
+            _shutdown(conn.sock)
+        rt.log(f"{message}; the handler thread keeps running until it returns")
+        self._abandon()
+
+    def _abandon(self) -> None:
+        """Count a handler left running; past the limit, recycle the process (its supervisor starts a new one).
+
+        Each abandoned thread holds memory and may spin a core; the only way to stop them is to end the
+        process. In-flight requests on other connections still finish (the usual drain), then the exit
+        code says why.
+        """
+        with self._abandoned_lock:
+            self.abandoned += 1
+            recycle = self.abandoned >= self.config.max_abandoned and self.exit_code == 0
+            if recycle:
+                self.exit_code = RECYCLE_EXIT
+        if recycle:
+            rt.log(f"{self.abandoned} handler threads still running after their timeouts: recycling the process "
+                   f"(exit {RECYCLE_EXIT} after the drain)")
+            os.kill(os.getpid(), signal.SIGTERM)  # wakes the event loop like a real SIGTERM
+
+    def _release(self) -> None:
+        with self._abandoned_lock:
+            self.abandoned -= 1
+
+
+def write_response(conn: Connection, resp: rt.Response, keep_alive: bool, head_only: bool, http10: bool) -> None:
+    """Write one response from the handler thread that owns ``conn``: the one place answers are written.
+
+    The whole response goes out as one buffer (one send: no Nagle/delayed-ACK stall); raises OSError
+    when the client is gone or stopped reading.
+    """
+    conn.send_all(serialize(resp, keep_alive, head_only, http10))
+
+
+async def _as_coroutine(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _encode(result: Any) -> rt.Response:
+    try:
+        return rt.encode_result(result)
+    except rt.InvalidResponse as exc:
+        rt.log(f"bad handler result: {exc}")
+        return rt.exception_response(exc)
+
+
+def _has_pending_input(sock: socket.socket) -> bool:
+    """True when request bytes wait unread in the kernel (without consuming or blocking)."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:  # nothing there (EAGAIN) or a broken socket
+        return False
+
+
+def _shutdown(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def _too_large(limit: int) -> str:
+    return f"request body exceeds {limit} bytes"
+
+
+def _reserved(method: str, path: str) -> rt.Response:
+    """The platform's own /_/ endpoints; the handler never sees these paths."""
+    if path == "/_/health":
+        if method in ("GET", "HEAD"):
+            return rt.Response(200, [("Content-Type", rt.JSON_TYPE)], b'{"status":"ok"}')
+        return rt.error_response(405, f"method {method} not allowed on {path}", "MethodNotAllowed")
+    return rt.error_response(404, f"no such endpoint: {path}", "NotFound")
+
+
+def _parse_head(head: bytes) -> tuple[str, str, bool, dict[str, str]]:
+    """Request line and headers; names lower-case, repeated headers joined with ", "."""
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not parts[0] or not parts[1]:
+        raise BadRequest(400, "malformed request line")
+    method_b, target_b, version = parts
+    if version == b"HTTP/1.1":
+        http10 = False
+    elif version == b"HTTP/1.0":
+        http10 = True
+    else:
+        raise BadRequest(505, "only HTTP/1.0 and HTTP/1.1 are supported", "VersionNotSupported")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or not name or name[-1:] in b" \t" or line[:1] in b" \t":
+            raise BadRequest(400, "malformed header line")
+        key = name.decode("latin-1").lower()
+        text = value.strip(b" \t").decode("latin-1")
+        previous = headers.get(key)
+        headers[key] = text if previous is None else f"{previous}, {text}"
+    return method_b.decode("latin-1").upper(), target_b.decode("latin-1"), http10, headers
+
+
+def _keep_alive(http10: bool, connection: str) -> bool:
+    tokens = {t.strip().lower() for t in connection.split(",")} if connection else set()
+    if http10:
+        return "keep-alive" in tokens
+    return "close" not in tokens
+
+
+def _content_length(value: str) -> int:
+    values = {v.strip() for v in value.split(",")}
+    if len(values) != 1:
+        raise BadRequest(400, "conflicting Content-Length values")
+    text = values.pop()
+    if not text.isdigit() or not text.isascii():
+        raise BadRequest(400, "invalid Content-Length")
+    return int(text)
+
+
+def _split_target(target: str) -> tuple[str, str, str]:
+    """(path, "?", query) of the request target; absolute-form targets lose scheme and host."""
+    if not target.startswith("/") and target != "*":
+        scheme_end = target.find("://")
+        if scheme_end > 0:
+            slash = target.find("/", scheme_end + 3)
+            target = target[slash:] if slash >= 0 else "/"
+    return target.partition("?")
+
+
+def _raise_open_files_limit() -> None:
+    """Allow as many connections as the hard limit allows (Go's runtime does the same): the usual soft
+    limit of 1024 open files would refuse the 1,000th keep-alive connection."""
+    import resource
+
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def main() -> None:
+    """Load the configuration and the handler (exit 1 on failure), then serve forever."""
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    try:
+        config = rt.Config.from_env()
+    except ValueError as exc:
+        rt.log(f"bad configuration: {exc}")
+        sys.exit(1)
+    rt.install_call_tagging()  # before the handler's import: loggers it makes there write through it
+    try:
+        handler = rt.load_handler(config)
+    except rt.LoadError as exc:
+        rt.log_load_failure(config, exc)
+        sys.exit(1)
+    _raise_open_files_limit()
+    try:
+        server = Server(config, handler)
+    except OSError as exc:
+        rt.log(f"cannot listen on {config.host}:{config.port}: {exc}")
+        sys.exit(1)
+    server.serve()
+
+
+if __name__ == "__main__":
+    main()
