@@ -328,6 +328,19 @@ function createServer(config, handler) {
   const server = http.createServer({ noDelay: true }, onRequest);
   server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
 
+  // WebSocket upgrades: this runtime serves none (deny by default, as the contract says for a function
+  // without a websocket handler).
+  server.on('upgrade', (req, socket) => {
+    const body = JSON.stringify({
+      error: 'this function does not accept WebSocket connections (it exports no websocket handler)',
+      type: 'WebSocketNotAccepted',
+    });
+    socket.end(
+      `HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n`
+      + `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+  });
+
   // Bodies larger than the limit are refused before the client sends them.
   server.on('checkContinue', (req, res) => {
     const length = req.headers['content-length'];

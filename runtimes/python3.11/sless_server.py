@@ -46,6 +46,7 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 import sless_runtime as rt  # noqa: E402
 import sless_stream  # noqa: E402
+import sless_ws  # noqa: E402
 
 if TYPE_CHECKING:
     import asyncio
@@ -729,6 +730,10 @@ class Server:
 
     def _answer(self, conn: Connection, request: Request, path: str, query: str) -> bool:
         """Run the handler for one request and write its answer; True when the connection stays open."""
+        if sless_ws.is_upgrade(request.headers):
+            self._websocket(conn, request, path, query)
+            self._close(conn)  # the connection was the WebSocket's: it ends with it
+            return False
         event = rt.build_event(request.method, path, query, request.headers, request.body)
         call_id = rt.call_id_from(request.headers.get("x-request-id"))
         token = rt.CALL_ID.set(call_id)
@@ -759,6 +764,18 @@ class Server:
         conn.busy = False
         conn.state = READ
         return True
+
+    def _websocket(self, conn: Connection, request: Request, path: str, query: str) -> None:
+        """An upgrade request: sless_ws answers it and runs the function's ``websocket`` in this thread."""
+        event = rt.build_event(request.method, path, query, request.headers, b"")
+        token = rt.CALL_ID.set(rt.call_id_from(request.headers.get("x-request-id")))
+        try:
+            sless_ws.serve(conn.sock, bytes(conn.buf), self.handler, request.headers, event, self.config,
+                           lambda r: serialize(r, False, False))
+        except OSError:
+            pass  # the client went away
+        finally:
+            rt.CALL_ID.reset(token)
 
     def _send_stream(self, conn: Connection, resp: rt.Response, keep_alive: bool, http10: bool) -> bool:
         """A streamed result: sless_stream writes it from this thread; a cut stream raises OSError (closed)."""

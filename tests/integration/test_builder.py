@@ -603,7 +603,7 @@ def _sandboxed_installs(sandboxed: Builder, tmp_path: Path) -> None:
 def _runtime_copy(root: Path) -> Path:
     folder = root / "runtimes" / "python3.11"
     folder.mkdir(parents=True)
-    for name in ("server.py", "sless_server.py", "sless_runtime.py", "sless_stream.py", "runner.py"):
+    for name in ("server.py", "sless_server.py", "sless_runtime.py", "sless_stream.py", "sless_ws.py", "runner.py"):
         shutil.copy(REPO / "runtimes" / "python3.11" / name, folder / name)
     return folder
 
@@ -616,12 +616,13 @@ def test_python_runtime_is_precompiled(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("SLESS_RUNTIMES_DIR", str(folder.parent))
     assert precompile_python_runtime() is None
     cached = sorted(p.name for p in (folder / "__pycache__").iterdir())
-    assert cached == ["sless_runtime.cpython-311.pyc", "sless_server.cpython-311.pyc", "sless_stream.cpython-311.pyc"]
+    assert cached == ["sless_runtime.cpython-311.pyc", "sless_server.cpython-311.pyc", "sless_stream.cpython-311.pyc",
+                      "sless_ws.cpython-311.pyc"]
     script = f"import sys; sys.path.insert(0, {str(folder)!r}); import sless_server"
     probe = subprocess.run(
         [str(python_interpreter()), "-S", "-v", "-c", script], capture_output=True, text=True, timeout=60,
         env={"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1"}, check=True)
-    for module in ("sless_server", "sless_runtime", "sless_stream"):
+    for module in ("sless_server", "sless_runtime", "sless_stream", "sless_ws"):
         assert f"code object from '{folder}/__pycache__/{module}.cpython-311.pyc'" in probe.stderr
 
 

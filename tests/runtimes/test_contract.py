@@ -785,6 +785,17 @@ def streaming(runtime: str) -> str:
     return runtime
 
 
+def logged(server: RuntimeServer, text: str, timeout: float = 10) -> bool:
+    """``text`` shows up on the server's stderr within ``timeout`` (Go writes its log through a pipe and a reader
+    goroutine, so a line may follow the answer it is about by a moment)."""
+    deadline = time.monotonic() + timeout
+    while text not in server.stderr:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def open_stream(server: RuntimeServer, path: str, method: str = "GET") -> Any:
     """Send a request and return the response once its head is in (the body still streaming)."""
     conn = server.connection(timeout=30)
@@ -858,7 +869,7 @@ def test_stream_idle_after_its_head_is_cut(streaming: str, start_server: ServerF
     with pytest.raises(http.client.IncompleteRead):  # cut, never a clean end
         resp.read()
     assert 1.0 <= time.monotonic() - started < 10  # one idle timeout after the first chunk
-    assert "timed out after 1s" in server.stderr
+    assert logged(server, "timed out after 1s")
     assert_serving(server)
 
 
@@ -879,7 +890,7 @@ def test_stream_failing_after_its_head_is_cut(streaming: str, start_server: Serv
     held.release()
     with pytest.raises(http.client.IncompleteRead):
         resp.read()
-    assert "stream broke" in server.stderr
+    assert logged(server, "stream broke")
     assert_serving(server)
 
 
@@ -905,3 +916,98 @@ def test_runner_reads_a_stream_to_its_end(streaming: str, run_runner: RunnerFact
     proc = run_runner(streaming, {"case": "stream"})
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == "first\nsecond\n"
+
+
+# --------------------------------------------------------------------------- WebSocket
+
+WS_HANDSHAKE = (b"GET /ws?x=1 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+
+
+def ws_exchange(url: str, messages: list[str | bytes], timeout: float = 30) -> tuple[list[str | bytes], int | None]:
+    """Connect, send each message and read one answer per message until the server closes; the answers and the
+    close code (aiohttp's client: a real, independent WebSocket implementation)."""
+    import asyncio
+
+    import aiohttp
+
+    async def run() -> tuple[list[str | bytes], int | None]:
+        answers: list[str | bytes] = []
+        async with aiohttp.ClientSession() as session, session.ws_connect(
+                url, timeout=aiohttp.ClientWSTimeout(ws_close=timeout)) as ws:
+            for message in messages:
+                await (ws.send_str(message) if isinstance(message, str) else ws.send_bytes(message))
+                reply = await ws.receive(timeout=timeout)
+                if reply.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+                    answers.append(reply.data)
+                else:
+                    break
+            else:
+                await ws.close()
+            return answers, ws.close_code
+
+    return asyncio.run(run())
+
+
+@pytest.fixture
+def ws_runtime(runtime: str) -> str:
+    """The runtimes that serve a function's websocket handler so far."""
+    if runtime != "python3.11":
+        pytest.skip(f"{runtime} refuses WebSocket upgrades (no websocket handlers yet)")
+    return runtime
+
+
+def test_websocket_echo(ws_runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(ws_runtime)
+    url = server.url.replace("http://", "ws://") + "/ws?x=1"
+    big = "é" * 70_000  # 140 000 bytes: a 64-bit length field
+    answers, code = ws_exchange(url, ["hello", b"\x00\x01binary", big, "whoami"])
+    assert answers == ["hello", b"\x00\x01binary", big, "/ws {'x': '1'}"]
+    assert code == 1000
+    answers, code = ws_exchange(url, ["one", "close"])
+    assert answers == ["one"] and code == 4000
+    assert_serving(server)
+
+
+def test_websocket_handler_failure_closes_with_1011(ws_runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(ws_runtime)
+    answers, code = ws_exchange(server.url.replace("http://", "ws://") + "/ws", ["boom"])
+    assert answers == [] and code == 1011
+    assert logged(server, "websocket handler broke")
+    assert_serving(server)
+
+
+def test_websocket_idle_connection_is_closed(ws_runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(ws_runtime, env={"SLESS_TIMEOUT_SEC": "1"})
+    sock, head = raw_request(server.port, WS_HANDSHAKE)
+    assert head.startswith(b"HTTP/1.1 101 ")
+    started = time.monotonic()
+    rest = read_until_closed(sock)  # nothing sent: closed after the idle timeout
+    assert 1.0 <= time.monotonic() - started < 10
+    frames = head.split(b"\r\n\r\n", 1)[1] + rest
+    assert frames[:2] == b"\x88\x0e" and frames[2:16] == b"\x03\xe9idle timeout"  # close 1001
+
+
+def test_websocket_unmasked_frame_is_a_protocol_error(ws_runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(ws_runtime)
+    sock, head = raw_request(server.port, WS_HANDSHAKE)
+    assert head.startswith(b"HTTP/1.1 101 ")
+    sock.sendall(b"\x81\x02hi")  # a client frame must be masked
+    frames = head.split(b"\r\n\r\n", 1)[1] + read_until_closed(sock)
+    assert frames[:1] == b"\x88" and frames[2:4] == (1002).to_bytes(2, "big")
+
+
+def test_websocket_is_refused_without_a_websocket_handler(runtime: str, start_server: ServerFactory,
+                                                          tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    if runtime == "python3.11":
+        (code / "handler.py").write_text("def handle(event):\n    return 'plain'\n")
+    else:
+        code = None  # Node.js and Go serve no websocket handlers: their shared test function is one without
+    server = start_server(runtime, code_dir=code)
+    sock, head = raw_request(server.port, WS_HANDSHAKE)
+    data = head + read_until_closed(sock)
+    assert status_of(data) == 400
+    assert json.loads(body_of(data))["type"] == "WebSocketNotAccepted"
+    assert requests.get(f"{server.url}/text", timeout=10).status_code == 200  # still serving

@@ -39,6 +39,7 @@ from sless_api.proxy import Invoker, ProxyApp
 from sless_api.resources import calls, functions, jobs, namespaces, probes, secrets, triggers
 from sless_api.resources.metrics import Metrics
 from sless_api.storage import code_store
+from sless_api.wsproxy import WsProxy
 from sless_core.errors import ValidationError
 
 log = logging.getLogger("sless.app")
@@ -165,6 +166,7 @@ class SlessApp:
                               services.config.function_csp, services.async_calls,
                               Admission(services.config.tenant_max_concurrency, services.config.concurrency_queue_max,
                                         services.config.concurrency_queue_wait_sec))
+        self.ws_proxy = WsProxy(self.proxy)
         self.logged = AccessLog(self._dispatch)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -178,6 +180,8 @@ class SlessApp:
         path = raw_path(scope)
         if kind == "http" and is_invoke_path(path):
             await self.proxy(scope, receive, send)
+        elif kind == "websocket" and is_invoke_path(path):
+            await self.ws_proxy(scope, receive, send)
         elif not is_canonical(path):
             await refuse_path(scope, receive, send)
         else:

@@ -272,7 +272,7 @@ class ProxyApp:
         timing: CallTiming | None = None
         try:
             route = await self.invoker.platform.route(ns, name)
-            caller = await self._authorize(route, headers) if route.auth == "token" else None
+            caller = await self.authorize(route, headers) if route.auth == "token" else None
             body = await self._read_body(receive, headers)
             req_bytes = len(body)
             timing = CallTiming(ready=time.monotonic())
@@ -322,7 +322,7 @@ class ProxyApp:
         payload = {"id": call_id, "state": "queued", "status_url": status_url, "request_id": request_id}
         return InvokeResult(202, out, json.dumps(payload).encode())
 
-    async def _authorize(self, route: Route, headers: list[tuple[str, str]]) -> str:
+    async def authorize(self, route: Route, headers: list[tuple[str, str]]) -> str:
         """The verified caller's ``sub`` for a token trigger (401 without a token, 403 for another tenant)."""
         if self.verifier is None:
             raise _Reply(error_body(401, "this trigger requires a token, and no token verifier is configured"))

@@ -29,6 +29,15 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.reserved(w, r)
 		return
 	}
+	if strings.EqualFold(strings.TrimSpace(r.Header.Get("Upgrade")), "websocket") {
+		// This runtime serves no WebSocket: deny by default, as the contract says for a function without a
+		// websocket handler.
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusBadRequest,
+			"this function does not accept WebSocket connections (it exports no websocket handler)",
+			"WebSocketNotAccepted")
+		return
+	}
 	body, ok := s.readBody(w, r)
 	if !ok {
 		return

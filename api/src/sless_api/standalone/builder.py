@@ -202,7 +202,7 @@ def python_interpreter() -> Path:
 
 
 #: The Python runtime's modules (server.py and runner.py are scripts: Python never loads a script's bytecode).
-PYTHON_RUNTIME_MODULES = ("sless_runtime.py", "sless_server.py", "sless_stream.py")
+PYTHON_RUNTIME_MODULES = ("sless_runtime.py", "sless_server.py", "sless_stream.py", "sless_ws.py")
 
 
 def precompile_python_runtime() -> str | None:

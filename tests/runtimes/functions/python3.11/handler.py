@@ -140,3 +140,18 @@ def handle(event: dict[str, Any]) -> Any:
     if case == "env":
         return {"value": os.environ.get(query.get("name") or event["name"])}
     return event
+
+
+def websocket(ws: Any, event: dict[str, Any]) -> None:
+    """WebSocket connections: echo every message (text stays text, bytes stay bytes); ``close`` closes with 4000,
+    ``whoami`` answers the request's path and query, ``boom`` fails the function."""
+    for message in ws:
+        if message == "close":
+            ws.close(4000, "asked to")
+            return
+        if message == "whoami":
+            ws.send(f"{event['_path']} {event['_query']}")
+            continue
+        if message == "boom":
+            raise RuntimeError("websocket handler broke")
+        ws.send(message)
