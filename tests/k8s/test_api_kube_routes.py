@@ -118,6 +118,28 @@ def test_route_follows_ready_and_trigger_state(routes_api: KubeApi) -> None:
     assert all(v < 10 for v in timings.values()), timings
 
 
+def test_a_function_edited_past_the_platforms_rules_is_refused_everywhere_but_delete(routes_api: KubeApi) -> None:
+    """kubectl accepts what the CRD schema allows; the codec the API, proxy and operator share refuses the rest."""
+    api, bed = routes_api, routes_api.bed
+    t = routable_function(api, "edited")
+    t.api("POST", "/functions", json={"name": "fine", "runtime": "python3.11"}, expect=201)
+    bed.kubectl("patch", f"{crd.FUNCTION_PLURAL}.{crd.GROUP}", "edited", "-n", t.ns, "--type=merge",
+                "-p", json.dumps({"spec": {"envVars": {"PORT": "1"}}}))  # the schema allows it: no rule for names
+    until("the edit unroutes", status_is(t, "edited", 404, "is invalid: spec.envVars"))
+    body = t.api("GET", "/functions/edited", expect=409).json()
+    assert "invalid as stored" in body["error"] and body["field"] == "spec.envVars", body
+    assert [f["name"] for f in t.api("GET", "/functions", expect=200).json()["items"]] == ["fine"]
+    t.api("PUT", "/functions/edited", json={"memory_mb": 256}, expect=409)
+    bed.kubectl("patch", f"{crd.FUNCTION_PLURAL}.{crd.GROUP}", "edited", "-n", t.ns, "--type=json",
+                "-p", json.dumps([{"op": "remove", "path": "/spec/envVars/PORT"}]))
+    until("valid again, routed again", status_is(t, "edited", 502))
+    bed.kubectl("patch", f"{crd.FUNCTION_PLURAL}.{crd.GROUP}", "edited", "-n", t.ns, "--type=merge",
+                "-p", json.dumps({"spec": {"entrypoint": "handler.handle", "runtime": "go1.23"}}))
+    until("a Python entrypoint on Go unroutes", status_is(t, "edited", 404, "spec.entrypoint"))
+    t.api("DELETE", "/functions/edited", expect=204)
+    assert cr(bed, crd.FUNCTION_PLURAL, t.ns, "edited") is None
+
+
 def test_invocations_cost_no_api_server_requests(routes_api: KubeApi) -> None:
     api = routes_api
     t = routable_function(api, "counted")
