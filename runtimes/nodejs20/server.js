@@ -10,6 +10,7 @@
 
 const http = require('node:http');
 const rt = require('./sless-runtime.js');
+const ws = require('./sless-ws.js');
 
 /**
  * Idle keep-alive connections live longer than any upstream pool keeps them
@@ -28,8 +29,10 @@ const HEALTH_OK = rt.toHttpResult({ status: 'ok' });
 /**
  * @param {import('./sless-runtime.js').Config} config
  * @param {(event: object, context: object) => unknown} handler
+ * @param {((socket: import('./sless-ws.js').WebSocket, event: object) => unknown) | undefined} [wsHandler]
+ *   the function's `websocket` export, when it has one
  */
-function createServer(config, handler) {
+function createServer(config, handler, wsHandler) {
   const timeoutSec = Math.min(config.timeoutSec, MAX_TIMER_MS / 1000);
   let inFlight = 0;
   let draining = false;
@@ -328,17 +331,19 @@ function createServer(config, handler) {
   const server = http.createServer({ noDelay: true }, onRequest);
   server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
 
-  // WebSocket upgrades: this runtime serves none (deny by default, as the contract says for a function
-  // without a websocket handler).
-  server.on('upgrade', (req, socket) => {
-    const body = JSON.stringify({
-      error: 'this function does not accept WebSocket connections (it exports no websocket handler)',
-      type: 'WebSocketNotAccepted',
-    });
-    socket.end(
-      `HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n`
-      + `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-    );
+  // WebSocket upgrades: the function's websocket handler runs for the connection's life; without one
+  // the upgrade is refused (deny by default).
+  server.on('upgrade', (req, socket, head) => {
+    const url = req.url || '/';
+    if (url.startsWith('/_/')) {
+      socket.end(ws.refusal(404, `no such path: ${url}`, 'NotFound'));
+      return;
+    }
+    socket.on('error', () => {}); // a client that vanishes ends only its own connection
+    const event = rt.buildEvent(req.method || 'GET', url, req.rawHeaders, EMPTY);
+    const callId = rt.callIdFrom(req.headers['x-request-id']);
+    rt.runAsCall(callId, () => ws.serve(req, socket, head, wsHandler, event, config, rt.logError))
+      .finally(() => rt.endCall(callId));
   });
 
   // Bodies larger than the limit are refused before the client sends them.
@@ -409,14 +414,16 @@ async function main() {
   rt.installCallTagging(); // before the handler loads: loggers it makes then write through it
   let config;
   let handler;
+  let wsHandler;
   try {
     config = rt.loadConfig();
     handler = await rt.loadHandler(config);
+    wsHandler = await rt.loadWebSocketHandler(config);
   } catch (err) {
     rt.logLoadFailure(err, config);
     process.exit(1);
   }
-  const { server, drain } = createServer(config, handler);
+  const { server, drain } = createServer(config, handler, wsHandler);
   server.on('error', (err) => {
     rt.logError('cannot listen', err);
     process.exit(1);

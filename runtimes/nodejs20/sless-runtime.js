@@ -141,6 +141,32 @@ async function loadHandler(config) {
 }
 
 /**
+ * The function's `websocket` export (runtimes/README.md, "WebSocket"), from the entrypoint's module
+ * (loaded already by loadHandler: this takes it from the module cache); undefined when it has none.
+ * @param {Config} config
+ * @returns {Promise<((ws: any, event: object) => unknown) | undefined>}
+ */
+async function loadWebSocketHandler(config) {
+  const { moduleName } = parseEntrypoint(config.entrypoint);
+  const modulePath = path.join(config.codeDir, moduleName);
+  /** @type {any} */
+  let mod;
+  try {
+    mod = require(modulePath);
+  } catch (err) {
+    if (/** @type {NodeJS.ErrnoException} */ (err).code !== 'ERR_REQUIRE_ESM') throw err;
+    mod = await import(pathToFileURL(require.resolve(modulePath)).href);
+  }
+  let owner = mod;
+  let found = mod == null ? undefined : mod.websocket;
+  if (found === undefined && mod && mod.default && typeof mod.default === 'object') {
+    owner = mod.default;
+    found = owner.websocket;
+  }
+  return typeof found === 'function' ? found.bind(owner) : undefined;
+}
+
+/**
  * @param {unknown} err
  * @returns {{ error: string, type: string }}
  */
@@ -724,6 +750,7 @@ module.exports = {
   InvocationContext,
   loadConfig,
   loadHandler,
+  loadWebSocketHandler,
   parseEntrypoint,
   addDependencyDir,
   invoke,

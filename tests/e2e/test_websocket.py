@@ -151,3 +151,17 @@ def test_idle_websocket_is_closed(echo: Tenant) -> None:
     kind, code, waited = asyncio.run(run())
     assert kind in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED) and code == 1001
     assert 1.5 <= waited < 15
+
+
+NODE_ECHO = """
+exports.handle = async () => 'plain HTTP';
+exports.websocket = async (ws, event) => {
+  for await (const message of ws) ws.send(typeof message === 'string' ? `${event._path}: ${message}` : message);
+};
+"""
+
+
+def test_nodejs_websocket_echo_through_fn(tenant: Tenant) -> None:
+    tenant.deploy("nodews", "nodejs20", {"handler.js": NODE_ECHO}, timeout_sec=2)
+    answers, code = exchange(ws_url(tenant, "nodews", "/chat"), ["hi", b"\x01\x02"])
+    assert answers == ["/chat: hi", b"\x01\x02"] and code == 1000

@@ -142,3 +142,20 @@ exports.handle = async (event) => {
       return { statusCode: 400, body: { error: `unknown case ${pickCase(event)}`, type: 'UnknownCase' } };
   }
 };
+
+// WebSocket connections: echo every message (text stays text, bytes stay bytes); `close` closes with
+// 4000, `whoami` answers the request's path and query, `boom` fails the function.
+exports.websocket = async (ws, event) => {
+  for await (const message of ws) {
+    if (message === 'close') {
+      ws.close(4000, 'asked to');
+      return;
+    }
+    if (message === 'whoami') {
+      ws.send(`${event._path} x=${event._query.x}`);
+      continue;
+    }
+    if (message === 'boom') throw new Error('websocket handler broke');
+    ws.send(message);
+  }
+};

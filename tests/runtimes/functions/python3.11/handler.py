@@ -150,7 +150,7 @@ def websocket(ws: Any, event: dict[str, Any]) -> None:
             ws.close(4000, "asked to")
             return
         if message == "whoami":
-            ws.send(f"{event['_path']} {event['_query']}")
+            ws.send(f"{event['_path']} x={event['_query'].get('x')}")
             continue
         if message == "boom":
             raise RuntimeError("websocket handler broke")
