@@ -22,7 +22,12 @@ from sless_operator.manifests import FunctionRef, Owner
 from sless_operator.observe import JobSummary, job_summary
 from sless_operator.status import StatusBuilder, now, write
 
-FINISHED = (JobPhase.SUCCEEDED.value, JobPhase.FAILED.value)
+FINISHED = (JobPhase.SUCCEEDED, JobPhase.FAILED)
+
+
+def _reported(job: JobResource, run_id: int) -> bool:
+    """Whether the status already tells how run RUN_ID ended (a later event about it changes nothing)."""
+    return job.status.run_id == run_id and job.status.phase in FINISHED
 
 
 class WaitingForFunction(Exception):
@@ -57,16 +62,17 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         await write(ctx.kube, path, st)
         return
     try:
-        spec = JobResource.from_cr(body).spec
+        resource = JobResource.from_cr(body)
     except InvalidResource as exc:
         st.set(phase=JobPhase.FAILED.value, message=f"invalid spec: {exc}")
         await write(ctx.kube, path, st)
         raise
+    spec = resource.spec
     if spec.run_id == 0:
         st.set(phase=JobPhase.RECORDED.value, runId=0, message="recorded; set runId above 0 to run it")
         await write(ctx.kube, path, st)
         return
-    if old.get("runId") == spec.run_id and old.get("phase") in FINISHED:
+    if _reported(resource, spec.run_id):
         return  # this run is over and reported
 
     fn = await ctx.kube.get(api_path(crd.API_VERSION, crd.FUNCTION_PLURAL, namespace, spec.function))
@@ -131,13 +137,13 @@ async def on_run_job(ctx: Context, summary: JobSummary) -> None:
         body = await ctx.kube.get(job_path(namespace, name))
         if body is None or body["metadata"].get("deletionTimestamp"):
             return
-        old = body.get("status") or {}
         try:
-            current = JobResource.from_cr(body).spec.run_id
+            resource = JobResource.from_cr(body)
         except InvalidResource:
             return  # its own reconcile reports it
-        if current != run_id:
+        if resource.spec.run_id != run_id:
             return  # an earlier run, being deleted
-        if old.get("runId") == run_id and old.get("phase") in FINISHED:
+        if _reported(resource, run_id):
             return
-        await _report(ctx, body, StatusBuilder(old, int(body["metadata"].get("generation", 0))), run_id, summary)
+        st = StatusBuilder(body.get("status") or {}, resource.meta.generation)
+        await _report(ctx, body, st, run_id, summary)
