@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sless_api.platform import FunctionRecord, JobRecord, TriggerRecord
+from sless_api.platform import FunctionRecord, JobRecord, NotFound, TriggerRecord
 from sless_api.standalone.builder import BuildArtifact
 from sless_api.standalone.datadir import create_private_file
 from sless_api.versions import Version, append, function_config
@@ -50,6 +50,14 @@ def artifact_from_dict(data: dict[str, Any]) -> BuildArtifact:
         if values.get(key) is not None:
             values[key] = Path(values[key])
     return BuildArtifact(**values)
+
+
+def require_function(state: StateStore, namespace: str, name: str) -> FunctionRecord:
+    """The function, or NotFound (what every operation on a missing function answers)."""
+    rec = state.get_function(namespace, name)
+    if rec is None:
+        raise NotFound(f"function {name!r} not found")
+    return rec
 
 
 class CorruptStateError(RuntimeError):
