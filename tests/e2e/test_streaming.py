@@ -4,12 +4,14 @@ leaves mid-stream ends the function's stream."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import requests
 
@@ -161,3 +163,26 @@ def test_endless_stream_is_cut_at_the_total_cap(tmp_path: Path) -> None:
         while requests.get(tenant.fn_url("streamer", "/closed"), timeout=30).json()["closed"] == 0:
             assert time.monotonic() < deadline, "the function's stream kept running after the cut"
             time.sleep(0.1)
+        # a WebSocket that is never idle is cut at the same cap
+        tenant.deploy("wsecho", "python3.11", {"handler.py": WS_ECHO}, timeout_sec=1)
+        kind, code, lasted = asyncio.run(chat(tenant.fn_url("wsecho").replace("http://", "ws://"), "chatty-1"))
+        assert kind == aiohttp.WSMsgType.CLOSE and code == 1001 and 3.0 <= lasted < 20
+        rec = record(tenant, "wsecho", "chatty-1")
+        assert rec["status"] == 101 and "cut after 3s" in rec["error"]
+
+
+WS_ECHO = "def handle(event):\n    return 'x'\n\ndef websocket(ws, event):\n    for m in ws:\n        ws.send(m)\n"
+
+
+async def chat(url: str, request_id: str) -> tuple[aiohttp.WSMsgType, int | None, float]:
+    """Send a message every 0.3 s (never idle) until the server closes; how, and after how long."""
+    started = time.monotonic()
+    async with aiohttp.ClientSession() as session, session.ws_connect(
+            url, headers={"X-Request-Id": request_id}) as ws:
+        while time.monotonic() - started < 30:
+            await ws.send_str("still here")
+            reply = await ws.receive(timeout=10)
+            if reply.type != aiohttp.WSMsgType.TEXT:
+                return reply.type, ws.close_code, time.monotonic() - started
+            await asyncio.sleep(0.3)
+    raise AssertionError("the connection was never cut")

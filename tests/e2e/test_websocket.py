@@ -19,18 +19,26 @@ from tests.support.platform import Tenant
 pytestmark = pytest.mark.e2e
 
 ECHO = """
+ended = 0
+
 def handle(event):
+    if event['_path'] == '/ended':
+        return {'ended': ended}
     return 'plain HTTP'
 
 def websocket(ws, event):
-    for message in ws:
-        if message == 'close':
-            ws.close(4000, 'asked to')
-            return
-        if message == 'whoami':
-            ws.send(event['_path'] + ' ' + event['_headers'].get('x-sless-sub', '-'))
-            continue
-        ws.send(message)
+    global ended
+    try:
+        for message in ws:
+            if message == 'close':
+                ws.close(4000, 'asked to')
+                return
+            if message == 'whoami':
+                ws.send(event['_path'] + ' ' + event['_headers'].get('x-sless-sub', '-'))
+                continue
+            ws.send(message)
+    finally:
+        ended += 1
 """
 PLAIN = "def handle(event):\n    return 'no websockets here'\n"
 
@@ -65,6 +73,20 @@ def exchange(url: str, messages: list[str | bytes], headers: dict[str, str] | No
             return answers, ws.close_code
 
     return asyncio.run(run())
+
+
+def handshake(url: str) -> socket.socket:
+    """A raw WebSocket handshake through /fn that succeeded (101); the socket, to drop without a close frame."""
+    parsed = urllib.parse.urlparse(url)
+    sock = socket.create_connection((parsed.hostname, parsed.port), timeout=30)
+    sock.sendall((f"GET {parsed.path} HTTP/1.1\r\nHost: {parsed.hostname}:{parsed.port}\r\nUpgrade: websocket\r\n"
+                  "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                  "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(4096)
+    assert head.startswith(b"HTTP/1.1 101 "), head
+    return sock
 
 
 def refused(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
@@ -165,3 +187,15 @@ def test_nodejs_websocket_echo_through_fn(tenant: Tenant) -> None:
     tenant.deploy("nodews", "nodejs20", {"handler.js": NODE_ECHO}, timeout_sec=2)
     answers, code = exchange(ws_url(tenant, "nodews", "/chat"), ["hi", b"\x01\x02"])
     assert answers == ["/chat: hi", b"\x01\x02"] and code == 1000
+
+
+def test_client_vanishing_ends_the_functions_connection(echo: Tenant) -> None:
+    import requests
+
+    before = requests.get(echo.fn_url("wsecho", "/ended"), timeout=30).json()["ended"]
+    sock = handshake(ws_url(echo, "wsecho"))
+    sock.close()  # no close frame: the TCP connection just goes
+    deadline = time.monotonic() + 15
+    while requests.get(echo.fn_url("wsecho", "/ended"), timeout=30).json()["ended"] == before:
+        assert time.monotonic() < deadline, "the function's websocket handler kept running after its client left"
+        time.sleep(0.1)
