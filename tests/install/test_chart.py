@@ -11,6 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
+from sless_core import crd
+from sless_operator import manifests
+from sless_operator.config import OperatorConfig
 from tests.install.helm import CHART, NAMESPACE, HelmError, by_kind, helm, one, pod_specs, render
 
 API = "sless-api"
@@ -406,6 +409,10 @@ def test_network_policies_restrict_egress_when_asked() -> None:
 def test_build_namespace_is_baseline_and_optional(default: list[dict[str, Any]]) -> None:
     namespace = one(default, "Namespace", "sless-build")
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    # the same Pod Security labels as the operator's, which makes it when the chart does not (one definition)
+    operators = manifests.build_namespace(OperatorConfig())["metadata"]["labels"]
+    assert {k: v for k, v in namespace["metadata"]["labels"].items() if k.startswith("pod-security.")} == {
+        k: v for k, v in operators.items() if k in (crd.POD_SECURITY_ENFORCE, crd.POD_SECURITY_WARN)}
     objects = render(
         {"build": {**yaml.safe_load((CHART / "values.yaml").read_text())["build"], "createNamespace": False}}
     )
@@ -549,7 +556,8 @@ def test_admission_policy_binds_the_operators_service_account_and_denies(default
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
     assert variables["buildNamespace"] == "'sless-build'"
     assert "'^sless-[0-9a-f]{16}$'" in variables["tenantShaped"]
-    assert "namespaceObject.metadata.labels['sless.dev/tenant'] == 'true'" in variables["tenantLabelled"]
+    assert f"namespaceObject.metadata.labels['{crd.LABEL_TENANT}'] == 'true'" in variables["tenantLabelled"]
+    assert crd.tenant_mark() == {crd.LABEL_TENANT: "true", crd.LABEL_MANAGED: "sless"}  # what the policy reads
     assert all(v.get("reason") == "Forbidden" and v.get("messageExpression") for v in policy["spec"]["validations"])
 
 

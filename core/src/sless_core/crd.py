@@ -35,14 +35,23 @@ POD_SECURITY_AUDIT = "pod-security.kubernetes.io/audit"
 POD_SECURITY_WARN = "pod-security.kubernetes.io/warn"
 
 
+def tenant_mark() -> dict[str, str]:
+    """The labels that make a namespace a tenant's for the platform (the chart's admission policy, the API's
+    namespace watch): the API puts them back on a namespace that lost them."""
+    return {LABEL_TENANT: "true", LABEL_MANAGED: MANAGED_BY}
+
+
+#: The label selector of the tenant namespaces.
+TENANT_SELECTOR = f"{LABEL_TENANT}=true"
+
+
 def tenant_namespace_labels() -> dict[str, str]:
     """Every tenant namespace's labels, whoever makes it (the API or the operator): the tenant mark and Pod
     Security ``restricted``, enforced, audited and warned (function pods run non-root, read-only, unprivileged)."""
     return {
-        LABEL_TENANT: "true",
+        **tenant_mark(),
         POD_SECURITY_ENFORCE: "restricted",
         POD_SECURITY_ENFORCE_VERSION: "latest",
         POD_SECURITY_AUDIT: "restricted",
         POD_SECURITY_WARN: "restricted",
-        LABEL_MANAGED: MANAGED_BY,
     }

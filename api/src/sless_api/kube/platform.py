@@ -189,8 +189,9 @@ class KubernetesPlatform:
         if current.metadata.deletion_timestamp is not None:
             raise Unavailable(f"namespace {namespace} is being deleted; try again when it is gone")
         have = current.metadata.labels or {}
-        if any(have.get(k) != v for k, v in NAMESPACE_LABELS.items() if k in (crd.LABEL_MANAGED, crd.LABEL_TENANT)):
-            patch = {"metadata": {"labels": {crd.LABEL_MANAGED: crd.MANAGED_BY, crd.LABEL_TENANT: "true"}}}
+        mark = crd.tenant_mark()
+        if any(have.get(k) != v for k, v in mark.items()):
+            patch = {"metadata": {"labels": mark}}
             await self.kube.call(what, self.kube.core.patch_namespace, namespace, patch)
         return False
 

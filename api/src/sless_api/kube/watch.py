@@ -300,7 +300,7 @@ class RouteWatch:
         while not self.stop_event.is_set():
             try:
                 found = self.kube.call_sync("namespaces", self.kube.core.list_namespace,
-                                            label_selector=f"{crd.LABEL_TENANT}=true")
+                                            label_selector=crd.TENANT_SELECTOR)
                 for item in found.items:
                     self.add_namespace(item.metadata.name)
             except Exception as exc:
