@@ -5,7 +5,8 @@ Run: ``.venv/bin/python -m bench.connections [--quick] [--rate N]`` (needs wrk:
 every load is bounded in time; a full run takes about two and a half minutes, ``--quick`` about one.
 
 Two servers run the same trivial handler (``return "ok"``) side by side:
-- ``sless``: ``runtimes/python3.11/server.py``, an epoll event loop with a bounded handler thread pool;
+- ``sless``: ``runtimes/python3.11/server.py``: connections wait in one epoll, a bounded set of handler
+  threads waits on it;
 - ``thread per connection`` (the baseline): the runtime's previous server, kept as
   ``bench/peers/threaded_server.py`` and run from a temporary directory next to the current
   ``sless_runtime.py``, with one thread per connection.

@@ -1,7 +1,7 @@
 """Baseline for bench/connections.py: the Python runtime's previous server, one thread per connection.
 
-Kept unchanged (apart from this paragraph) from runtimes/python3.11/server.py before it moved to an event
-loop with a handler thread pool; the benchmark copies it into a temporary directory next to the current
+Kept unchanged (apart from this paragraph) from runtimes/python3.11/server.py before it moved to epoll with
+handler threads; the benchmark copies it into a temporary directory next to the current
 sless_runtime.py and runs it there. Not used by the platform.
 
 Its original description follows.

@@ -3,16 +3,16 @@
 Started by ``server.py`` (a few lines, so that this module's bytecode can be cached; see there).
 
 Design (why it looks like this):
-- One event loop (epoll, on the main thread) holds every connection and reads and parses requests; a
-  complete request goes to a bounded pool of handler threads (HandlerPool: SLESS_HANDLER_THREADS, growing
-  up to SLESS_MAX_HANDLER_THREADS past handlers that block). An idle keep-alive connection costs a
-  buffer, not a thread, so a thousand of them do not slow the others down, as a thread per connection
-  did (every thread contending for the GIL). Each connection is registered EPOLLONESHOT: exactly one
-  thread owns it at a time (the loop while it waits for bytes, a handler thread while its request runs),
-  and the handler thread that answered re-arms it, so a keep-alive request costs one epoll wake-up, one
-  recv, one hand-off to a thread and one send. The small hand-written HTTP/1.1 parser beats http.server's
-  BaseHTTPRequestHandler (line-by-line file reads, several writes per response) several times over.
-- Probes (``/_/health``) are answered on the loop itself: they never wait behind busy handlers.
+- Connections wait in one epoll (EPOLLONESHOT) and a bounded set of handler threads (HandlerThreads:
+  SLESS_HANDLER_THREADS, growing up to SLESS_MAX_HANDLER_THREADS past handlers that block) waits in
+  epoll_wait on it. The kernel wakes one idle thread per ready connection; that thread reads and parses
+  the request, runs the handler and writes the answer, then re-arms the connection. A request thus costs
+  one thread wake-up, one recv and one send, as with a thread per connection, while an idle keep-alive
+  connection costs a buffer, not a thread: a thousand of them do not slow the others down, as a thousand
+  threads contending for the GIL did. Exactly one thread owns a connection at a time. The main thread
+  accepts connections, times out idle ones and handles signals. The small hand-written HTTP/1.1 parser
+  beats http.server's BaseHTTPRequestHandler (line-by-line file reads, several writes per response)
+  several times over.
 - Timeouts: a watchdog thread answers 504 on behalf of a handler that overran
   SLESS_TIMEOUT_SEC and closes that connection; Python cannot stop a thread, so
   the handler keeps running in the background until it returns on its own.
@@ -25,10 +25,8 @@ Design (why it looks like this):
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
-import queue
 import select
 import signal
 import socket
@@ -68,12 +66,8 @@ MAX_LINE_BYTES = 8192
 READS_PER_EVENT = 16
 #: A handler running this long counts as stuck: requests waiting behind it get extra threads.
 STUCK_SEC = 0.1
-#: A connection whose next request follows its answer within this many seconds is "hot": the handler
-#: thread that answered waits this long for it instead of handing the connection back to the event loop.
-HOT_GAP_SEC = 0.005
-#: ... in slices of this many milliseconds, between which it gives up if requests wait for a thread.
-HOT_SLICE_MS = 1
-_RECV_SLICE = struct.pack("ll", 0, HOT_SLICE_MS * 1000)
+#: Handler threads beyond SLESS_HANDLER_THREADS end after this many seconds without a request.
+WORKER_IDLE_SEC = 10.0
 _SEND_TIMEOUT = struct.pack("ll", int(IDLE_TIMEOUT_SEC), 0)
 #: How a connection waits in epoll: for bytes or EOF, once (whoever handles the event re-arms it).
 _ARMED = select.EPOLLIN | select.EPOLLONESHOT
@@ -239,8 +233,8 @@ class ChunkedBody:
             self.left = size
 
 
-# Connection states. READ: waiting for (the rest of) a request, owned by the event loop while armed in
-# epoll; RUN: its request is in the handler pool, owned by that handler thread; LINGER: answered with an
+# Connection states. READ: waiting for (the rest of) a request, owned by epoll while armed there, else by
+# the handler thread epoll woke for it; RUN: its request runs in that thread; LINGER: answered with an
 # error, the rest of the upload is swallowed; CLOSED.
 READ, RUN, LINGER, CLOSED = 0, 1, 2, 3
 
@@ -248,8 +242,8 @@ READ, RUN, LINGER, CLOSED = 0, 1, 2, 3
 class Connection:
     """One client connection. Exactly one thread owns it at a time (see the states above)."""
 
-    __slots__ = ("active", "body", "buf", "busy", "deadline", "fd", "head_only", "hot", "linger_until", "lock",
-                 "request", "sock", "state", "swallowed", "timed_out")
+    __slots__ = ("active", "body", "buf", "busy", "deadline", "fd", "head_only", "linger_until", "lock", "request",
+                 "sock", "state", "swallowed", "timed_out")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -271,8 +265,6 @@ class Connection:
         self.body: FixedBody | ChunkedBody | None = None
         self.linger_until = 0.0
         self.swallowed = 0
-        #: its last request came within HOT_GAP_SEC of the answer before (see Server._run)
-        self.hot = False
 
     def send_all(self, data: bytes) -> None:
         """Send everything from a handler thread, waiting while the client is slow to read (the socket is
@@ -289,97 +281,94 @@ class Connection:
 
 
 class _Worker:
-    """One handler thread of the pool; ``since`` and ``conn`` let the watchdog see what it runs."""
+    """One handler thread; ``since`` (0: not in a handler) and ``conn`` let the watchdog see what it runs."""
 
-    __slots__ = ("conn", "inbox", "since")
+    __slots__ = ("conn", "since")
 
     def __init__(self) -> None:
-        self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.since = 0.0
         self.conn: Connection | None = None
 
 
-class HandlerPool:
-    """The bounded thread pool handlers run in (SLESS_HANDLER_THREADS, SLESS_MAX_HANDLER_THREADS).
+class HandlerThreads:
+    """The bounded set of threads that serve ready connections (SLESS_HANDLER_THREADS, SLESS_MAX_HANDLER_THREADS).
 
-    Threads start on demand, up to ``size``; beyond that, requests wait in FIFO order. A handler that
-    blocks (``time.sleep``, a slow database) holds its thread, so when a request waits while handlers have
-    been running for STUCK_SEC or more, ``tick`` (called by the watchdog) adds threads, up to ``max_size``:
-    as many as there are stuck handlers, or the whole backlog when every thread is stuck. CPU-bound
-    handlers never grow the pool past ``size`` (more threads would only contend for the GIL), while a
-    burst of sleeping handlers still runs concurrently, as a thread per connection did. Threads beyond
-    ``size`` end when they find no work.
+    Every idle thread waits in epoll_wait on the connections' epoll; the kernel wakes exactly one waiter
+    per ready connection (epoll waiters are exclusive), and that thread reads the request, runs the handler
+    and writes the answer: one thread wake-up per request, as with a thread per connection, but no thread
+    per idle connection. Requests that find every thread busy wait, in order, in the kernel's ready list.
+    Threads start on demand up to ``size`` (one more whenever the last idle one takes work). When requests
+    wait while handlers have run for STUCK_SEC or more (they block: ``time.sleep``, a slow database),
+    ``grow`` (called by the watchdog) adds as many threads as are stuck, up to ``max_size``: CPU-bound
+    handlers never push the pool past ``size`` (more threads would only contend for the GIL), sleeping ones
+    still run side by side. Threads beyond ``size`` end after WORKER_IDLE_SEC without work.
     """
 
-    def __init__(self, run: Callable[[_Worker, Any], None], size: int, max_size: int) -> None:
-        self.run = run
+    def __init__(self, serve: Callable[[_Worker, int], None], epoll: select.epoll, size: int,
+                 max_size: int) -> None:
+        self.serve = serve
+        self.epoll = epoll
         self.size = size
         self.max_size = max(size, max_size)
         self.lock = threading.Lock()
         self.workers: set[_Worker] = set()
-        self.idle: list[_Worker] = []
-        self.backlog: collections.deque[Any] = collections.deque()
+        self.idle = 0
         self.spawn_failed_logged = -10.0
 
-    def submit(self, task: Any) -> None:
+    def start(self) -> None:
         with self.lock:
-            if self.idle:
-                worker = self.idle.pop()  # the most recently idle one: its stack is warm
-            elif len(self.workers) < self.size:
-                self._spawn(task)
-                return
-            else:
-                self.backlog.append(task)
-                return
-        worker.inbox.put(task)
+            self._spawn()
 
-    def _spawn(self, task: Any) -> bool:
-        """Start a thread whose first task is ``task`` (the lock is held). When the system refuses (a
-        memory or thread limit), the task waits for a running thread instead: False."""
+    def _spawn(self) -> bool:
+        """Start one thread (the lock is held); False when the system refuses (a memory or thread limit):
+        requests then wait for the running ones."""
         worker = _Worker()
         self.workers.add(worker)
         try:
-            threading.Thread(target=self._work, args=(worker, task), name="sless-handler", daemon=True).start()
+            threading.Thread(target=self._work, args=(worker,), name="sless-handler", daemon=True).start()
         except RuntimeError as exc:  # "can't start new thread"
             self.workers.discard(worker)
-            self.backlog.appendleft(task)
             now = time.monotonic()
             if now >= self.spawn_failed_logged + 10:
                 self.spawn_failed_logged = now
-                rt.log(f"cannot start a handler thread ({exc}); {len(self.workers)} running, "
-                       f"{len(self.backlog)} request(s) waiting")
+                rt.log(f"cannot start a handler thread ({exc}); {len(self.workers)} running")
             return False
         return True
 
-    def _work(self, worker: _Worker, task: Any) -> None:
+    def _work(self, worker: _Worker) -> None:
+        poll = self.epoll.poll
         while True:
-            worker.since = time.monotonic()
+            with self.lock:
+                self.idle += 1
+                extra = len(self.workers) > self.size
             try:
-                self.run(worker, task)
+                events = poll(WORKER_IDLE_SEC if extra else -1, 1)
+            except OSError:
+                events = []
+            with self.lock:
+                self.idle -= 1
+                if not events:
+                    if len(self.workers) > self.size:
+                        self.workers.discard(worker)
+                        return
+                    continue
+                if not self.idle and len(self.workers) < self.size:
+                    self._spawn()  # someone must wait for the next connection while this one works
+            try:
+                self.serve(worker, events[0][0])
             except Exception as exc:  # a bug in the server itself: keep the thread
                 rt.log_exception("request failed", exc)
             worker.since = 0.0
             worker.conn = None
-            with self.lock:
-                if self.backlog:
-                    task = self.backlog.popleft()
-                    continue
-                if len(self.workers) > self.size:
-                    self.workers.discard(worker)
-                    return
-                self.idle.append(worker)
-            task = worker.inbox.get()
 
-    def tick(self, now: float) -> None:
-        """Add threads for waiting requests when running handlers are stuck (see the class docstring)."""
-        if not self.backlog:
-            return
+    def grow(self, now: float) -> None:
+        """Add threads when requests wait behind stuck handlers (see the class docstring)."""
+        if self.idle or not select.select([self.epoll.fileno()], [], [], 0)[0]:
+            return  # a thread is free, or nothing waits (an epoll fd is readable while events are ready)
         with self.lock:
-            count = len(self.workers)
             stuck = sum(1 for w in self.workers if w.since and now - w.since >= STUCK_SEC)
-            extra = len(self.backlog) if stuck >= count else self.size + stuck - count
-            for _ in range(min(extra, len(self.backlog), self.max_size - count)):
-                if not self._spawn(self.backlog.popleft()):
+            for _ in range(min(stuck, self.max_size - len(self.workers))):
+                if not self._spawn():
                     break
 
 
@@ -402,9 +391,13 @@ class Server:
         self.exit_code = 0
         #: The tagging streams in front of sys.stdout/sys.stderr (see sless_runtime.TaggedStream).
         self.tagged = [s for s in (sys.stdout, sys.stderr) if isinstance(s, rt.TaggedStream)]
-        self.pool = HandlerPool(self._run, config.handler_threads, config.max_handler_threads)
+        #: the connections waiting for bytes (EPOLLONESHOT), waited on by the idle handler threads
+        self.conn_epoll = select.epoll()
+        #: the listening socket and the signal wake-up, waited on by the main thread
+        self.main_epoll = select.epoll()
+        self.pool = HandlerThreads(self._serve_fd, self.conn_epoll, config.handler_threads,
+                                   config.max_handler_threads)
         self.listener = self._listen()
-        self.epoll = select.epoll()
         self._accept_paused_until = 0.0
 
     # ------------------------------------------------------------------ life cycle
@@ -422,36 +415,34 @@ class Server:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         threading.Thread(target=self._watchdog, name="sless-watchdog", daemon=True).start()
+        self.pool.start()
         host, port = self.listener.getsockname()[:2]
         rt.log(f"python runtime listening on {host}:{port}, handler {self.config.entrypoint}")
         # The kernel may deliver SIGTERM to any thread, and Python runs its handler only when the main
-        # thread executes bytecode: the wakeup fd makes the signal wake the event loop's poll instead.
+        # thread executes bytecode: the wakeup fd makes the signal wake the main thread's poll instead.
         wake_r, wake_w = socket.socketpair()
         wake_r.setblocking(False)
         wake_w.setblocking(False)
         signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
         self.listener.setblocking(False)
-        self.epoll.register(self.listener.fileno(), select.EPOLLIN)
-        self.epoll.register(wake_r.fileno(), select.EPOLLIN)
-        self._event_loop_run(wake_r)
+        self.main_epoll.register(self.listener.fileno(), select.EPOLLIN)
+        self.main_epoll.register(wake_r.fileno(), select.EPOLLIN)
+        self._main_loop(wake_r)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
         os._exit(self.exit_code)
 
-    def _event_loop_run(self, wake_r: socket.socket) -> None:
-        """The event loop: accept, read and parse requests, hand complete ones to the pool; return when drained."""
+    def _main_loop(self, wake_r: socket.socket) -> None:
+        """The main thread: accept connections, time out idle ones, notice signals; return when drained."""
         listen_fd, wake_fd = self.listener.fileno(), wake_r.fileno()
         connections = self.connections
         next_sweep = time.monotonic() + 1.0
         drain_deadline = 0.0
         while True:
             timeout = 0.02 if self.draining else (0.1 if self.lingering or self._accept_paused_until else 1.0)
-            for fd, _ in self.epoll.poll(timeout):
-                conn = connections.get(fd)
-                if conn is not None:
-                    self._on_readable(conn)
-                elif fd == listen_fd:
+            for fd, _ in self.main_epoll.poll(timeout):
+                if fd == listen_fd:
                     self._accept()
                 elif fd == wake_fd:
                     with contextlib.suppress(OSError):
@@ -473,7 +464,7 @@ class Server:
                         _shutdown(conn.sock)  # wakes the loop with EOF, which closes it
             if self._accept_paused_until and now >= self._accept_paused_until and not self.draining:
                 self._accept_paused_until = 0.0
-                self.epoll.register(listen_fd, select.EPOLLIN)
+                self.main_epoll.register(listen_fd, select.EPOLLIN)
             if now >= next_sweep:
                 next_sweep = now + 1.0
                 idle_since = now - IDLE_TIMEOUT_SEC
@@ -492,23 +483,21 @@ class Server:
                 return
             except OSError as exc:  # e.g. EMFILE: keep serving the connections we have, retry in 0.1 s
                 rt.log(f"accept failed: {exc}")
-                self.epoll.unregister(self.listener.fileno())
+                self.main_epoll.unregister(self.listener.fileno())
                 self._accept_paused_until = time.monotonic() + 0.1
                 return
-            # Blocking, with kernel timeouts (no poll() per call, unlike settimeout): the event loop passes
-            # MSG_DONTWAIT on each call, while a handler thread may wait in send and, for a hot connection,
-            # in recv (one HOT_SLICE_MS slice at a time).
+            # Blocking, with a kernel send timeout (no poll() per call, unlike settimeout): reads pass
+            # MSG_DONTWAIT (epoll says when to read), while a handler thread may wait in send.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _RECV_SLICE)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _SEND_TIMEOUT)
             conn = Connection(sock)
             self.connections[conn.fd] = conn
-            self.epoll.register(conn.fd, _ARMED)
+            self.conn_epoll.register(conn.fd, _ARMED)
 
     def _begin_drain(self) -> None:
         """Refuse new connections and close idle ones; a request that arrived just before SIGTERM is served."""
         if not self._accept_paused_until:
-            self.epoll.unregister(self.listener.fileno())
+            self.main_epoll.unregister(self.listener.fileno())
         self.listener.close()
         for conn in list(self.connections.values()):
             if conn.state == READ and not conn.buf and not conn.busy:
@@ -531,15 +520,21 @@ class Server:
             conn.sock.close()
 
     def _rearm(self, conn: Connection) -> None:
-        """Give the connection back to the event loop: it fires once, when bytes (or EOF) arrive."""
+        """Put the connection back in epoll: one idle handler thread is woken once bytes (or EOF) arrive."""
         try:
-            self.epoll.modify(conn.fd, _ARMED)
+            self.conn_epoll.modify(conn.fd, _ARMED)
         except OSError:
             self._close(conn)
 
-    # ------------------------------------------------------------------ reading requests (event loop)
+    # ------------------------------------------------------------------ reading and running requests
 
-    def _on_readable(self, conn: Connection) -> None:
+    def _serve_fd(self, worker: _Worker, fd: int) -> None:
+        """Serve a connection epoll reported ready (in a handler thread, which now owns it)."""
+        conn = self.connections.get(fd)
+        if conn is not None:
+            self._on_readable(worker, conn)
+
+    def _on_readable(self, worker: _Worker, conn: Connection) -> None:
         if conn.state == LINGER:
             self._swallow(conn)
             return
@@ -555,19 +550,19 @@ class Server:
             if not data:  # EOF: the client is gone (a half-closed client has had its buffered requests)
                 self._close(conn)
                 return
-            now = time.monotonic()
-            if not conn.buf:  # a new request: did it follow the last answer at once?
-                conn.hot = now - conn.active < HOT_GAP_SEC
             conn.buf += data
-            conn.active = now
-            if self._advance(conn):
+            conn.active = time.monotonic()
+            request = self._advance(conn)
+            if request is True:
+                return
+            if request is not False:
+                self._run(worker, conn, request)
                 return
         self._rearm(conn)
 
-    def _advance(self, conn: Connection, inline: bool = False) -> Request | bool:
-        """Act on what is buffered: True once the connection is handed on (pool, linger, closed), False
-        when it needs more bytes (the caller rearms it). Called by whichever thread owns the connection;
-        with ``inline`` (a handler thread), a complete request is returned for that thread to run."""
+    def _advance(self, conn: Connection) -> Request | bool:
+        """Act on what is buffered: the next complete request (to run), True once the connection is
+        handed on (linger, closed), False when it needs more bytes (the caller rearms it)."""
         while True:
             try:
                 request = self._next_request(conn)
@@ -576,8 +571,8 @@ class Server:
                 return True
             if request is None:
                 return False
-            path, _, query = _split_target(request.target)
-            if path.startswith("/_/"):  # answered right here: probes never wait for a handler thread
+            path = _split_target(request.target)[0]
+            if path.startswith("/_/"):  # the platform's own endpoints: no handler, no event
                 keep_alive = request.keep_alive and not self.draining
                 if not conn.send_now(serialize(_reserved(request.method, path), keep_alive, conn.head_only,
                                                request.http10)) or not keep_alive:
@@ -586,10 +581,7 @@ class Server:
                 conn.busy = False
                 continue
             conn.state = RUN
-            if inline:
-                return request
-            self.pool.submit((conn, request, path, query))
-            return True
+            return request
 
     def _next_request(self, conn: Connection) -> Request | None:
         """The next complete request in the buffer, or None while bytes are missing; raises BadRequest."""
@@ -680,53 +672,23 @@ class Server:
 
     # ------------------------------------------------------------------ running requests (handler threads)
 
-    def _run(self, worker: _Worker, task: tuple[Connection, Request, str, str]) -> None:
-        """Run one request's handler in a pool thread, answer it, and give the connection back.
-
-        A hot connection (its client sent each request right after the previous answer) is kept by this
-        thread for up to HOT_GAP_SEC while no other request waits for a thread: its next request is read and
-        run here, with no hand-off through the event loop, as a thread per connection would. A connection
-        that goes quiet, or any backlog, sends it back to the loop.
-        """
-        conn, request, path, query = task
+    def _run(self, worker: _Worker, conn: Connection, request: Request) -> None:
+        """Run a request's handler in this thread and answer it (and any pipelined one), then put the
+        connection back in epoll."""
         worker.conn = conn
         while True:
-            worker.since = time.monotonic()  # per request: a hot connection's thread is not a stuck one
+            worker.since = time.monotonic()
+            path, _, query = _split_target(request.target)
             if not self._answer(conn, request, path, query):
                 return
-            nxt = self._advance(conn, inline=True)  # a pipelined request may be buffered already
-            if nxt is False and conn.hot and not self.pool.backlog and not self.draining:
-                worker.since = 0.0
-                nxt = self._read_inline(conn)
+            worker.since = 0.0
+            nxt = self._advance(conn)  # a pipelined request may be buffered already
             if nxt is False:
                 self._rearm(conn)
                 return
             if nxt is True:
                 return
             request = nxt
-            path, _, query = _split_target(request.target)
-
-    def _read_inline(self, conn: Connection) -> Request | bool:
-        """Wait up to HOT_GAP_SEC for the hot connection's next request; see ``_run``."""
-        deadline = time.monotonic() + HOT_GAP_SEC
-        recv = conn.sock.recv
-        while True:  # in slices (SO_RCVTIMEO): a request waiting for a thread ends the wait
-            try:
-                data = recv(RECV_SIZE)
-                break
-            except (BlockingIOError, InterruptedError):
-                if self.pool.backlog or time.monotonic() >= deadline:
-                    conn.hot = False
-                    return False
-            except OSError:
-                data = b""
-                break
-        if not data:
-            self._close(conn)
-            return True
-        conn.buf += data
-        conn.active = time.monotonic()
-        return self._advance(conn, inline=True)
 
     def _answer(self, conn: Connection, request: Request, path: str, query: str) -> bool:
         """Run the handler for one request and write its answer; True when the connection stays open."""
@@ -848,7 +810,7 @@ class Server:
                 conn = worker.conn
                 if conn is not None and conn.deadline and now >= conn.deadline:
                     self._expire(conn, now)
-            pool.tick(now)
+            pool.grow(now)
 
     def _expire(self, conn: Connection, now: float) -> None:
         message = rt.timeout_message(self.config.timeout_sec)
