@@ -208,7 +208,10 @@ def serve(sock: socket.socket, pending: bytes, handler: Callable[..., Any], head
                   f"Sec-WebSocket-Accept: {accept}\r\n\r\n").encode())
     ws = WebSocket(sock, pending, config.max_body_bytes, config.timeout_sec)
     try:
-        ws_handler(ws, event)
+        outcome = ws_handler(ws, event)
+        if hasattr(type(outcome), "__await__"):  # an ``async def websocket``: never run, say so
+            getattr(outcome, "close", lambda: None)()
+            raise TypeError("the websocket handler must be a plain def (async def is not supported)")
     except Closed:
         pass
     except BaseException as exc:  # a failing function ends its connection, never the server

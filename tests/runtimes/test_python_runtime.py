@@ -454,3 +454,24 @@ def test_sigterm_delivered_to_a_worker_thread_still_drains(start_server: ServerF
     assert libc.tgkill(pid, others[-1], signal.SIGTERM) == 0, ctypes.get_errno()
     assert server.proc.wait(timeout=15) == 0
     conn.close()
+
+
+def test_async_websocket_handler_is_refused_with_a_reason(start_server: Any, tmp_path: Path) -> None:
+    """Websocket handlers are plain functions: an ``async def websocket`` closes the connection with 1011 and says
+    why on stderr, instead of never running."""
+    (tmp_path / "handler.py").write_text("def handle(event):\n    return 'x'\n\nasync def websocket(ws, event):\n"
+                                         "    ws.send('never')\n")
+    server = start_server("python3.11", code_dir=tmp_path)
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    sock.close()
+    frames = data.split(b"\r\n\r\n", 1)[1]
+    assert frames[:1] == b"\x88" and frames[2:4] == (1011).to_bytes(2, "big")
+    deadline = time.monotonic() + 10
+    while "async def is not supported" not in server.stderr:
+        assert time.monotonic() < deadline, server.stderr
+        time.sleep(0.05)
