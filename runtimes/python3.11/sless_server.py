@@ -314,6 +314,9 @@ class HandlerThreads:
         self.workers: set[_Worker] = set()
         self.idle = 0
         self.spawn_failed_logged = -10.0
+        #: whether connections are ready and waiting (poll, not select: no FD_SETSIZE limit)
+        self.ready = select.poll()
+        self.ready.register(epoll.fileno(), select.POLLIN)
 
     def start(self) -> None:
         with self.lock:
@@ -363,7 +366,7 @@ class HandlerThreads:
 
     def grow(self, now: float) -> None:
         """Add threads when requests wait behind stuck handlers (see the class docstring)."""
-        if self.idle or not select.select([self.epoll.fileno()], [], [], 0)[0]:
+        if self.idle or not self.ready.poll(0):
             return  # a thread is free, or nothing waits (an epoll fd is readable while events are ready)
         with self.lock:
             stuck = sum(1 for w in self.workers if w.since and now - w.since >= STUCK_SEC)
