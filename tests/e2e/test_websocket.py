@@ -199,3 +199,34 @@ def test_client_vanishing_ends_the_functions_connection(echo: Tenant) -> None:
     while requests.get(echo.fn_url("wsecho", "/ended"), timeout=30).json()["ended"] == before:
         assert time.monotonic() < deadline, "the function's websocket handler kept running after its client left"
         time.sleep(0.1)
+
+
+GO_ECHO = """package function
+
+import "context"
+
+func Handle(ctx context.Context, event map[string]any) (any, error) {
+	if headers, _ := event["_headers"].(map[string]any); headers["upgrade"] != "websocket" {
+		return "plain HTTP", nil
+	}
+	return func(ctx context.Context, receive <-chan any, send chan<- any) error {
+		for message := range receive {
+			if text, ok := message.(string); ok {
+				message = "go: " + text
+			}
+			select {
+			case send <- message:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		return nil
+	}, nil
+}
+"""
+
+
+def test_go_websocket_session_through_fn(tenant: Tenant) -> None:
+    tenant.deploy("gows", "go1.23", {"handler.go": GO_ECHO}, timeout_sec=2, wait=600)
+    answers, code = exchange(ws_url(tenant, "gows"), ["hi", b"\x01\x02"])
+    assert answers == ["go: hi", b"\x01\x02"] and code == 1000

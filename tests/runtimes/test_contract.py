@@ -951,9 +951,7 @@ def ws_exchange(url: str, messages: list[str | bytes], timeout: float = 30) -> t
 
 @pytest.fixture
 def ws_runtime(runtime: str) -> str:
-    """The runtimes that serve a function's websocket handler so far."""
-    if runtime == "go1.23":
-        pytest.skip(f"{runtime} refuses WebSocket upgrades (no websocket handlers yet)")
+    """Every runtime serves websocket handlers."""
     return runtime
 
 
@@ -1006,9 +1004,9 @@ def test_websocket_is_refused_without_a_websocket_handler(runtime: str, start_se
     elif runtime == "nodejs20":
         (code / "handler.js").write_text("exports.handle = async () => 'plain';\n")
     else:
-        code = None  # Go serves no websocket handlers: its shared test function is one without
+        code = None  # Go: the shared test function, whose /text case answers an upgrade with text, no session
     server = start_server(runtime, code_dir=code)
-    sock, head = raw_request(server.port, WS_HANDSHAKE)
+    sock, head = raw_request(server.port, WS_HANDSHAKE.replace(b"/ws?x=1", b"/text"))
     data = head + read_until_closed(sock)
     assert status_of(data) == 400
     assert json.loads(body_of(data))["type"] == "WebSocketNotAccepted"

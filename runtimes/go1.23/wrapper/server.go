@@ -29,15 +29,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.reserved(w, r)
 		return
 	}
-	if strings.EqualFold(strings.TrimSpace(r.Header.Get("Upgrade")), "websocket") {
-		// This runtime serves no WebSocket: deny by default, as the contract says for a function without a
-		// websocket handler.
-		w.Header().Set("Connection", "close")
-		writeError(w, http.StatusBadRequest,
-			"this function does not accept WebSocket connections (it exports no websocket handler)",
-			"WebSocketNotAccepted")
-		return
-	}
+
 	body, ok := s.readBody(w, r)
 	if !ok {
 		return
@@ -56,6 +48,18 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set(HandlerMsHeader, handlerMs)
 		writeError(w, fail.status, fail.message, fail.kind)
+		return
+	}
+	if isUpgrade(r) {
+		// Deny by default: only a handler that returns a Session accepts the WebSocket.
+		if session, ok := result.(Session); ok {
+			s.serveWebSocket(w, r, session, call)
+			return
+		}
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusBadRequest,
+			"this function does not accept WebSocket connections (its handler returned no websocket session)",
+			"WebSocketNotAccepted")
 		return
 	}
 	resp, stream, err := renderResult(result)

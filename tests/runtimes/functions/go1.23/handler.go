@@ -53,6 +53,11 @@ func Handle(ctx context.Context, event map[string]any) (any, error) {
 		return stubborn(event)
 	case "env":
 		return map[string]any{"value": env(event)}, nil
+	case "ws":
+		if headers, _ := event["_headers"].(map[string]any); headers["upgrade"] == "websocket" {
+			return echoSession(event), nil
+		}
+		return "ws answers WebSocket upgrades", nil
 	case "stream", "sse", "stream-sync", "stream-ticks", "stream-error", "stream-bad":
 		return streamCase(ctx, name, event), nil
 	default:
@@ -263,5 +268,35 @@ func streamCase(ctx context.Context, name string, event map[string]any) any {
 		return reader
 	default: // stream-bad: a channel of numbers is no stream (and no JSON either)
 		return make(chan int)
+	}
+}
+
+// closeWith ends a WebSocket session with a close code of the function's own.
+type closeWith int
+
+func (c closeWith) Error() string  { return "asked to" }
+func (c closeWith) CloseCode() int { return int(c) }
+
+// echoSession answers every message (text stays text, bytes stay bytes); "close" closes with 4000,
+// "whoami" answers the request's path and query, "boom" fails the function.
+func echoSession(event map[string]any) func(context.Context, <-chan any, chan<- any) error {
+	return func(ctx context.Context, receive <-chan any, send chan<- any) error {
+		for message := range receive {
+			switch message {
+			case "close":
+				return closeWith(4000)
+			case "whoami":
+				path, _ := event["_path"].(string)
+				message = path + " x=" + queryOr(event, "x", "x")
+			case "boom":
+				return errors.New("websocket handler broke")
+			}
+			select {
+			case send <- message:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		return nil
 	}
 }
