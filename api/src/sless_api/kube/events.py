@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sless_api.backendconfig import KubeSettings
+from sless_api.changes import ChangeListeners
 from sless_api.config import ApiConfig
 from sless_api.events.config import EventsConfig
 from sless_api.events.dedup import DedupStore
@@ -74,13 +75,13 @@ class EventTable(RouteTable):
     """The route table, plus the event triggers and the functions they call.
 
     The watcher threads call :meth:`apply` and :meth:`replace`; after each, the consumable targets
-    are recomputed (event triggers are few) and ``on_change`` runs when they differ. ``on_change``
-    runs on a watcher thread.
+    are recomputed (event triggers are few) and the subscribed listeners (a
+    :class:`~sless_api.platform.ChangeFeed`) run when they differ, on the watcher thread.
     """
 
-    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.on_change = on_change
+        self._listeners = ChangeListeners()  # a watcher thread survives a failing listener: it logs it
         self._event_lock = threading.Lock()
         self._fns: dict[Key, FunctionView] = {}
         self._events: dict[Key, EventTriggerView] = {}
@@ -152,13 +153,11 @@ class EventTable(RouteTable):
         self._targets, self.blocked = targets, blocked
         return changed
 
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        return self._listeners.subscribe(listener)
+
     def _notify(self) -> None:
-        if self.on_change is None:
-            return
-        try:
-            self.on_change()
-        except Exception:  # a watcher thread must survive its listener
-            log.exception("the trigger change listener failed")
+        self._listeners.notify()
 
 
 def event_router(kube: KubeClient, settings: KubeSettings) -> tuple[KubeRouter, EventTable]:
@@ -175,7 +174,7 @@ class KubeEvents:
         self.router = router
         self.invoker = invoker
         self.table = table
-        table.on_change = self._changed
+        self._unsubscribe = table.subscribe(self._changed)
         self.dispatcher = Dispatcher(events_config, self.targets, self.invoke, store, self.report,
                                      max_body_bytes=config.max_body_bytes)
         self.replica = socket.gethostname()
@@ -193,6 +192,7 @@ class KubeEvents:
 
     async def close(self) -> None:
         """Stop consuming and let calls in flight finish (the dispatcher's drain), then stop watching."""
+        self._unsubscribe()
         await self.dispatcher.close()
         flushes = [self._flush_active(key) for key in list(self._pending)]  # the last counters, now
         with contextlib.suppress(TimeoutError):
