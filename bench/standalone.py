@@ -219,6 +219,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="shorter loads (2 s) and fewer rounds")
     parser.add_argument("--concurrent", type=int, default=1000, help="concurrent 5 s calls (default 1000)")
+    parser.add_argument("--proxy-only", action="store_true", help="only the /fn rows (proxy vs runtime direct)")
     args = parser.parse_args()
     seconds, rounds = (2, 3) if args.quick else (5, 5)
     table = Table("sless platform (standalone), loopback, " + time.strftime("%Y-%m-%d %H:%M"))
@@ -232,6 +233,9 @@ def main() -> int:
             requests.get(tenant.fn_url("trivial"), timeout=10)
             print("proxy overhead...", file=sys.stderr)
             bench_proxy(table, tenant, workdir, seconds)
+            if args.proxy_only:
+                table.print()
+                return 0
             print("redeploys...", file=sys.stderr)
             bench_redeploy(table, tenant, rounds)
             print("cold starts...", file=sys.stderr)

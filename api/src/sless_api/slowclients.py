@@ -24,6 +24,11 @@ descriptors. Its ``limit_concurrency`` does not help either: it is checked only 
 
 This is a transport-level guard, independent of the ASGI app: it works the same under ``sless up``
 and under each ``sless-api`` (gunicorn) worker.
+
+The same protocol also sends a response's head and the first part of its body in one write: uvicorn
+writes the head on ``http.response.start`` and the body on ``http.response.body``, two system calls and
+two wake-ups of the client for every small answer (the invoke proxy's common case). The head is held
+until the body's first write, the connection's close or the event loop's next turn, whichever is first.
 """
 
 from __future__ import annotations
@@ -64,6 +69,45 @@ class _Waiting:
             if other is not proto:
                 return other
         return None
+
+
+class _HeadWithBody:
+    """A request cycle's view of the connection: its first write (the response head, or ``100 Continue``)
+    waits for the next one, the close, or the loop's next turn, so head and a small body leave together.
+
+    Everything but ``write``/``close`` is the transport's own.
+    """
+
+    __slots__ = ("_held", "_loop", "_transport", "_used")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+        self._used = False
+
+    def write(self, data: bytes) -> None:
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        elif not self._used:
+            self._used = True
+            self._held = data
+            self._loop.call_soon(self.flush)
+            return
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        if self._held is not None:
+            data, self._held = self._held, None
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class GuardedProtocol(HttpToolsProtocol):
@@ -132,6 +176,9 @@ class GuardedProtocol(HttpToolsProtocol):
         self._head_started = False
         self._waiting.discard(self)
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self.transport and cycle.scope is self.scope:
+            cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
         self._arm_body_timer()  # on_message_complete follows at once for a request without a body
 
     def on_body(self, body: bytes) -> None:
