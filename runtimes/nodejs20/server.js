@@ -222,10 +222,16 @@ function createServer(config, handler, wsHandler) {
         }
         if (step === GONE) return;
         if (step === IDLE) throw new rt.TimeoutError(timeoutSec);
-        if (step.done) break;
+        if (step.done) {
+          finished = true; // exhausted: nothing to end early
+          break;
+        }
         const bytes = rt.chunkBytes(step.value);
         if (!headSent) writeHead(step.value);
-        if (bodyless) break;
+        if (bodyless) {
+          reason = new Error('the response has no body (HEAD, 204, 304): the stream is not read');
+          break;
+        }
         if (bytes.length > 0 && !res.write(bytes)) {
           // The client reads slower than the stream produces: wait for it (not the handler's idle time).
           if (await Promise.race([new Promise((resolve) => res.once('drain', resolve)), gone]) === GONE) return;
@@ -233,7 +239,6 @@ function createServer(config, handler, wsHandler) {
       }
       if (!headSent) writeHead(undefined);
       res.end();
-      finished = true;
     } catch (err) {
       reason = err instanceof Error ? err : new Error(String(err));
       const timedOut = err instanceof rt.TimeoutError;

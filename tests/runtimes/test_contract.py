@@ -1011,3 +1011,11 @@ def test_websocket_is_refused_without_a_websocket_handler(runtime: str, start_se
     assert status_of(data) == 400
     assert json.loads(body_of(data))["type"] == "WebSocketNotAccepted"
     assert requests.get(f"{server.url}/text", timeout=10).status_code == 200  # still serving
+
+
+def test_head_of_a_stream_ends_the_stream(streaming: str, start_server: ServerFactory, gate: Any) -> None:
+    server = start_server(streaming)
+    done = gate()
+    resp = requests.head(f"{server.url}/stream-ticks?ms=50&done={done.port}", timeout=30)  # endless
+    assert resp.status_code == 200 and resp.content == b"" and "Content-Length" not in resp.headers
+    assert done.heard() == b"closed"  # the head was sent, the stream was not read on: it was closed
