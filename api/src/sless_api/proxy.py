@@ -32,6 +32,7 @@ from sless_api.invocations import Invocation, InvocationLog
 from sless_api.pathguard import raw_path, reaches_runtime_internals, split_invoke
 from sless_api.platform import PlatformError, Route, Router
 from sless_api.requestid import HEADER, new_request_id, scope_request_id
+from sless_api.slowclients import ABORT_EXTENSION
 
 log = logging.getLogger("sless.proxy")
 
@@ -288,8 +289,9 @@ class ProxyApp:
                 raise _Reply(error_body(400, "X-Sless-Callback-Url needs an asynchronous call "
                                              "(Prefer: respond-async or X-Sless-Async: 1)"))
             async with self.admission.admit(ns, name, route.max_concurrency):
+                abort = scope.get("extensions", {}).get(ABORT_EXTENSION)
                 status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, send,
-                                                                receive, timing)
+                                                                receive, timing, abort)
         except _Reply as reply:
             status, error = reply.result.status, reply.result.error
             await self._send(send, reply.result)
@@ -353,7 +355,8 @@ class ProxyApp:
                 return b"".join(chunks)
 
     async def _forward(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
-                       body: bytes, send: Send, receive: Receive, timing: CallTiming) -> tuple[int, int, str | None]:
+                       body: bytes, send: Send, receive: Receive, timing: CallTiming,
+                       abort: Callable[[], None] | None = None) -> tuple[int, int, str | None]:
         started, sent, streamed, progress = False, 0, False, _Progress()
         try:
             async with self.invoker.request(route, method, path_qs, headers, body, timing) as resp:
@@ -382,8 +385,11 @@ class ProxyApp:
             if not started:
                 raise _Reply(error_body(exc.status, exc.message)) from None
             if streamed:
-                # no final chunk: returning with the response incomplete closes the client's connection,
-                # so the client sees a cut stream, never a clean end
+                # no final chunk: the client's connection closes under the response (where the server offers
+                # no way to say so, returning with it incomplete does the same), so the client sees a cut
+                # stream, never a clean end
+                if abort is not None:
+                    abort()
                 return exc.status, progress.sent, exc.message
             # the status line is gone already: end the body early; the client sees a short response
             await send({"type": "http.response.body", "body": b""})

@@ -34,12 +34,19 @@ until the body's first write, the connection's close or the event loop's next tu
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from sless_api.config import ServerLimits
+
+#: ASGI scope extension (``scope["extensions"]``): a callable that closes the connection under a response that
+#: cannot be completed, such as a stream whose function broke off. What was sent goes out, the final chunk never
+#: does, so the client sees a cut response; uvicorn then takes the request for a disconnected one instead of
+#: logging "ASGI callable returned without completing response" as an error of the application.
+ABORT_EXTENSION = "sless.abort"
 
 _REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
@@ -69,6 +76,12 @@ class _Waiting:
             if other is not proto:
                 return other
         return None
+
+
+def _abort(cycle: Any) -> None:
+    """``ABORT_EXTENSION``: close the connection under the cycle's unfinished response (see there)."""
+    cycle.disconnected = True
+    cycle.transport.close()
 
 
 class _HeadWithBody:
@@ -179,6 +192,8 @@ class GuardedProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not None and cycle.transport is self.transport and cycle.scope is self.scope:
             cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+            extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
+            extensions[ABORT_EXTENSION] = functools.partial(_abort, cycle)
         self._arm_body_timer()  # on_message_complete follows at once for a request without a body
 
     def on_body(self, body: bytes) -> None:
