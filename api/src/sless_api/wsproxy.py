@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import time
 
 import aiohttp
@@ -27,8 +26,6 @@ from sless_api.pathguard import raw_path, reaches_runtime_internals, split_invok
 from sless_api.platform import PlatformError, Route
 from sless_api.proxy import ProxyApp, Receive, Scope, Send, _Reply, upstream_headers
 from sless_api.requestid import scope_request_id
-
-log = logging.getLogger("sless.proxy")
 
 #: Handshake headers of the client's hop: the upstream handshake makes its own.
 HANDSHAKE = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
