@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""A real S3 server (moto_server) on loopback that outlives one command, for Molecule scenarios.
+"""A real S3 server (moto_server) that outlives one command, for Molecule scenarios.
 
-    s3bed.py up   --state DIR [--port 19000]   start moto_server -H 127.0.0.1 -p PORT
+    s3bed.py up   --state DIR [--port 19000] [--host 127.0.0.1]   start moto_server -H HOST -p PORT
     s3bed.py down --state DIR                  stop it (by its recorded pid), delete DIR
 
+HOST is loopback unless pods must reach the server too: the real node's scenario gives the node's
+bridge address (10.199.0.1), which the host and the pods both reach and nothing outside does.
 moto_server lives in its own virtualenv (scripts/install-test-services.sh): its botocore pins
 conflict with the kubernetes client of the project's venv. It accepts any credentials.
 """
@@ -24,7 +26,7 @@ import requests
 TOOLS = Path(os.environ.get("SLESS_TOOLS_DIR", "/var/cache/sless-tools"))
 
 
-def up(state: Path, port: int, timeout: float = 90) -> str:
+def up(state: Path, port: int, host: str = "127.0.0.1", timeout: float = 90) -> str:
     exe = TOOLS / "moto-venv" / "bin" / "moto_server"
     if not exe.exists():
         raise RuntimeError(f"{exe} is missing; run scripts/install-test-services.sh")
@@ -32,9 +34,9 @@ def up(state: Path, port: int, timeout: float = 90) -> str:
     if (state / "s3.json").exists():
         raise RuntimeError(f"{state} already holds an S3 server; run `s3bed.py down --state {state}` first")
     with (state / "moto.log").open("ab") as out:
-        proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdin=subprocess.DEVNULL, stdout=out,
+        proc = subprocess.Popen([str(exe), "-H", host, "-p", str(port)], stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, cwd=state, start_new_session=True)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{host}:{port}"
     (state / "s3.json").write_text(json.dumps({"pid": proc.pid, "url": url}) + "\n")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -75,10 +77,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("verb", choices=["up", "down"])
     parser.add_argument("--state", type=Path, required=True)
     parser.add_argument("--port", type=int, default=19000)
+    parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args(argv)
     try:
         if args.verb == "up":
-            print(up(args.state.resolve(), args.port))
+            print(up(args.state.resolve(), args.port, args.host))
         else:
             down(args.state.resolve())
     except RuntimeError as exc:

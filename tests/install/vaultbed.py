@@ -2,7 +2,10 @@
 """A real Vault server on loopback for the install tests, and the data the platform expects in it.
 
     vaultbed.py up       --state DIR [--port 18200]   start `vault server -dev` (in-memory, KV v2 at secret/)
-    vaultbed.py seed     --state DIR --pg-port P --amqp-port Q   write secret/sless/{jwt,database,s3,rabbitmq,registry}
+    vaultbed.py seed     --state DIR --pg-port P --amqp-port Q [--host H]
+                         write secret/sless/{jwt,database,s3,rabbitmq,registry}; the database and
+                         RabbitMQ URLs name H (default 127.0.0.1; the real node's bridge address when
+                         the platform runs as pods, which cannot reach the host's loopback)
     vaultbed.py k8s-auth --state DIR --kubeconfig K [--kubectl BIN]
                          enable Vault's Kubernetes auth method against that cluster (TokenReview by a
                          service account with system:auth-delegator), role sless-installer reading
@@ -144,16 +147,16 @@ def _gone(pid: int) -> bool:
     return False
 
 
-def platform_entries(pg_port: int, amqp_port: int) -> dict[str, dict[str, str]]:
+def platform_entries(pg_port: int, amqp_port: int, host: str = "127.0.0.1") -> dict[str, dict[str, str]]:
     """Fresh random credentials for every entry the vault_secrets role reads."""
     pg_password = secrets.token_urlsafe(18)
     mq_password = secrets.token_urlsafe(18)
     auth = json.dumps({"auths": {"registry.example.test": {"auth": secrets.token_urlsafe(12)}}})
     return {
         "jwt": {"secret": secrets.token_urlsafe(32)},
-        "database": {"url": f"postgresql://sless:{pg_password}@127.0.0.1:{pg_port}/sless"},
+        "database": {"url": f"postgresql://sless:{pg_password}@{host}:{pg_port}/sless"},
         "s3": {"access_key": "AK" + secrets.token_hex(8).upper(), "secret_key": secrets.token_urlsafe(24)},
-        "rabbitmq": {"url": f"amqp://sless:{mq_password}@127.0.0.1:{amqp_port}/sless"},
+        "rabbitmq": {"url": f"amqp://sless:{mq_password}@{host}:{amqp_port}/sless"},
         "registry": {"dockerconfigjson": auth},
     }
 
@@ -226,6 +229,7 @@ def main(argv: list[str]) -> int:
     p_seed = sub.add_parser("seed")
     p_seed.add_argument("--pg-port", type=int, required=True)
     p_seed.add_argument("--amqp-port", type=int, required=True)
+    p_seed.add_argument("--host", default="127.0.0.1")
     p_auth = sub.add_parser("k8s-auth")
     p_auth.add_argument("--kubeconfig", type=Path, required=True)
     p_auth.add_argument("--kubectl", default="kubectl")
@@ -239,7 +243,7 @@ def main(argv: list[str]) -> int:
             env = up(state, args.port)
             print("\n".join(f"export {k}={v}" for k, v in env.items()))
         elif args.verb == "seed":
-            seed(state, platform_entries(args.pg_port, args.amqp_port))
+            seed(state, platform_entries(args.pg_port, args.amqp_port, args.host))
             (state / "seeded").touch()  # Molecule's create runs this once (`creates:`)
         elif args.verb == "k8s-auth":
             print(kubernetes_auth(state, args.kubeconfig, args.kubectl))
