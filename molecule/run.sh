@@ -2,6 +2,8 @@
 # One command per Molecule scenario, against the Kubernetes test bed on this machine:
 #   molecule/run.sh default            # install, idempotence, verify, uninstall  (molecule test)
 #   molecule/run.sh e2e                # the platform against the test bed + real services
+#   molecule/run.sh e2e-real           # the platform as pods on the real node (root; take the node's lock:
+#                                      #   flock /tmp/sless-realnode.lock molecule/run.sh e2e-real)
 #   molecule/run.sh stress             # stress functions on the standalone platform
 #   molecule/run.sh functions          # the hello examples deployed by playbook (sless.platform collection)
 #   molecule/run.sh default converge   # any other molecule verb
@@ -15,7 +17,11 @@ log() { echo "[molecule-run $(date +%T)] $*" >&2; }
 export PATH="$PWD/.venv/bin:$PATH"
 T0=$SECONDS
 bash scripts/install-collections.sh
-SLESS_TESTBED_BIN=$(python3 tests/testbed/testbed build)
+if [ "$SCENARIO" = e2e-real ]; then  # + the real node's binaries and images (the platform image follows the code)
+  SLESS_TESTBED_BIN=$(python3 tests/testbed/testbed build --real-node)
+else
+  SLESS_TESTBED_BIN=$(python3 tests/testbed/testbed build)
+fi
 export SLESS_TESTBED_BIN PATH="$SLESS_TESTBED_BIN:$PATH"
 if [ "$SCENARIO" != stress ] && [ "$SCENARIO" != functions ]; then
   bash tests/install/build-vault.sh >/dev/null
