@@ -58,12 +58,15 @@ class AccessLog:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            metrics.HTTP_REQUESTS.labels("fn" if is_invoke_path(raw_path(scope)) else "api", str(status)).inc()
-            if self.enabled:
+            metrics.count_request("fn" if is_invoke_path(raw_path(scope)) else "api", status)
+            if self.enabled and access.isEnabledFor(logging.INFO):
                 client = scope.get("client")
-                access.info("%s %s %d", scope["method"], scope.get("path", ""), status, extra={
-                    "method": scope["method"], "path": scope.get("path", ""), "status": status,
+                method, path = scope["method"], scope.get("path", "")
+                # Logger.info would also walk the stack for the caller's file and line, which no format shows.
+                access.handle(access.makeRecord(access.name, logging.INFO, __file__, 0, "%s %s %d",
+                                                (method, path, status), None, extra={
+                    "method": method, "path": path, "status": status,
                     "bytes": sent, "duration_ms": round((time.monotonic() - started) * 1000, 3),
                     "client": client[0] if client else None,
-                })  # fmt: skip
+                }))  # fmt: skip
             current_request_id.reset(token)

@@ -55,12 +55,34 @@ RECORDS_DROPPED = Counter("sless_invocation_records_dropped_total",
                           "Invocation records lost: queue full, the database failing, or written after close")
 
 
+# The labelled series each call touches, found once: ``labels()`` takes a lock and builds a key per call.
+# They hold no more than the registry itself keeps (one entry per series ever used).
+_calls: dict[tuple[str, str, str, int], Counter] = {}
+_call_seconds: dict[tuple[str, str], Histogram] = {}
+_requests: dict[tuple[str, int], Counter] = {}
+
+
 def observe_invocation(namespace: str, function: str, trigger: str, status: int, seconds: float) -> None:
-    INVOCATIONS.labels(namespace, function, trigger, str(status)).inc()
-    INVOCATION_SECONDS.labels(namespace, function).observe(seconds)
+    key = (namespace, function, trigger, status)
+    counter = _calls.get(key)
+    if counter is None:
+        counter = _calls[key] = INVOCATIONS.labels(namespace, function, trigger, str(status))
+    counter.inc()
+    histogram = _call_seconds.get(key[:2])
+    if histogram is None:
+        histogram = _call_seconds[key[:2]] = INVOCATION_SECONDS.labels(namespace, function)
+    histogram.observe(seconds)
 
 
-__all__ = ["exposition", "observe_invocation", "scrape_allowed"]
+def count_request(area: str, status: int) -> None:
+    """One answered HTTP request, by area (``api`` or ``fn``) and status."""
+    counter = _requests.get((area, status))
+    if counter is None:
+        counter = _requests[(area, status)] = HTTP_REQUESTS.labels(area, str(status))
+    counter.inc()
+
+
+__all__ = ["count_request", "exposition", "observe_invocation", "scrape_allowed"]
 
 
 def exposition() -> tuple[bytes, str]:

@@ -50,8 +50,13 @@ HOP_BY_HOP = frozenset({
 def end_to_end(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """Headers minus hop-by-hop ones, including any the Connection header names."""
     pairs = list(headers)
-    named = {t.strip().lower() for k, v in pairs if k.lower() == "connection" for t in v.split(",")}
-    return [(k, v) for k, v in pairs if k.lower() not in HOP_BY_HOP and k.lower() not in named]
+    named = connection_named(pairs)
+    return [(k, v) for k, v in pairs if (low := k.lower()) not in HOP_BY_HOP and low not in named]
+
+
+def connection_named(headers: list[tuple[str, str]]) -> set[str]:
+    """The fields a Connection header names (hop-by-hop for this exchange only)."""
+    return {t.strip().lower() for k, v in headers if k.lower() == "connection" for t in v.split(",")}
 
 
 def to_caller(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -87,6 +92,13 @@ class Invoker:
         self.margin = timeout_margin_sec
         self.stream_max = stream_max_sec
         self._session: aiohttp.ClientSession | None = None
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}  # by idle limit: a handful of distinct values
+
+    def _timeout(self, limit: float) -> aiohttp.ClientTimeout:
+        found = self._timeouts.get(limit)
+        if found is None:
+            found = self._timeouts[limit] = aiohttp.ClientTimeout(total=self.stream_max, sock_read=limit)
+        return found
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -141,7 +153,7 @@ class Invoker:
                     timing.queue_sec = max(0.0, time.monotonic() - timing.ready - timing.start_sec)
                 async with asyncio.timeout(limit) as head_deadline, self.session.request(
                     method, base_url + path_qs, headers=headers, data=body or None,
-                    timeout=aiohttp.ClientTimeout(total=self.stream_max, sock_read=limit), allow_redirects=False,
+                    timeout=self._timeout(limit), allow_redirects=False,
                 ) as resp:
                     head_deadline.reschedule(None)
                     head = True
@@ -222,6 +234,25 @@ SERVER_OWNED = frozenset({"date", "server"})
 CALLBACK_HEADER = "x-sless-callback-url"
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-sless-sub", CALLBACK_HEADER})
 FORWARDED = ("x-forwarded-for", "x-forwarded-proto", "x-forwarded-host")
+_NOT_UPSTREAM = HOP_BY_HOP | CREDENTIAL_HEADERS | {HEADER}
+# What a caller never gets of a function's response head (raw bytes, lower case); Content-Length is set again.
+_NOT_TO_CALLER = frozenset(h.encode() for h in HOP_BY_HOP | SERVER_OWNED | {calltiming.HANDLER_MS_HEADER})
+
+
+def caller_head(raw: Iterable[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
+    """A function's response head as the proxy sends it on, from the bytes the runtime sent (never decoded
+    and encoded again): lower-case names, end-to-end only (``to_caller``), without the fields the server in
+    front sets itself (``SERVER_OWNED``); and the runtime's ``Content-Length``, if it sent one."""
+    pairs = list(raw)
+    named: set[bytes] = set()
+    length: bytes | None = None
+    for k, v in pairs:
+        low = k.lower()
+        if low == b"connection":
+            named.update(t.strip().lower() for t in v.split(b","))
+        elif low == b"content-length" and length is None:
+            length = v
+    return [(low, v) for k, v in pairs if (low := k.lower()) not in _NOT_TO_CALLER and low not in named], length
 
 
 def upstream_headers(headers: list[tuple[str, str]], client: str | None, scheme: str, host: str | None,
@@ -229,13 +260,21 @@ def upstream_headers(headers: list[tuple[str, str]], client: str | None, scheme:
     """What the function sees: end-to-end headers without credentials, ``X-Forwarded-*`` with the platform's
     values appended to whatever the client claimed, ``X-Sless-Sub`` only when the platform verified it, and
     the call's ``X-Request-Id`` (the one the platform accepted or made, never a second one)."""
-    kept = [(k, v) for k, v in end_to_end(headers) if k.lower() not in CREDENTIAL_HEADERS and k.lower() != HEADER]
-    claimed = {name: [v for k, v in kept if k.lower() == name] for name in FORWARDED}
-    kept = [(k, v) for k, v in kept if k.lower() not in FORWARDED]
-    ours = {"x-forwarded-for": client, "x-forwarded-proto": scheme, "x-forwarded-host": host}
-    for name in FORWARDED:
-        own = ours[name]
-        values = [*claimed[name], *([own] if own else [])]
+    named = connection_named(headers)
+    kept: list[tuple[str, str]] = []
+    claimed: dict[str, list[str]] = {}
+    for k, v in headers:
+        low = k.lower()
+        if low in _NOT_UPSTREAM or low in named:
+            continue
+        if low in FORWARDED:
+            claimed.setdefault(low, []).append(v)
+        else:
+            kept.append((k, v))
+    for name, own in zip(FORWARDED, (client, scheme, host), strict=True):
+        values = claimed.get(name, [])
+        if own:
+            values.append(own)
         if values:
             kept.append((name.title(), ", ".join(values)))
     if sub is not None:
@@ -360,11 +399,10 @@ class ProxyApp:
         started, sent, streamed, progress = False, 0, False, _Progress()
         try:
             async with self.invoker.request(route, method, path_qs, headers, body, timing) as resp:
-                out = [(k.lower().encode("latin-1"), v.encode("latin-1"))
-                       for k, v in to_caller(resp.headers.items()) if k.lower() not in SERVER_OWNED]
+                out, length = caller_head(resp.raw_headers)
                 out.extend(self.csp)
-                if "Content-Length" in resp.headers:
-                    out.append((b"content-length", resp.headers["Content-Length"].encode("latin-1")))
+                if length is not None:
+                    out.append((b"content-length", length))
                 elif method != "HEAD" and resp.status not in (204, 304):
                     streamed = True
                     await send({"type": "http.response.start", "status": resp.status, "headers": out})
