@@ -164,7 +164,8 @@ class ChangeFeed(Protocol):
     """Tells listeners (the cron scheduler, an event dispatcher) that triggers or functions changed."""
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
-        """Call LISTENER after each change (from the event loop); returns what unsubscribes it."""
+        """Call LISTENER after each change; returns what unsubscribes it. The standalone backend calls it on
+        the event loop, the Kubernetes event table on a watcher thread (its listener hops to the loop)."""
         ...
 
 
@@ -229,7 +230,6 @@ class FunctionBackend(Protocol):
         Raises Unsupported/Unavailable (with the reason) where the backend cannot read them back.
         """
         ...
-
 
 
 class Platform(FunctionBackend, Protocol):
