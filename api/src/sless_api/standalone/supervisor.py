@@ -59,6 +59,8 @@ HEALTH_POLL_SEC = 0.005
 #: Extra seconds after the drain period before SIGKILL, so a runtime whose own
 #: drain deadline (SLESS_DRAIN_SEC, the same value) fires can still exit cleanly.
 KILL_GRACE_SEC = 1.0
+#: How long a failed call waits for its sandboxed process to exit, to name the limit that killed it.
+LIMIT_NOTE_WAIT_SEC = 4.0
 #: How much of a process's stderr is kept in memory for error messages.
 STDERR_TAIL_BYTES = 4096
 #: Start attempts with fresh ports when the chosen port was taken meanwhile.
@@ -833,11 +835,15 @@ async def _kill(proc: _Proc) -> None:
 
 
 async def _limit_note(proc: _Proc) -> str | None:
-    """After a failed call: whether the sandbox killed the process for a limit (waits briefly for its exit)."""
+    """After a failed call: whether the sandbox killed the process for a limit (waits briefly for its exit).
+
+    The kernel's kill and the exit's report can lag the broken connection by more than a second on a busy
+    host; without the wait the caller gets a bare 502 instead of the limit that was hit.
+    """
     if proc.jail is None:
         return None
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(asyncio.shield(proc.proc.wait()), 1.0)
+        await asyncio.wait_for(asyncio.shield(proc.proc.wait()), LIMIT_NOTE_WAIT_SEC)
     return proc.exit_note()
 
 
