@@ -2,7 +2,8 @@
 # The README's test command: installs and starts everything the tests need on a fresh Debian machine,
 # runs the linters, then every test (all markers: pg, rabbitmq, s3, k8s, e2e, slow, and realnode as root;
 # SLESS_SKIP_REALNODE=1 leaves the real node out).
-# and then the Molecule scenarios (default, e2e, stress with a 15 s storm; SLESS_SKIP_MOLECULE=1 skips them).
+# and then the Molecule scenarios (default, e2e, stress with a 15 s storm, functions, and as root e2e-real: the
+# platform as pods on the real node; SLESS_SKIP_MOLECULE=1 skips them, SLESS_MOLECULE_SCENARIOS names others).
 # Without arguments three lanes run at once (lane A: pytest but the real node; lane B: the real-node tests;
 # lane C: the Molecule scenarios). Extra arguments go to one pytest run instead, e.g. `scripts/test.sh -m "not k8s" -x`.
 set -euo pipefail
@@ -49,16 +50,20 @@ lint=0
 log "lint of the install: helm lint, yamllint, ansible-lint (production profile), chart and role tests"
 bash scripts/lint-install.sh || lint=1
 SCENARIOS=${SLESS_MOLECULE_SCENARIOS:-default e2e stress functions}
+# e2e-real (the platform as pods on the real node) last: it waits for the node's lock, which lane B holds meanwhile
+[ -z "${SLESS_MOLECULE_SCENARIOS:-}" ] && [ "$REALNODE" = 1 ] && SCENARIOS="$SCENARIOS e2e-real"
+REALNODE_LOCK=/tmp/sless-realnode.lock  # one real node per machine: lane B's tests and e2e-real take turns
 # Every lane and scenario also writes a log here; the results section at the end repeats what failed, so the
 # last lines of the output say what went wrong even when the lanes' lines are interleaved or cut.
 results=$(mktemp -d)
 molecule_scenarios() {  # one after the other: they share the fixed Vault and S3 ports of molecule/shared
   [ "${SLESS_SKIP_MOLECULE:-0}" = 1 ] && return 0
-  local failed=0 scenario t c
+  local failed=0 scenario t c lock
   for scenario in $SCENARIOS; do
     log "molecule scenario $scenario"
     t=$SECONDS
-    SLESS_STRESS_DURATION=${SLESS_STRESS_DURATION:-15} bash molecule/run.sh "$scenario" 2>&1 \
+    lock=(); [ "$scenario" = e2e-real ] && lock=(flock -o "$REALNODE_LOCK")
+    SLESS_STRESS_DURATION=${SLESS_STRESS_DURATION:-15} "${lock[@]}" bash molecule/run.sh "$scenario" 2>&1 \
       | tee "$results/molecule-$scenario.log"
     c=${PIPESTATUS[0]}
     [ "$c" = 0 ] || failed=1
@@ -109,7 +114,8 @@ else
     b=0
     if [ "$REALNODE" = 1 ]; then
       log "lane B: pytest -m realnode"
-      pytest_run -m realnode 2>&1 | tee "$results/lane-b.log"
+      # the lock is the subshell's fd 9, closed for pytest (no node process keeps it after the tests)
+      ( exec 9>"$REALNODE_LOCK"; flock 9; pytest_run -m realnode 9>&- ) 2>&1 | tee "$results/lane-b.log"
       [ "${PIPESTATUS[0]}" = 0 ] || b=1
     fi
     echo "$b" > "$codes/realnode"
