@@ -141,7 +141,12 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
         "SLESS_DATA_DIR": str(work / "api-data"),
         "KUBECONFIG": str(service_account_kubeconfig("sless-api", work / "api.kubeconfig")),
     }
-    operator_env = base | {"KUBECONFIG": str(service_account_kubeconfig("sless-operator", work / "op.kubeconfig"))}
+    # what the operator Deployment maps from Secrets (charts/sless/templates/operator-deployment.yaml): the S3
+    # keys sign the code download URLs of pods that fetch their code at start
+    operator_env = base | {
+        "SLESS_S3_ACCESS_KEY": api_env["SLESS_S3_ACCESS_KEY"], "SLESS_S3_SECRET_KEY": api_env["SLESS_S3_SECRET_KEY"],
+        "KUBECONFIG": str(service_account_kubeconfig("sless-operator", work / "op.kubeconfig")),
+    }
     logs = {"operator": work / "operator.log", "api": work / "api.log"}
     operator = _start([str(BIN / "sless-operator"), "--liveness=http://127.0.0.1:0/healthz"], operator_env,
                       logs["operator"])  # fmt: skip
@@ -213,7 +218,7 @@ def test_ensure_creates_the_tenant_namespace_with_the_api_service_account(tenant
     assert namespace["status"]["phase"] == "Active"
 
 
-def test_function_builds_and_becomes_ready_through_the_operator(tenant: Tenant) -> None:
+def test_function_builds_and_becomes_ready_through_the_operator(platform: Platform, tenant: Tenant) -> None:
     tenant.call("POST", "/functions", expect=201, json={"name": "hello", "runtime": "python3.11"})
     files = {"handler.py": "def handle(event):\n    return {'hello': event.get('name', 'world')}\n"}
     tenant.call("POST", "/functions/hello/upload", expect=(200, 201, 202),
@@ -228,7 +233,7 @@ def test_function_builds_and_becomes_ready_through_the_operator(tenant: Tenant) 
     # the operator (its own ServiceAccount) ran the build Job, then made the Deployment and Service
     ready = wait_for("Function Ready", lambda: (f := tenant.call("GET", "/functions/hello", expect=200).json())
                      .get("phase") in ("Ready", "Failed") and f)  # fmt: skip
-    assert ready["phase"] == "Ready", ready
+    assert ready["phase"] == "Ready", f"{ready['message']}\n{platform.tail()}"
     assert get("deployment", "hello", "-n", tenant.ns) is not None
     assert get("service", "hello", "-n", tenant.ns) is not None
 
