@@ -10,6 +10,7 @@ import pytest
 import requests
 
 from tests.support.platform import Tenant
+from tests.support.platform import invocation_record as record
 
 pytestmark = pytest.mark.e2e
 
@@ -44,19 +45,6 @@ def call(tenant: Tenant, name: str, request_id: str, **query: str) -> requests.R
     resp = requests.get(tenant.fn_url(name), params=query, headers={"X-Request-Id": request_id}, timeout=60)
     assert resp.status_code == 200, resp.text
     return resp
-
-
-def record(tenant: Tenant, name: str, request_id: str) -> dict[str, Any]:
-    """The invocation record of the call with ``request_id`` (records are written in batches)."""
-    deadline = time.monotonic() + 30
-    items: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
-        items = tenant.api("GET", f"/functions/{name}/invocations?limit=100", expect=200).json()["items"]
-        for item in items:
-            if item["request_id"] == request_id:
-                return item
-        time.sleep(0.1)
-    raise AssertionError(f"no record of {request_id}: {items}")
 
 
 def logs(tenant: Tenant, name: str, ident: int | str, expect: int = 200) -> Any:

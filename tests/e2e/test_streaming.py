@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from tests.support.platform import Tenant, running_sless
+from tests.support.platform import invocation_record as record
 
 pytestmark = pytest.mark.e2e
 
@@ -87,19 +88,6 @@ def read_until(resp: Any, marker: bytes) -> bytes:
         assert chunk, f"the stream ended before {marker!r}: {data!r}"
         data += chunk
     return data
-
-
-def record(tenant: Tenant, name: str, request_id: str) -> dict[str, Any]:
-    """The invocation record of the call with ``request_id`` (records are written in batches)."""
-    deadline = time.monotonic() + 30
-    items: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
-        items = tenant.api("GET", f"/functions/{name}/invocations?limit=100", expect=200).json()["items"]
-        for item in items:
-            if item["request_id"] == request_id:
-                return item
-        time.sleep(0.1)
-    raise AssertionError(f"no record of {request_id}: {items}")
 
 
 def test_server_sent_events_pass_through_as_produced(streamer: Tenant) -> None:

@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 
 from tests.support.platform import Tenant
+from tests.support.platform import invocation_record as record
 
 pytestmark = pytest.mark.e2e
 
@@ -106,18 +107,6 @@ def refused(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[
             data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
     return int(head.split(b" ")[1]), json.loads(body)
-
-
-def record(tenant: Tenant, name: str, request_id: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 30
-    items: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
-        items = tenant.api("GET", f"/functions/{name}/invocations?limit=100", expect=200).json()["items"]
-        for item in items:
-            if item["request_id"] == request_id:
-                return item
-        time.sleep(0.1)
-    raise AssertionError(f"no record of {request_id}: {items}")
 
 
 def test_websocket_echo_through_fn(echo: Tenant) -> None:

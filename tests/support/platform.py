@@ -175,3 +175,16 @@ class Tenant:
                 return record
             time.sleep(0.2)
         raise AssertionError(f"job {name} did not finish in {wait}s: {record}")
+
+
+def invocation_record(tenant: Tenant, name: str, request_id: str) -> dict[str, Any]:
+    """The invocation record of the call with ``request_id`` (records are written in batches, a moment later)."""
+    deadline = time.monotonic() + 30
+    items: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        items = tenant.api("GET", f"/functions/{name}/invocations?limit=100", expect=200).json()["items"]
+        for item in items:
+            if item["request_id"] == request_id:
+                return item
+        time.sleep(0.1)
+    raise AssertionError(f"no record of {request_id}: {items}")
