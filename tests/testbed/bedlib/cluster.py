@@ -225,6 +225,15 @@ def _node_ready(kubectl: Kubectl) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+PORT_ATTEMPTS = 3
+
+
+def _port_race(exc: BaseException, opts: UpOptions) -> bool:
+    """Whether a start failed only because another program bound a port between its choice and its use."""
+    chosen = opts.apiserver_port is None and opts.etcd_port is None
+    return chosen and isinstance(exc, RuntimeError) and "address already in use" in str(exc)
+
+
 def up(opts: UpOptions) -> dict[str, str]:
     """Start the whole control plane in OPTS.state; returns the environment that reaches it."""
     state = opts.state.resolve()
@@ -235,17 +244,22 @@ def up(opts: UpOptions) -> dict[str, str]:
     with timed("build (cache check)", t):
         bin_dir = build()
     _check_state_free(state)
-    port = _pick_ports(opts)
-    state.mkdir(parents=True, exist_ok=True)
-    started: list[procs.Started] = []
-    try:
-        env = _start(opts, state, bin_dir, port, started)
-    except BaseException:
-        log(f"start failed; stopping what was started (logs stay in {state} until `testbed down`)")
-        if (state / "realnode.json").exists():
-            realnode.down(state, None, apiserver_alive=False)
-        procs.stop(started)
-        raise
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        port = _pick_ports(opts)
+        state.mkdir(parents=True, exist_ok=True)
+        started: list[procs.Started] = []
+        try:
+            env = _start(opts, state, bin_dir, port, started)
+            break
+        except BaseException as exc:
+            log(f"start failed; stopping what was started (logs stay in {state} until `testbed down`)")
+            if (state / "realnode.json").exists():
+                realnode.down(state, None, apiserver_alive=False)
+            procs.stop(started)
+            if attempt == PORT_ATTEMPTS or not _port_race(exc, opts):
+                raise
+            log(f"a port it picked was taken meanwhile ({exc}); starting over with other ports")
+            shutil.rmtree(state)
     t["up total"] = round(time.monotonic() - total, 2)
     log(f"up in {t['up total']:.1f}s: {json.dumps(t)}")
     return env
