@@ -68,6 +68,11 @@ READS_PER_EVENT = 16
 STUCK_SEC = 0.1
 #: Handler threads beyond SLESS_HANDLER_THREADS end after this many seconds without a request.
 WORKER_IDLE_SEC = 10.0
+#: Address space reserved per thread. Linux gives a thread the process's stack rlimit (8 MiB) by default, and
+#: a sandboxed function's RLIMIT_AS is its memory limit plus a fixed headroom: a pool grown to a hundred
+#: threads would reserve 800 MiB of it, and a handler's allocation would then fail with MemoryError before
+#: the memory cgroup's limit (which names the cause) is reached. Python frames need far less C stack in 3.11.
+THREAD_STACK_BYTES = 2 * 1024 * 1024
 _SEND_TIMEOUT = struct.pack("ll", int(IDLE_TIMEOUT_SEC), 0)
 #: How a connection waits in epoll: for bytes or EOF, once (whoever handles the event re-arms it).
 _ARMED = select.EPOLLIN | select.EPOLLONESHOT
@@ -978,6 +983,7 @@ def main() -> None:
         rt.log_load_failure(config, exc)
         sys.exit(1)
     _raise_open_files_limit()
+    threading.stack_size(THREAD_STACK_BYTES)  # every thread started from here on (handlers, watchdog, loop)
     try:
         server = Server(config, handler)
     except OSError as exc:
