@@ -155,7 +155,8 @@ class AsyncRunner:
         if not await asyncio.to_thread(self.store.settle, call, self.owner):
             log.warning("async call %s: the lease was lost while it ran; its new owner decides", call.id)
         elif call.state in FINISHED and call.callback_url:
-            await self._callback(call)
+            # a task of its own: a slow receiver (attempts x timeout) must not hold a slot calls run in
+            self._track(asyncio.create_task(self._callback(call), name=f"sless-callback-{call.id}"))
 
     async def _callback(self, call: AsyncCall) -> None:
         """POST the ended call's record to its callback URL, once (whoever takes the pending delivery makes it)."""
