@@ -129,9 +129,12 @@ def test_a_callback_is_delivered_by_one_owner_and_a_forgotten_one_is_found(store
     # its runner stopped before delivering: a later scan finds it, but only once it is old enough
     assert [c.id for c in second.stale_callbacks(NOW + 100, 10)] == []
     assert [c.id for c in second.stale_callbacks(NOW + 200, 10)] == [made.id]
-    assert second.take_callback(made.id) and not first.take_callback(made.id)  # one delivery
-    assert second.stale_callbacks(NOW + 200, 10) == []
+    assert second.take_callback(made.id, NOW + 50) and not first.take_callback(made.id, NOW + 50)  # one delivery
+    # the delivering process stops mid-way: once the call is old enough, another takes the delivery over
+    assert [c.id for c in first.stale_callbacks(NOW + 200, 10)] == [made.id]
+    assert first.take_callback(made.id, NOW + 200) and not second.take_callback(made.id, NOW + 50)
     second.set_callback_state(made.id, "delivered: HTTP 204")
+    assert second.stale_callbacks(NOW + 200, 10) == []
     found = first.get(made.namespace, made.id)
     assert found is not None and found.callback_state == "delivered: HTTP 204"
     plain = call(31)

@@ -161,7 +161,7 @@ class AsyncRunner:
     async def _callback(self, call: AsyncCall) -> None:
         """POST the ended call's record to its callback URL, once (whoever takes the pending delivery makes it)."""
         assert call.callback_url is not None
-        if not await asyncio.to_thread(self.store.take_callback, call.id):
+        if not await asyncio.to_thread(self.store.take_callback, call.id, time.time() - STALE_CALLBACK_SEC):
             return
         payload = call.to_api(f"/v1/namespaces/{call.namespace}")
         payload["callback"] = None  # the receiver gets the outcome of the call, not of this delivery

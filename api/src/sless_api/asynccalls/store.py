@@ -62,7 +62,7 @@ class CallStore(Protocol):
     def claim(self, owner: str, now: float, lease_until: float) -> AsyncCall | None: ...
     def settle(self, call: AsyncCall, owner: str) -> bool: ...
     def requeue_orphans(self, is_gone: Callable[[str], bool]) -> int: ...
-    def take_callback(self, call_id: str) -> bool: ...
+    def take_callback(self, call_id: str, stuck_before: float) -> bool: ...
     def set_callback_state(self, call_id: str, state: str) -> None: ...
     def stale_callbacks(self, finished_before: float, limit: int) -> Sequence[AsyncCall]: ...
     def purge(self, finished_before: float) -> int: ...
@@ -121,11 +121,13 @@ class _SqlStore:
                  call.finished_at, call.id, owner))  # fmt: skip
             return bool(cur.rowcount)
 
-    def take_callback(self, call_id: str) -> bool:
-        """Whether this runner is the one to deliver CALL_ID's callback (its state was pending; now sending)."""
+    def take_callback(self, call_id: str, stuck_before: float) -> bool:
+        """Whether this runner is the one to deliver CALL_ID's callback: it was pending, or its delivery began
+        for a call that ended before STUCK_BEFORE (the process sending it stopped); now it is sending."""
         with self._transaction() as cur:
-            cur.execute(self._q("UPDATE async_calls SET callback_state = 'sending' "
-                                "WHERE id = ? AND callback_state = 'pending'"), (call_id,))
+            cur.execute(self._q("UPDATE async_calls SET callback_state = 'sending' WHERE id = ? AND "
+                                "(callback_state = 'pending' OR (callback_state = 'sending' AND finished_at < ?))"),
+                        (call_id, stuck_before))
             return bool(cur.rowcount)
 
     def set_callback_state(self, call_id: str, state: str) -> None:
@@ -133,9 +135,10 @@ class _SqlStore:
             cur.execute(self._q("UPDATE async_calls SET callback_state = ? WHERE id = ?"), (state, call_id))
 
     def stale_callbacks(self, finished_before: float, limit: int) -> Sequence[AsyncCall]:
-        """Ended calls whose callback was never tried (their runner stopped between the end and the delivery)."""
+        """Ended calls whose callback was never made (their runner stopped before or while delivering it)."""
         with self._transaction() as cur:
-            cur.execute(self._q(f"{_SELECT} WHERE callback_state = 'pending' AND state IN ('succeeded', 'dead') "
+            cur.execute(self._q(f"{_SELECT} WHERE callback_state IN ('pending', 'sending') "
+                                "AND state IN ('succeeded', 'dead') "
                                 "AND finished_at < ? ORDER BY finished_at LIMIT ?"), (finished_before, int(limit)))
             return [_call(row) for row in cur.fetchall()]
 
