@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import secrets
+import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -88,6 +90,18 @@ def test_python_runtime_pod_is_ready_under_restricted_and_answers_through_its_cl
     status, body = answer
     assert status == 200, body
     assert json.loads(body) == {"hello": "real node", "method": "GET"}
+
+
+def test_a_cluster_ip_kube_proxy_has_not_programmed_goes_to_the_bridge_not_out_of_the_host(
+    real_node: RealNode,
+) -> None:
+    """A host client dialling a Service before its DNAT exists must fail, not reach whatever the
+    default route leads to (a network answering every address would hand it a stray 404 connection)."""
+    unallocated = "10.96.255.254"  # in the Service CIDR; the bed allocates from its low end
+    route = subprocess.run(["ip", "route", "get", unallocated], capture_output=True, text=True, check=True)
+    assert "dev slessbr0" in route.stdout, route.stdout
+    with pytest.raises(OSError):
+        socket.create_connection((unallocated, 80), timeout=5).close()
 
 
 def test_nodejs_runtime_pod_runs_on_the_local_node_base_under_restricted(real_node: RealNode, namespace: str) -> None:

@@ -138,6 +138,14 @@ def setup_host(state: Path) -> None:
     _run("ip", "link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge")
     _run("ip", "addr", "add", f"{NODE_IP}/24", "dev", BRIDGE)
     _run("ip", "link", "set", BRIDGE, "up")
+    # The Service CIDR is routed to the bridge as well (the route goes with the bridge at `down`). Without
+    # it a host process that dials a ClusterIP before kube-proxy has programmed its DNAT leaves through
+    # the default route, where a network may answer for any address (an empty 404 here), and a
+    # keep-alive client then reuses that stray connection for good. On the bridge such an early dial
+    # finds no host and fails, so the client dials again once the Service is programmed.
+    from .cluster import SERVICE_CIDR  # cluster imports this module: a top-level import would be circular
+
+    _run("ip", "route", "add", SERVICE_CIDR, "dev", BRIDGE)
     for cg in _cgroup_dirs():
         cg.mkdir(exist_ok=True)
         for name in ("cpuset.cpus", "cpuset.mems"):  # a new v1 cpuset cgroup starts empty: no task fits
