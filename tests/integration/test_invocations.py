@@ -164,6 +164,21 @@ def test_cold_and_phases_round_trip_and_stay_null_when_unknown(inv_log: Invocati
     assert plain.to_dict()["phases_ms"] == {"queue": None, "start": None, "handler": None}
 
 
+def test_the_serving_version_round_trips_and_stays_null_when_unknown(inv_log: InvocationLog) -> None:
+    split = inv(1, fn="split")
+    split.version = 7
+    odd = inv(2, fn="split")
+    odd.version = 2**40  # out of column range: clamped, never a failed batch
+    inv_log.record(split)
+    inv_log.record(odd)
+    inv_log.record(inv(3, fn="split"))
+    assert inv_log.flush(30), inv_log.last_error
+    page, _ = inv_log.list("ns", "split", limit=10)
+    by_path = {r.path: r for r in page}
+    assert [by_path[f"/p/{i}"].version for i in (1, 2, 3)] == [7, 2**31 - 1, None]
+    assert by_path["/p/1"].to_dict()["version"] == 7
+
+
 def test_get_finds_a_record_only_under_its_own_function(inv_log: InvocationLog) -> None:
     inv_log.record(inv(1, fn="mine"))
     inv_log.record(inv(2, ns="tenant-b", fn="mine"))

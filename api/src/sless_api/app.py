@@ -99,6 +99,7 @@ def build_rest(services: Services) -> falcon.asgi.App[Any, Any]:
     app.add_route(f"{base}/functions/{{name}}/source", functions.Source(platform))
     app.add_route(f"{base}/functions/{{name}}/versions", functions.Versions(platform))
     app.add_route(f"{base}/functions/{{name}}/rollback", functions.Rollback(platform))
+    app.add_route(f"{base}/functions/{{name}}/traffic", functions.Traffic(platform))
     app.add_route(f"{base}/functions/{{name}}/invocations", functions.Invocations(platform, services.invocations))
     app.add_route(f"{base}/functions/{{name}}/invocations/{{ident}}/logs",
                   functions.InvocationLogs(platform, services.invocations))

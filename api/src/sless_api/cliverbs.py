@@ -91,7 +91,8 @@ def print_invocation(item: dict[str, Any], as_json: bool) -> None:
         return
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(item["started_at"])))
     cold = "-" if item.get("cold") is None else "cold" if item["cold"] else "warm"
-    print(f"{item.get('id') or '-':>8} {at} {item['trigger']:6} {item['method']:6} {item['status']:3} "
+    version = f"v{item['version']}" if item.get("version") is not None else "-"
+    print(f"{item.get('id') or '-':>8} {at} {item['trigger']:6} {item['method']:6} {item['status']:3} {version:>4} "
           f"{item['duration_ms']:9.1f}ms {cold:4} {item.get('request_id') or '-':32} {one_line(item['path'], 40)} "
           f"{one_line(item.get('error'), 60)}")
 

@@ -148,11 +148,22 @@ SCHEMAS: dict[str, Any] = {
         "response_bytes": {"type": "integer"}, "trigger": {"type": "string"},
         "error": _nullable({"type": "string"}), "started_at": {"type": "number"},
         "request_id": _nullable({"type": "string"}),
+        "version": _nullable({"type": "integer", "description": "the function's version that answered"}),
         "cold": _nullable({"type": "boolean", "description": "a function process had to start for this call"}),
         "phases_ms": {"type": "object", "required": ["queue", "start", "handler"], "properties": {
             "queue": _nullable({"type": "number", "description": "waiting in the platform, without a start"}),
             "start": _nullable({"type": "number", "description": "waiting for a process to start (cold)"}),
             "handler": _nullable({"type": "number", "description": "in the handler, measured by the runtime"})}}}},
+    "TrafficSplit": {"type": "object", "required": ["split"], "additionalProperties": False, "properties": {
+        "split": {"type": "array", "minItems": 1, "maxItems": 2, "items": {
+            "type": "object", "required": ["version", "weight"], "additionalProperties": False, "properties": {
+                "version": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+                "weight": {"type": "integer", "minimum": 0, "maximum": 100}}},
+            "description": "the current version and at most one other kept version; the weights sum to 100"}}},
+    "Traffic": {"type": "object", "required": ["split"], "properties": {
+        "split": _nullable({"type": "array", "items": {"type": "object", "required": ["version", "weight"],
+                                                       "properties": {"version": {"type": "integer"},
+                                                                      "weight": {"type": "integer"}}}})}},
     "CallLogs": {"type": "object", "required": ["lines", "truncated"], "properties": {
         "lines": {"type": "array", "items": {"type": "object", "required": ["stream", "text", "ts"], "properties": {
             "stream": {"enum": ["stdout", "stderr", "log"],
@@ -242,6 +253,13 @@ def paths() -> dict[str, Any]:
             _ref("Function"), WRITE, body={"required": False, "content": {JSON: {"schema": {
                 "type": "object", "additionalProperties": False, "properties": {
                     "version": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}}}}}})},
+        f"{ns}/functions/{{name}}/traffic": {
+            "parameters": [NS, NAME],
+            "get": _operation("the split of http calls between two versions (null: none)", "200", _ref("Traffic"),
+                              COMMON),
+            "put": _operation("share http calls between the current version and another kept one by weight",
+                              "200", _ref("Traffic"), WRITE, body=_body(_ref("TrafficSplit"))),
+            "delete": _operation("drop the split: every call goes to the current version", "204", None, COMMON)},
         f"{ns}/functions/{{name}}/invocations": {"parameters": [NS, NAME], "get": _operation(
             "recent invocations, newest first", "200", _page("Invocation"), COMMON,
             params=[_query("limit", {"type": "integer", "minimum": 1, "maximum": 500}),

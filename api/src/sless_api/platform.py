@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sless_core.models import FunctionSpec, JobSpec, TriggerSpec
+from sless_core.traffic import TrafficSplit, WeightedRoundRobin
 
 if TYPE_CHECKING:
     from sless_api.secrets.model import SecretMeta, SecretValues
@@ -133,6 +134,27 @@ class Route:
     timeout_sec: float
     auth: str  # "public" or "token"
     max_concurrency: int = 0  # the function's own limit of calls in flight through /fn; 0: none
+    #: the version that serves calls of this route (recorded with each call); None: not known
+    version: int | None = None
+    #: the backend's name of the upstream when it is not the function's own (a split's other version)
+    target: str = ""
+    #: a traffic split: each call takes one of its routes (``served``); None: this route serves every call
+    split: RouteSplit | None = field(default=None, compare=False, repr=False)
+
+    def served(self) -> Route:
+        """The route one call takes: under a split, the version the round robin picks next."""
+        return self if self.split is None else self.split.pick()
+
+
+class RouteSplit:
+    """The routes of a split's versions and the deterministic round robin that shares calls among them."""
+
+    def __init__(self, choices: list[tuple[Route, int]]) -> None:
+        self.routes = {route.version: route for route, _ in choices}
+        self._robin = WeightedRoundRobin((route.version or 0, weight) for route, weight in choices)
+
+    def pick(self) -> Route:
+        return self.routes[self._robin.pick()]
 
 
 @dataclass(frozen=True)
@@ -205,6 +227,13 @@ class FunctionBackend(Protocol):
     async def get_source(self, namespace: str, name: str) -> list[dict[str, Any]]: ...
     async def list_versions(self, namespace: str, name: str) -> list[Version]: ...
     async def rollback(self, namespace: str, name: str, version: int | None) -> FunctionRecord: ...
+    async def get_traffic(self, namespace: str, name: str) -> TrafficSplit | None: ...
+    async def set_traffic(self, namespace: str, name: str, split: TrafficSplit) -> TrafficSplit:
+        """Share http calls as SPLIT says once this returns; SplitRefused (404/409) when its versions do not fit."""
+        ...
+    async def clear_traffic(self, namespace: str, name: str) -> bool:
+        """Drop the split (every call to the current version again); False when there was none."""
+        ...
 
     async def list_triggers(self, namespace: str) -> list[TriggerRecord]: ...
     async def get_trigger(self, namespace: str, name: str) -> TriggerRecord: ...

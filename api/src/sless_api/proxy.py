@@ -116,7 +116,7 @@ class Invoker:
 
     def record(self, route_ns: str, name: str, method: str, path: str, status: int, started: float,
                req_bytes: int, resp_bytes: int, trigger: str, error: str | None, request_id: str | None,
-               timing: CallTiming | None = None) -> None:
+               timing: CallTiming | None = None, version: int | None = None) -> None:
         duration = time.monotonic() - started
         metrics.observe_invocation(route_ns, name, trigger, status, duration)
         if self.invocations is None:
@@ -129,7 +129,8 @@ class Invoker:
             cold=timing.cold if timing is not None and reached else None,
             queue_ms=None if timing is None or timing.queue_sec is None else timing.queue_sec * 1000,
             start_ms=timing.start_sec * 1000 if timing is not None and reached else None,
-            handler_ms=timing.handler_ms if timing is not None else None))
+            handler_ms=timing.handler_ms if timing is not None else None,
+            version=version if reached else None))
 
     @contextlib.asynccontextmanager
     async def request(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
@@ -186,6 +187,7 @@ class Invoker:
         queue), counted in its ``queue`` phase.
         """
         started = time.monotonic()
+        route = route.served()
         request_id = request_id or new_request_id()
         headers = [*((k, v) for k, v in headers if k.lower() != HEADER), ("X-Request-Id", request_id)]
         timing = CallTiming(ready=started - max(0.0, waited_sec))
@@ -197,7 +199,7 @@ class Invoker:
         except (UpstreamError, PlatformError) as exc:
             result = error_body(exc.status, exc.message)
         self.record(route.namespace, route.function, method, path_qs.split("?", 1)[0], result.status, started,
-                    len(body), len(result.body), trigger, result.error, request_id, timing)
+                    len(body), len(result.body), trigger, result.error, request_id, timing, route.version)
         return result
 
 
@@ -310,8 +312,10 @@ class ProxyApp:
         request_id = scope_request_id(scope)
         req_bytes, status, error, resp_bytes = 0, 500, None, 0
         timing: CallTiming | None = None
+        version: int | None = None
         try:
-            route = await self.invoker.platform.route(ns, name)
+            route = (await self.invoker.platform.route(ns, name)).served()
+            version = route.version
             caller = await self.authorize(route, headers) if route.auth == "token" else None
             body = await self._read_body(receive, headers)
             req_bytes = len(body)
@@ -345,7 +349,7 @@ class ProxyApp:
             await self._send(send, refused)
         if status != 404 or error is None:
             self.invoker.record(ns, name, method, sub, status, started, req_bytes, resp_bytes, "http", error,
-                                request_id, timing)
+                                request_id, timing, version)
 
     async def _accept(self, ns: str, name: str, method: str, path_qs: str, forwarded: list[tuple[str, str]],
                       body: bytes, request_id: str, headers: list[tuple[str, str]],

@@ -58,6 +58,15 @@ def append(history: Sequence[Version], code_hash: str, config: dict[str, Any], n
     return [*history, added][-KEEP:]
 
 
+def number_of(history: Sequence[Version], code_hash: str, config: dict[str, Any]) -> int:
+    """The number of the deploy CODE_HASH + CONFIG: the newest version's when it is that one, else the next
+    (what :func:`append` gives it once Ready), so a call is recorded with its version even before that."""
+    newest = history[-1] if history else None
+    if newest is None:
+        return 1
+    return newest.version if same_deploy(newest, code_hash, config) else newest.version + 1
+
+
 def requested_version(body: object) -> int | None:
     """The ``version`` of a rollback request (None: the previous one); a ValidationError for anything else."""
     if body is None:

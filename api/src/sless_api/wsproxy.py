@@ -63,8 +63,10 @@ class WsProxy:
         status, error, received, sent = 500, None, 0, 0
         timing = CallTiming(ready=time.monotonic())
         invoker = self.proxy.invoker
+        version: int | None = None
         try:
-            route = await invoker.platform.route(ns, name)
+            route = (await invoker.platform.route(ns, name)).served()
+            version = route.version
             caller = await self.proxy.authorize(route, headers) if route.auth == "token" else None
             kept = [(k, v) for k, v in headers if k.lower() not in HANDSHAKE]
             forwarded = upstream_headers(kept, (scope.get("client") or [None])[0],
@@ -88,7 +90,7 @@ class WsProxy:
             await deny(scope, send, 429, exc.message, [(b"retry-after", str(exc.retry_after).encode())])
         if status != 404 or error is None:
             invoker.record(ns, name, "GET", sub, status, started, received, sent, "http", error, request_id,
-                           timing)
+                           timing, version)
 
     async def _connect(self, scope: Scope, route: Route, path_qs: str, headers: list[tuple[str, str]],
                        protocols: list[str], receive: Receive, send: Send,

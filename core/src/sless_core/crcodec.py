@@ -30,12 +30,15 @@ from typing import Any, TypeVar
 from sless_core import crd
 from sless_core.errors import ValidationError
 from sless_core.models import FunctionSpec, JobPhase, JobSpec, Phase, TriggerSpec
+from sless_core.traffic import TrafficSplit, parse_entries
 
 #: The CRD's bound on ``timeoutSec``; the API applies the installation's own (lower) maximum to requests.
 MAX_TIMEOUT_SEC = 3600
 MAX_REPLICAS = 100
 MAX_KEY_LENGTH = 1024
 HEX64 = re.compile(r"[0-9a-f]{64}")
+#: the Function's spec key of a traffic split (``sless_core.traffic``)
+TRAFFIC = "traffic"
 SECRETS_VERSION = re.compile(r"[0-9a-f]{0,64}")
 
 
@@ -307,8 +310,10 @@ class FunctionResource:
     secrets_version: str = ""
     replicas: int = 1
     status: FunctionStatus = field(default_factory=FunctionStatus)
+    #: ``spec.traffic``: http calls shared between the current version and one other (set by the API)
+    traffic: TrafficSplit | None = None
 
-    FIELDS = frozenset({*FUNCTION_USER_FIELDS, *FunctionCode.CR_KEYS, crd.SECRETS_VERSION, "replicas"})
+    FIELDS = frozenset({*FUNCTION_USER_FIELDS, *FunctionCode.CR_KEYS, crd.SECRETS_VERSION, "replicas", TRAFFIC})
 
     @classmethod
     def from_cr(cls, obj: object) -> FunctionResource:
@@ -325,9 +330,24 @@ class FunctionResource:
         if isinstance(replicas, bool) or not isinstance(replicas, int) or not 0 <= replicas <= MAX_REPLICAS:
             raise InvalidResource(f"spec.replicas must be an integer between 0 and {MAX_REPLICAS}",
                                   field="spec.replicas")
+        traffic = None
+        if spec.get(TRAFFIC) is not None:
+            try:
+                traffic = parse_entries(spec[TRAFFIC], field=f"spec.{TRAFFIC}")
+            except ValidationError as exc:
+                raise InvalidResource(exc.message, field=exc.field) from exc
         return cls(meta=meta, spec=_function_spec(meta, spec), code=FunctionCode.from_cr_spec(meta, spec),
                    secrets_version=secrets_version, replicas=replicas,
-                   status=FunctionStatus.from_cr(meta, _section(obj, "status")))  # fmt: skip
+                   status=FunctionStatus.from_cr(meta, _section(obj, "status")), traffic=traffic)  # fmt: skip
+
+    def version(self, number: int) -> FunctionVersion | None:
+        """The kept version NUMBER of ``status.versions``, if it is there."""
+        return next((v for v in self.status.versions if v.version == number), None)
+
+    @property
+    def current_version(self) -> int | None:
+        """The newest recorded version (what the Deployment serves once Ready)."""
+        return self.status.versions[-1].version if self.status.versions else None
 
     def spec_to_cr(self) -> dict[str, Any]:
         """The whole ``spec`` (the default replica count left to the CRD's default)."""
@@ -336,6 +356,8 @@ class FunctionResource:
             body[crd.SECRETS_VERSION] = self.secrets_version
         if self.replicas != 1:
             body["replicas"] = self.replicas
+        if self.traffic is not None:
+            body[TRAFFIC] = self.traffic.to_list()
         return body
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from sless_core import crd
 from sless_core.crcodec import InvalidResource
 from sless_core.models import Phase
-from sless_operator import capture, children, codeurl, history, manifests, tenancy, trigger
+from sless_operator import capture, children, codeurl, history, manifests, split, tenancy, trigger
 from sless_operator.children import ChildConflict
 from sless_operator.codeurl import NoSigningKey
 from sless_operator.context import Context
@@ -163,9 +163,19 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         st.set(phase=Phase.FAILED.value, message=ready_message)
     else:
         st.set(phase=Phase.BUILDING.value, message=f"rolling out {image}")
+    if ready_state == "ready":  # a traffic split's other version beside this one (split.py)
+        st.set(split=await split.sync(ctx, _with_versions(body, st), ref, replicas))
     await _write(ctx, body, st)
     if image:
         await trigger.sync_for_function(ctx, body, image)
+
+
+def _with_versions(body: dict[str, Any], st: StatusBuilder) -> dict[str, Any]:
+    """BODY with the versions this reconcile records (the split is checked against the newest)."""
+    versions = st.fields.get("versions")
+    if versions is None:
+        return body
+    return {**body, "status": {**(body.get("status") or {}), "versions": versions}}
 
 
 def _build_target(ctx: Context, ref: FunctionRef) -> str:
@@ -330,6 +340,7 @@ async def cleanup(ctx: Context, namespace: str, name: str) -> None:
     cron_selector = f"{crd.LABEL_COMPONENT}={manifests.COMPONENT_CRON},{crd.LABEL_FUNCTION}={name}"
     await kube.delete_collection(api_path("batch/v1", "cronjobs", namespace), cron_selector)
     ctx.state.statuses.pop((namespace, name), None)
+    split.forget(namespace, name)  # its objects go with their owner reference
     names = (name, *_cron_names(ctx, namespace, name))
     for key in [k for k in ctx.state.applied if k[0] == namespace and k[2] in names]:
         del ctx.state.applied[key]

@@ -24,6 +24,7 @@ import kopf
 
 from sless_core import crd
 from sless_core.crcodec import FunctionResource, InvalidResource
+from sless_core.traffic import LABEL_SPLIT_OF
 from sless_operator import function, job, metrics, trigger
 from sless_operator.children import ChildConflict
 from sless_operator.config import OperatorConfig
@@ -297,7 +298,8 @@ async def deployment_event(type: str | None, body: kopf.Body, memo: Context, **_
         # "progressing" is what the Function already says after creating or changing it
         if state == "progressing" and (previous is None or previous[1:] == seen[1:]):
             return
-    ns, fn = summary.namespace, summary.name
+    # a traffic split's other version wakes the Function it serves
+    ns, fn = summary.namespace, (body.get("metadata", {}).get("labels") or {}).get(LABEL_SPLIT_OF) or summary.name
     memo.queue.add(("function", ns, fn), lambda: function.reconcile(memo, ns, fn))
 
 

@@ -37,6 +37,8 @@ class Invocation:
     queue_ms: float | None = None
     start_ms: float | None = None
     handler_ms: float | None = None
+    #: The function's version that answered (a traffic split shares calls between two); None where unknown.
+    version: int | None = None
     id: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -49,7 +51,7 @@ class Invocation:
 
 #: A record as stored: the values of sink.COLUMNS in order, each within its column's range.
 Row = tuple[str, str, str, str, int, float, int, int, str, str | None, float, str | None,
-            bool | None, float | None, float | None, float | None]
+            bool | None, float | None, float | None, float | None, int | None]
 
 
 def _text(value: object, limit: int) -> str:
@@ -104,6 +106,7 @@ def sanitized_row(inv: Invocation) -> Row:
         _optional_ms(inv.queue_ms),
         _optional_ms(inv.start_ms),
         _optional_ms(inv.handler_ms),
+        None if inv.version is None else _int(inv.version, 0, _INT32),
     )
 
 
@@ -114,7 +117,7 @@ def _optional_ms(value: object) -> float | None:
 def from_row(row: Sequence[Any]) -> Invocation:
     """An Invocation from a database row ``(id, *COLUMNS)``."""
     (ident, namespace, function, method, path, status, duration_ms, request_bytes, response_bytes,
-     trigger, error, started_at, request_id, cold, queue_ms, start_ms, handler_ms) = row  # fmt: skip
+     trigger, error, started_at, request_id, cold, queue_ms, start_ms, handler_ms, version) = row  # fmt: skip
     return Invocation(
         namespace=namespace,
         function=function,
@@ -132,5 +135,6 @@ def from_row(row: Sequence[Any]) -> Invocation:
         queue_ms=None if queue_ms is None else float(queue_ms),
         start_ms=None if start_ms is None else float(start_ms),
         handler_ms=None if handler_ms is None else float(handler_ms),
+        version=None if version is None else int(version),
         id=int(ident),
     )

@@ -24,6 +24,7 @@ COLUMNS = (
     "queue_ms",
     "start_ms",
     "handler_ms",
+    "version",
 )
 
 

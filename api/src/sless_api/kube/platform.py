@@ -52,7 +52,9 @@ from sless_api.secrets.usage import checked_version, current_version, refuse_dro
 from sless_api.storage import CodeStore
 from sless_api.versions import Version, choose
 from sless_core import contract, crd
-from sless_core.models import FunctionSpec, JobSpec, TriggerSpec, TriggerType
+from sless_core.crcodec import TRAFFIC
+from sless_core.models import FunctionSpec, JobSpec, Phase, TriggerSpec, TriggerType
+from sless_core.traffic import TrafficSplit, check_versions
 
 log = logging.getLogger("sless.kube")
 JOBS = crd.JOB_PLURAL
@@ -220,6 +222,7 @@ class KubernetesPlatform:
             new_spec = old.spec.updated(patch, self.config.max_timeout_sec)
             cr_spec = resources.function_cr_spec(new_spec, obj.get("spec") or {})
             cr_spec.pop(SECRETS_VERSION, None)
+            cr_spec.pop(TRAFFIC, None)  # a deploy drops the traffic split
             version = await checked_version(self.secrets, namespace, new_spec.secrets)
             if version:
                 cr_spec[SECRETS_VERSION] = version
@@ -259,7 +262,7 @@ class KubernetesPlatform:
                 return current
             stored = await asyncio.to_thread(self.archive.store_upload, namespace, current.spec, zip_path, code_hash)
             patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
-                     "spec": {"codeHash": code_hash, **stored.cr_fields()}}
+                     "spec": {"codeHash": code_hash, **stored.cr_fields(), TRAFFIC: None}}  # drops the split
             try:
                 updated = await self._patch(FUNCTIONS, namespace, name, patch)
             except (KubeConflict, NotFound):
@@ -283,6 +286,7 @@ class KubernetesPlatform:
             keys = [target.extra.get(k, "") for k in ("codeKey", "contextKey")]
             await asyncio.to_thread(self.archive.require, [k for k in keys if k], target.version, name)
             obj["spec"] = resources.rollback_spec(obj, target)
+            obj["spec"].pop(TRAFFIC, None)  # a deploy drops the traffic split
             try:
                 record = resources.function_record(await self._replace(FUNCTIONS, namespace, obj))
             except KubeConflict:
@@ -292,6 +296,37 @@ class KubernetesPlatform:
             record.message = f"rolling back to version {target.version}"
             return record
         raise AssertionError("unreachable")
+
+    async def get_traffic(self, namespace: str, name: str) -> TrafficSplit | None:
+        return resources.function_resource(await self._get(FUNCTIONS, namespace, name)).traffic
+
+    async def set_traffic(self, namespace: str, name: str, split: TrafficSplit) -> TrafficSplit:
+        """Write ``spec.traffic``: the operator runs the other version beside the current one, the router shares
+        calls once its Service has ready endpoints' worth of pods (see ``kube.routes``)."""
+        for attempt in range(WRITE_ATTEMPTS):
+            obj = await self._get(FUNCTIONS, namespace, name)
+            fn = resources.function_resource(obj)
+            check_versions(split, [v.version for v in fn.status.versions], name)
+            record = resources.function_record_of(fn)
+            if record.phase != Phase.READY:
+                raise Conflict(f"function {name!r} is {record.phase}: a split can be set while it is Ready")
+            patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                     "spec": {TRAFFIC: split.to_list()}}
+            try:
+                await self._patch(FUNCTIONS, namespace, name, patch)
+            except KubeConflict:
+                if attempt == WRITE_ATTEMPTS - 1:
+                    raise
+                continue
+            return split
+        raise AssertionError("unreachable")
+
+    async def clear_traffic(self, namespace: str, name: str) -> bool:
+        fn = resources.function_resource(await self._get(FUNCTIONS, namespace, name))
+        if fn.traffic is None:
+            return False
+        await self._patch(FUNCTIONS, namespace, name, {"spec": {TRAFFIC: None}})
+        return True
 
     async def get_source(self, namespace: str, name: str) -> list[dict[str, Any]]:
         record = await self.get_function(namespace, name)

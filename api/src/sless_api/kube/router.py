@@ -78,4 +78,4 @@ class KubeRouter:
 
     @contextlib.asynccontextmanager
     async def upstream(self, route: Route) -> AsyncIterator[str]:
-        yield self.settings.service_url(route.namespace, route.function)
+        yield self.settings.service_url(route.namespace, route.target or route.function)

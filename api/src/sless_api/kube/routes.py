@@ -12,14 +12,16 @@ not take a function offline for the length of its build.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sless_api.platform import Route
+from sless_api.platform import Route, RouteSplit
 from sless_core.crcodec import FunctionResource, InvalidResource, TriggerResource, key_of
 from sless_core.models import TIMEOUT_DEFAULT_SEC, Phase, TriggerType
+from sless_core.traffic import other_version_name
 
 Key = tuple[str, str]
 FUNCTIONS, TRIGGERS = "functions", "triggers"
@@ -33,6 +35,11 @@ class FunctionView:
     max_concurrency: int = 0
     #: why the codec refused the object ("": it is valid)
     invalid: str = ""
+    #: the newest recorded version (what the Function's own Deployment serves); None: none recorded yet
+    version: int | None = None
+    #: a traffic split in effect: ((current, weight), (other, weight, its timeout)) once the operator
+    #: reports the other version's pods ready (status.split); None: every call to the current version
+    split: tuple[tuple[int, int], tuple[int, int, float]] | None = None
 
     @property
     def deployed(self) -> bool:
@@ -58,7 +65,25 @@ def function_view(obj: dict[str, Any]) -> FunctionView:
     except InvalidResource as exc:
         return FunctionView(phase=Phase.FAILED, image=None, timeout_sec=float(TIMEOUT_DEFAULT_SEC), invalid=exc.message)
     return FunctionView(phase=str(fn.status.phase or Phase.PENDING), image=fn.status.image or None,
-                        timeout_sec=float(fn.spec.timeout_sec), max_concurrency=fn.spec.max_concurrency)
+                        timeout_sec=float(fn.spec.timeout_sec), max_concurrency=fn.spec.max_concurrency,
+                        version=fn.current_version, split=split_in_effect(fn, obj))
+
+
+def split_in_effect(fn: FunctionResource, obj: dict[str, Any]) -> tuple[tuple[int, int], tuple[int, int, float]] | None:
+    """The split calls follow: ``spec.traffic`` naming the current version, and ``status.split`` saying the
+    operator runs its other version and its pods are ready (until then every call goes to the current one)."""
+    current = fn.current_version
+    if fn.traffic is None or current is None or current not in fn.traffic.versions():
+        return None
+    other = fn.traffic.other_than(current)
+    kept = fn.version(other.version) if other is not None else None
+    running = (obj.get("status") or {}).get("split")
+    if other is None or kept is None or not isinstance(running, dict):
+        return None
+    if running.get("version") != other.version or running.get("ready") is not True:
+        return None
+    weights = {e.version: e.weight for e in fn.traffic.entries}
+    return (current, weights[current]), (other.version, other.weight, float(kept.spec.timeout_sec))
 
 
 def trigger_view(obj: dict[str, Any]) -> TriggerView | None:
@@ -165,4 +190,9 @@ class RouteTable:
             self._routes.pop(fn_key, None)
             return
         auth = "public" if any(t.auth == "public" for t in http) else "token"
-        self._routes[fn_key] = Route(ns, name, fn.timeout_sec, auth, fn.max_concurrency)
+        route = Route(ns, name, fn.timeout_sec, auth, fn.max_concurrency, fn.version)
+        if fn.split is not None:
+            (_, weight), (other, other_weight, timeout) = fn.split
+            beside = dataclasses.replace(route, version=other, target=other_version_name(name), timeout_sec=timeout)
+            route = dataclasses.replace(route, split=RouteSplit([(route, weight), (beside, other_weight)]))
+        self._routes[fn_key] = route

@@ -19,6 +19,7 @@ from sless_api.platform import CallRef, FunctionBackend, FunctionRecord
 from sless_api.requestid import is_request_id
 from sless_core.models import FunctionSpec
 from sless_core.naming import validate_name
+from sless_core.traffic import SplitRefused, TrafficSplit, parse_request
 
 CHUNK = 256 * 1024
 # Form fields beside the zip are not used; each is drained with this bound so none can be endless.
@@ -184,6 +185,36 @@ class Rollback:
         record = await self.platform.rollback(ns, name, versions.requested_version(body))
         resp.status = falcon.HTTP_202
         resp.media = record.to_api()
+
+
+class Traffic:
+    """``GET, PUT, DELETE .../functions/{name}/traffic``: the split of http calls between two versions.
+
+    ``{"split": [{"version": N, "weight": W}, ...]}`` (``sless_core.traffic`` has the rules); no split reads
+    as ``{"split": null}``: every call goes to the current version.
+    """
+
+    def __init__(self, platform: FunctionBackend) -> None:
+        self.platform = platform
+
+    @staticmethod
+    def _answer(split: TrafficSplit | None) -> dict[str, Any]:
+        return {"split": split.to_list() if split is not None else None}
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
+        resp.media = self._answer(await self.platform.get_traffic(ns, validate_name(name)))
+
+    async def on_put(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
+        validate_name(name)
+        split = parse_request(await json_body(req))
+        try:
+            resp.media = self._answer(await self.platform.set_traffic(ns, name, split))
+        except SplitRefused as exc:
+            raise ApiError(exc.status, exc.message) from None
+
+    async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
+        await self.platform.clear_traffic(ns, validate_name(name))
+        resp.status = falcon.HTTP_204
 
 
 class Invocations:

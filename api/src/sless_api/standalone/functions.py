@@ -46,6 +46,11 @@ class Functions:
         """Start (or restart) the build of the function's current code."""
         self.tasks.spawn(build_task(namespace, name), self.builds.build(namespace, name))
 
+    async def drop_split(self, namespace: str, name: str) -> None:
+        """A deploy (upload that builds, update, rollback) drops the function's traffic split."""
+        if self.state.clear_traffic(namespace, name):
+            await self.router.drop_split(namespace, name)
+
     async def list_functions(self, namespace: str) -> list[FunctionRecord]:
         return self.state.list_functions(namespace)
 
@@ -67,6 +72,7 @@ class Functions:
         await checked_version(self.secrets, namespace, new_spec.secrets)
         rebuild = contract.spec_change_rebuilds(rec.spec, new_spec)
         rec.spec = new_spec
+        await self.drop_split(namespace, name)
         if rebuild and rec.code_hash:
             rec.phase, rec.message = Phase.BUILDING, "rebuild queued: runtime or entrypoint changed"
             self.state.save_function(rec)
@@ -91,6 +97,7 @@ class Functions:
             rec.message = contract.identical_upload_message(rec.message)
             return rec
         await asyncio.to_thread(self.code.store_upload, rec, zip_path, code_hash)
+        await self.drop_split(namespace, name)
         rec.code_hash, rec.phase, rec.message = code_hash, Phase.BUILDING, "build queued"
         self.state.save_function(rec)
         self.build(namespace, name)
@@ -105,6 +112,7 @@ class Functions:
         rec = require_function(self.state, namespace, name)
         target = choose(self.state.list_versions(namespace, name), version, name)
         await asyncio.to_thread(self.code.ensure_unpacked, namespace, name, target)
+        await self.drop_split(namespace, name)
         rec.spec = FunctionSpec.from_dict({**target.config, "name": name})
         rec.code_hash, rec.phase = target.code_hash, Phase.BUILDING
         rec.message = f"rolling back to version {target.version}"

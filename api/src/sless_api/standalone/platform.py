@@ -42,11 +42,13 @@ from sless_api.standalone.state import StateStore
 from sless_api.standalone.supervisor import Supervisor
 from sless_api.standalone.tasks import TaskSet
 from sless_api.standalone.tenantsecrets import TenantSecrets
+from sless_api.standalone.traffic import Traffic
 from sless_api.standalone.triggers import Triggers
 from sless_api.storage import CodeStore
 from sless_api.versions import Version
 from sless_api.zipsafe import ZipLimits
 from sless_core.models import FunctionSpec, JobSpec, Phase, TriggerSpec
+from sless_core.traffic import TrafficSplit
 
 log = logging.getLogger("sless.standalone")
 
@@ -78,8 +80,9 @@ class StandalonePlatform:
         self.tasks = TaskSet()
         self.router = StandaloneRouter(config, self.state, self.supervisor, self.secrets, self.sandbox)
         code = CodeFiles(data / "functions", data / "tmp", store, ZipLimits(), config.retention)
-        builds = Builds(self.state, Builder(data / "cache", sandbox=self.sandbox), self.router, self.secrets,
-                        self.sandbox, config.sandbox, code)
+        builder = Builder(data / "cache", sandbox=self.sandbox)
+        builds = Builds(self.state, builder, self.router, self.secrets, self.sandbox, config.sandbox, code)
+        self.traffic = Traffic(self.state, self.router, code, builder)
         self.functions = Functions(config, self.state, self.secrets, self.router, code, builds, self.tasks)
         self.triggers = Triggers(config, self.state, self.router)
         oneshot = OneShot(self.secrets, self.sandbox, invocations, config.sandbox)
@@ -123,6 +126,9 @@ class StandalonePlatform:
     async def call_logs(self, namespace: str, name: str, call: CallRef) -> dict[str, Any]:
         """Kept in memory as the function's processes wrote them (see calllogs.py)."""
         found = self.call_logs_store.get(process_key(namespace, name), call.request_id)
+        other = self.router.split_process(namespace, name)
+        if found is None and other is not None:  # a call the split's other version answered
+            found = self.call_logs_store.get(other, call.request_id)
         return found if found is not None else {"lines": [], "truncated": False}
 
     # functions (functions.py)
@@ -152,6 +158,16 @@ class StandalonePlatform:
 
     async def rollback(self, namespace: str, name: str, version: int | None) -> FunctionRecord:
         return await self.functions.rollback(namespace, name, version)
+
+    # traffic splits (traffic.py)
+    async def get_traffic(self, namespace: str, name: str) -> TrafficSplit | None:
+        return await self.traffic.get_traffic(namespace, name)
+
+    async def set_traffic(self, namespace: str, name: str, split: TrafficSplit) -> TrafficSplit:
+        return await self.traffic.set_traffic(namespace, name, split)
+
+    async def clear_traffic(self, namespace: str, name: str) -> bool:
+        return await self.traffic.clear_traffic(namespace, name)
 
     # triggers (triggers.py)
     async def list_triggers(self, namespace: str) -> list[TriggerRecord]:

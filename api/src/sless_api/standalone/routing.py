@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 
 from sless_api.changes import ChangeListeners
 from sless_api.config import ApiConfig
-from sless_api.platform import FunctionRecord, NotFound, Route, Unavailable
+from sless_api.platform import FunctionRecord, NotFound, Route, RouteSplit, Unavailable
 from sless_api.secrets.store import SecretStore
 from sless_api.secrets.usage import Delivery, deliver
 from sless_api.standalone.builder import BuildArtifact
@@ -24,7 +24,8 @@ from sless_api.standalone.failures import caller_reason
 from sless_api.standalone.sandbox import Limits, Sandbox
 from sless_api.standalone.state import StateStore, artifact_from_dict
 from sless_api.standalone.supervisor import LimitExceeded, NotDeployed, ProcessSpec, StartFailed, Supervisor
-from sless_core.models import Phase, TriggerType
+from sless_api.versions import Version, function_config, number_of
+from sless_core.models import FunctionSpec, Phase, TriggerType
 
 log = logging.getLogger("sless.standalone")
 
@@ -32,6 +33,11 @@ log = logging.getLogger("sless.standalone")
 def process_key(namespace: str, name: str) -> str:
     """The supervisor's (and the call logs') key of a function."""
     return f"{namespace}.{name}"
+
+
+def split_key(namespace: str, name: str, version: int) -> str:
+    """The key of a traffic split's other version (no function's key: names have no dots)."""
+    return f"{process_key(namespace, name)}.v{version}"
 
 
 class StandaloneRouter:
@@ -45,6 +51,7 @@ class StandaloneRouter:
         self.secrets = secrets
         self.sandbox = sandbox
         self._routes: dict[tuple[str, str], Route] = {}
+        self._split_keys: dict[tuple[str, str], str] = {}  # (ns, name) -> the key of its split's other version
         self._listeners = ChangeListeners()
 
     # the change feed
@@ -87,17 +94,61 @@ class StandaloneRouter:
         if rec is None or not http or artifact is None:
             self._routes.pop((namespace, name), None)
             await self.supervisor.remove(key)
+            await self._remove_split(namespace, name)
             return
         auth = "public" if any(t.spec.auth == "public" for t in http) else "token"
-        self._routes[(namespace, name)] = Route(namespace, name, float(rec.spec.timeout_sec), auth,
-                                                rec.spec.max_concurrency)
+        history = self.state.list_versions(namespace, name)
+        current = number_of(history, rec.code_hash or "", function_config(rec.spec))
+        route = Route(namespace, name, float(rec.spec.timeout_sec), auth, rec.spec.max_concurrency, current)
         await self.supervisor.deploy(key, await self.process_spec(rec, artifact_from_dict(artifact)))
+        self._routes[(namespace, name)] = await self._split_route(rec, route, history)
+
+    async def _split_route(self, rec: FunctionRecord, route: Route, history: list[Version]) -> Route:
+        """ROUTE, or under a traffic split a route that shares calls between it and the split's other version,
+        whose process (``<key>.v<N>``) runs beside the current one; a process of a dropped split is removed."""
+        namespace, name = rec.namespace, rec.spec.name
+        found = self.state.get_traffic(namespace, name)
+        other = found[0].other_than(route.version or 0) if found is not None else None
+        version = next((v for v in history if other is not None and v.version == other.version), None)
+        artifact = found[1] if found is not None else None
+        wanted = split_key(namespace, name, other.version) if other is not None and version and artifact else None
+        old = self._split_keys.pop((namespace, name), None)
+        if old is not None and old != wanted:
+            await self.supervisor.remove(old)
+        if found is None or other is None or version is None or artifact is None or wanted is None:
+            return route
+        self._split_keys[(namespace, name)] = wanted
+        other_rec = dataclasses.replace(rec, spec=FunctionSpec.from_dict({**version.config, "name": name}),
+                                        code_hash=version.code_hash)
+        await self.supervisor.deploy(wanted, await self.process_spec(other_rec, artifact_from_dict(artifact)))
+        other_route = dataclasses.replace(route, version=other.version, target=wanted,
+                                          timeout_sec=float(other_rec.spec.timeout_sec))
+        weights = {e.version: e.weight for e in found[0].entries}
+        return dataclasses.replace(route, split=RouteSplit([(route, weights.get(route.version or 0, 0)),
+                                                            (other_route, other.weight)]))
 
     async def forget(self, namespace: str, name: str) -> None:
         """A deleted function: no route, no process; the listeners hear its triggers went with it."""
         self._routes.pop((namespace, name), None)
         self.changed()
         await self.supervisor.remove(process_key(namespace, name))
+        await self._remove_split(namespace, name)
+
+    async def drop_split(self, namespace: str, name: str) -> None:
+        """The split was dropped (a deploy began): every call goes to the current process at once."""
+        route = self._routes.get((namespace, name))
+        if route is not None and route.split is not None:
+            self._routes[(namespace, name)] = dataclasses.replace(route, split=None)
+        await self._remove_split(namespace, name)
+
+    async def _remove_split(self, namespace: str, name: str) -> None:
+        old = self._split_keys.pop((namespace, name), None)
+        if old is not None:
+            await self.supervisor.remove(old)
+
+    def split_process(self, namespace: str, name: str) -> str | None:
+        """The supervisor's key of the split's other version while one runs (its calls' output is there)."""
+        return self._split_keys.get((namespace, name))
 
     def process_state(self, key: str) -> str:
         try:
@@ -133,7 +184,7 @@ class StandaloneRouter:
     @contextlib.asynccontextmanager
     async def upstream(self, route: Route) -> AsyncIterator[str]:
         try:
-            async with self.supervisor.lease(process_key(route.namespace, route.function)) as base_url:
+            async with self.supervisor.lease(route.target or process_key(route.namespace, route.function)) as base_url:
                 yield base_url
         except NotDeployed as exc:
             raise NotFound(f"function {route.function!r} is not deployed") from exc

@@ -20,6 +20,7 @@ from sless_api.standalone.builder import BuildArtifact
 from sless_api.standalone.datadir import create_private_file
 from sless_api.versions import Version, append, function_config
 from sless_core.models import FunctionSpec, JobSpec, TriggerSpec
+from sless_core.traffic import TrafficSplit, parse_entries
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS namespaces (name TEXT PRIMARY KEY, created_at REAL NOT NULL);
@@ -33,6 +34,8 @@ CREATE TABLE IF NOT EXISTS triggers (
 CREATE TABLE IF NOT EXISTS versions (
   namespace TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, code_hash TEXT NOT NULL,
   config TEXT NOT NULL, deployed_at REAL NOT NULL, PRIMARY KEY (namespace, name, version));
+CREATE TABLE IF NOT EXISTS traffic (
+  namespace TEXT NOT NULL, name TEXT NOT NULL, split TEXT NOT NULL, artifact TEXT, PRIMARY KEY (namespace, name));
 CREATE TABLE IF NOT EXISTS jobs (
   namespace TEXT NOT NULL, name TEXT NOT NULL, function TEXT NOT NULL, spec TEXT NOT NULL, phase TEXT NOT NULL,
   message TEXT NOT NULL, started_at REAL, completed_at REAL, created_at REAL NOT NULL, PRIMARY KEY (namespace, name));
@@ -172,6 +175,7 @@ class StateStore:
             db.execute("DELETE FROM triggers WHERE namespace=? AND function=?", (namespace, name))
             db.execute("DELETE FROM jobs WHERE namespace=? AND function=?", (namespace, name))
             db.execute("DELETE FROM versions WHERE namespace=? AND name=?", (namespace, name))
+            db.execute("DELETE FROM traffic WHERE namespace=? AND name=?", (namespace, name))
 
     # deployed versions (sless_api.versions)
     def list_versions(self, namespace: str, name: str) -> list[Version]:
@@ -192,6 +196,23 @@ class StateStore:
             self._db.execute("DELETE FROM versions WHERE namespace=? AND name=? AND version < ?",
                              (rec.namespace, rec.spec.name, updated[0].version))
             return added
+
+    # the traffic split (sless_core.traffic) and the built artifact of its other version
+    def get_traffic(self, namespace: str, name: str) -> tuple[TrafficSplit, dict[str, Any] | None] | None:
+        rows = self._rows("SELECT split, artifact FROM traffic WHERE namespace=? AND name=?", namespace, name)
+        if not rows:
+            return None
+        artifact = json.loads(rows[0]["artifact"]) if rows[0]["artifact"] else None
+        return parse_entries(json.loads(rows[0]["split"])), artifact
+
+    def set_traffic(self, namespace: str, name: str, split: TrafficSplit, artifact: dict[str, Any] | None) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO traffic VALUES (?,?,?,?)",
+                       (namespace, name, json.dumps(split.to_list()), json.dumps(artifact) if artifact else None))
+
+    def clear_traffic(self, namespace: str, name: str) -> bool:
+        with self._tx() as db:
+            return db.execute("DELETE FROM traffic WHERE namespace=? AND name=?", (namespace, name)).rowcount == 1
 
     # triggers
     @staticmethod
