@@ -143,19 +143,41 @@ def run(args: argparse.Namespace) -> None:
         fast = start_side(stack, real_node, s3, work, "fetch", fetch=True)
         base = start_side(stack, real_node, s3, work, "kaniko", fetch=False)
         failures: list[str] = []
-        for runtime in runtimes:
-            n = args.go_n if runtime == "go1.23" else args.n
-            for side, count in ((fast, n), (base, args.baseline_n)):
-                try:
-                    deploy(side, runtime)
-                    measure(side, runtime, count, 1)
-                except RuntimeError as exc:  # one runtime's failure must not hide the others' figures
-                    failures.append(str(exc))
-                    print(f"FAILED: {exc}", file=sys.stderr)
+        try:
+            for runtime in runtimes:
+                n = args.go_n if runtime == "go1.23" else args.n
+                for side, count in ((fast, n), (base, args.baseline_n)):
+                    try:
+                        deploy(side, runtime)
+                        measure(side, runtime, count, 1)
+                    except RuntimeError as exc:  # one runtime's failure must not hide the others' figures
+                        failures.append(str(exc))
+                        print(f"FAILED: {exc}", file=sys.stderr)
+        finally:
+            if args.dump:
+                dump(real_node, [fast, base], Path(args.dump))
         report(runtimes, fast, base)
         if failures:
             print("\nnot measured:\n" + "\n".join(f"  {line}" for line in failures))
             raise SystemExit(1)
+
+
+def dump(real_node: RealNode, sides: list[Side], out: Path) -> None:
+    """Each side's pods (JSON: scheduling and container start/finish times) and its build pods' logs with
+    timestamps, so where a deploy's seconds went can be read afterwards."""
+    out.mkdir(parents=True, exist_ok=True)
+    bed = real_node.bed
+    for side in sides:
+        for ns in (side.tenant.ns, side.op.build_namespace):
+            pods = bed.kubectl("get", "pods", "-n", ns, "-o", "json", check=False).stdout
+            (out / f"{side.name}-{ns}-pods.json").write_text(pods)
+            events = bed.kubectl("get", "events", "-n", ns, "-o", "json", check=False).stdout
+            (out / f"{side.name}-{ns}-events.json").write_text(events)
+            for name in bed.kubectl("get", "pods", "-n", ns, "-o", "name", check=False).stdout.split():
+                logs = bed.kubectl("logs", "-n", ns, name, "--all-containers", "--timestamps", check=False)
+                (out / f"{side.name}-{ns}-{name.split('/')[-1]}.log").write_text(logs.stdout + logs.stderr)
+        (out / f"{side.name}-operator.log").write_bytes(side.op.log_path.read_bytes())
+    print(f"pods, events and logs in {out}", file=sys.stderr)
 
 
 def report(runtimes: list[str], fast: Side, base: Side) -> None:
@@ -187,6 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--go-n", type=int, default=3, help="code-only changes of the Go function (measured)")
     parser.add_argument("--baseline-n", type=int, default=3, help="changes per runtime on the kaniko baseline")
     parser.add_argument("--runtimes", nargs="+", default=list(RUNTIMES), choices=RUNTIMES)
+    parser.add_argument("--dump", metavar="DIR", help="keep every pod's timeline and the build logs in DIR")
     parser.add_argument("--quick", action="store_true", help="--n 5 --go-n 2 --baseline-n 2")
     args = parser.parse_args(argv)
     if args.quick:
