@@ -114,8 +114,8 @@ def test_delete_prefix(store: CodeStore) -> None:
     kept = [zip_key("ns1", "fn2", 1), zip_key("ns2", "fn", 1), context_key("ns1", "fn2", 1)]
     for key in doomed + kept:
         store.put_bytes(key, b"x")
-    zips, contexts, code = function_prefixes("ns1", "fn")
-    assert code == "code/ns1/fn/"
+    zips, contexts, code, binaries = function_prefixes("ns1", "fn")
+    assert (code, binaries) == ("code/ns1/fn/", "binaries/ns1/fn/")
     assert store.delete_prefix(zips) == 5
     assert store.delete_prefix(contexts) == 3
     assert store.delete_prefix(zips) == 0

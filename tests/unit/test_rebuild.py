@@ -54,10 +54,11 @@ def test_names_and_bytes_are_framed_so_moving_bytes_between_files_changes_the_ke
     assert one != two
 
 
-def test_go_code_always_builds_and_python_code_never() -> None:
+def test_go_code_always_compiles_and_python_code_never() -> None:
     go, py = Plan("go1.23", ""), Plan("python3.11", "k" * 64)
-    assert go.needs_image and go.rebuild_for(go, code_changed=True)
+    assert go.rebuild_for(go, code_changed=True) and go.compiles_for(go, code_changed=True)
     assert not go.rebuild_for(go, code_changed=False)
+    assert not py.compiles_for(py, code_changed=True)
     assert not py.rebuild_for(py, code_changed=True)
     assert py.rebuild_for(Plan("python3.11", "j" * 64), code_changed=False)
     assert py.rebuild_for(None, code_changed=False)
@@ -75,3 +76,13 @@ def test_an_unknown_runtime_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown runtime"):
         manifest_files("cobol", {})
     assert rebuild.MANIFESTS.keys() == {"python3.11", "nodejs20", "go1.23"}
+
+
+def test_a_go_code_change_compiles_without_an_image_and_new_modules_build_one() -> None:
+    """Go's image holds the toolchain and the modules: built per dependency key, never per code change."""
+    bare, mods, other = Plan("go1.23", ""), Plan("go1.23", "m" * 64), Plan("go1.23", "n" * 64)
+    assert not bare.needs_image and not bare.builds_image_for(None)
+    assert not mods.builds_image_for(mods) and mods.compiles_for(mods, code_changed=True)
+    assert mods.builds_image_for(other) and mods.compiles_for(other, code_changed=False)
+    assert mods.builds_image_for(None) and mods.compiles_for(None, code_changed=False)
+    assert mods.builds_image_for(Plan("python3.11", "m" * 64))

@@ -8,7 +8,10 @@ cannot bring at start-up needs a build, and that is its third-party dependencies
   nothing and counts as absent);
 - Node.js: ``package.json`` with ``package-lock.json`` when present;
 - Go: ``go.mod`` with ``go.sum``. Go is compiled: its binary *is* the code, so every Go code change
-  builds. The manifest then only keys the module download, which a build cache reuses.
+  compiles. Compiling is not building an image: the dependency image (the toolchain with the
+  modules downloaded and the standard library compiled; the runtime's own image without a
+  manifest) is built once per key, and a code change only compiles on it, into a binary that the
+  function's pods fetch at start like Python and Node code.
 
 The dependency key is the SHA-256 of the runtime and the manifests' names and bytes (in a fixed
 order), so two functions with the same manifest for the same runtime share one dependency set,
@@ -87,21 +90,29 @@ class Plan:
 
     @property
     def compiled(self) -> bool:
-        """The code itself is built (Go): every code change builds."""
+        """The code itself is compiled (Go): every code change compiles."""
         return self.runtime == GO
 
     @property
     def needs_image(self) -> bool:
-        """Whether a build is needed at all (else the runtime's base image runs the code as it is)."""
-        return self.compiled or bool(self.deps_key)
+        """Whether an image of its own is needed (else the runtime's image runs or compiles the code)."""
+        return bool(self.deps_key)
 
-    def rebuild_for(self, previous: Plan | None, code_changed: bool) -> bool:
-        """Whether moving from PREVIOUS to this plan builds: new dependencies, or new Go code."""
+    def builds_image_for(self, previous: Plan | None) -> bool:
+        """Whether moving from PREVIOUS to this plan builds a dependency image: new dependencies only."""
         if not self.needs_image:
             return False
-        if previous is None or previous.runtime != self.runtime or previous.deps_key != self.deps_key:
-            return True
-        return self.compiled and code_changed
+        return previous is None or previous.runtime != self.runtime or previous.deps_key != self.deps_key
+
+    def compiles_for(self, previous: Plan | None, code_changed: bool) -> bool:
+        """Whether moving from PREVIOUS to this plan compiles: Go, with new code or new dependencies."""
+        if not self.compiled:
+            return False
+        return code_changed or previous is None or previous != self
+
+    def rebuild_for(self, previous: Plan | None, code_changed: bool) -> bool:
+        """Whether moving from PREVIOUS to this plan builds anything: an image or a binary."""
+        return self.builds_image_for(previous) or self.compiles_for(previous, code_changed)
 
 
 def plan(runtime: str, code_dir: Path) -> Plan:

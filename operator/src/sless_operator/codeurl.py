@@ -1,11 +1,12 @@
 """Signed download URLs of function code, and the Secret that hands one to a function's pods.
 
 A function pod holds no S3 credential: its ``fetch-code`` init container reads a URL signed for
-exactly the Function's current code archive (SigV4, computed locally: no S3 request). The URL
-lives in the Secret ``sless-code-<fn>`` (referenced by the pod, so renewing it restarts nothing)
-and is renewed when half its lifetime is gone; when it was signed and for which key is kept in
-the Function's ``status.codeUrl``, so a restarted operator renews nothing early. The operator
-only creates and patches that Secret: it never reads Secrets.
+exactly the Function's current code archive, a Go function's compiled binary (SigV4, computed
+locally: no S3 request). The URL lives in the Secret ``sless-code-<fn>`` (referenced by the pod,
+so renewing it restarts nothing) and is renewed when half its lifetime is gone; when it was
+signed and for which key is kept in the Function's ``status.codeUrl``, so a restarted operator
+renews nothing early. The operator only creates and patches that Secret: it never reads Secrets.
+A Go function's compile Job gets a PUT URL signed for exactly its binary's key.
 """
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ class Signer:
         self._client: Any = None
 
     def sign(self, key: str, ttl_sec: int) -> str:
+        """A GET URL of KEY."""
+        url: str = self._minio().presigned_get_object(self.config.s3_bucket, key, expires=timedelta(seconds=ttl_sec))
+        return url
+
+    def sign_put(self, key: str, ttl_sec: int) -> str:
+        """A PUT URL of KEY: whoever holds it may write that one object, nothing else (a compile Job's binary)."""
+        url: str = self._minio().presigned_put_object(self.config.s3_bucket, key, expires=timedelta(seconds=ttl_sec))
+        return url
+
+    def _minio(self) -> Any:
         config = self.config
         if not (config.s3_access_key and config.s3_secret_key):
             raise NoSigningKey("SLESS_S3_ACCESS_KEY and SLESS_S3_SECRET_KEY are not set: the operator cannot "
@@ -45,25 +56,25 @@ class Signer:
             # the region given: the client asks S3 for nothing while signing
             self._client = Minio(host, access_key=config.s3_access_key, secret_key=config.s3_secret_key,
                                  secure=secure, region=config.s3_region)  # fmt: skip
-        url: str = self._client.presigned_get_object(config.s3_bucket, key, expires=timedelta(seconds=ttl_sec))
-        return url
+        return self._client
 
 
 def needs_renewal(config: OperatorConfig, ref: FunctionRef, current: dict[str, Any], now: float) -> bool:
-    """Whether the Secret must get a new URL: another code key, or less than half its lifetime left."""
+    """Whether the Secret must get a new URL: another key to fetch, or less than half its lifetime left."""
     expires = current.get("expires")
-    if current.get("key") != ref.code_key or not isinstance(expires, int):
+    if current.get("key") != ref.fetch_key or not isinstance(expires, int):
         return True
     return expires - now < config.code_url_ttl_sec / 2
 
 
 async def publish(kube: Kube, signer: Signer, config: OperatorConfig, ref: FunctionRef,
                   now: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """Sign a URL of REF's code archive and write it to the Secret; returns the new ``status.codeUrl``."""
+    """Sign a URL of what REF's pods fetch (code archive, Go binary) and write it to the Secret; returns the
+    new ``status.codeUrl``."""
     now = time.time() if now is None else now
     ttl = config.code_url_ttl_sec
     expires = int(now) + ttl
-    secret = manifests.code_secret(ref, signer.sign(ref.code_key, ttl), expires)
+    secret = manifests.code_secret(ref, signer.sign(ref.fetch_key, ttl), expires)
     collection = api_path("v1", "secrets", ref.namespace)
     try:
         await kube.create(collection, secret)
@@ -73,4 +84,4 @@ async def publish(kube: Kube, signer: Signer, config: OperatorConfig, ref: Funct
         patch = {"metadata": {k: secret["metadata"][k] for k in ("labels", "annotations", "ownerReferences")},
                  "stringData": secret["stringData"]}  # fmt: skip
         await kube.patch(f"{collection}/{secret['metadata']['name']}", patch)
-    return {"key": ref.code_key, "expires": expires}
+    return {"key": ref.fetch_key, "expires": expires}

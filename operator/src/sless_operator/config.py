@@ -68,6 +68,7 @@ class OperatorConfig:
     code_url_ttl_sec: int = 7 * 86400
     runtime_image_prefix: str = "sless"
     runtime_image_tag: str = "latest"
+    go_run_image: str = "gcr.io/distroless/static-debian12:nonroot"
     build_deadline_sec: int = 900
     build_retries: int = 2
     build_cpu: str = "1"
@@ -110,6 +111,7 @@ class OperatorConfig:
             code_url_ttl_sec=reader.integer("SLESS_CODE_URL_TTL_SEC", cls.code_url_ttl_sec, 3600, 7 * 86400),
             runtime_image_prefix=reader.image("SLESS_RUNTIME_IMAGE_PREFIX", cls.runtime_image_prefix).rstrip("/"),
             runtime_image_tag=reader.image("SLESS_RUNTIME_IMAGE_TAG", cls.runtime_image_tag),
+            go_run_image=reader.image("SLESS_GO_RUN_IMAGE", cls.go_run_image),
             build_deadline_sec=reader.integer("SLESS_BUILD_DEADLINE_SEC", cls.build_deadline_sec, 60, 86400),
             build_retries=reader.integer("SLESS_BUILD_RETRIES", cls.build_retries, 0, 10),
             build_cpu=reader.quantity("SLESS_BUILD_CPU", cls.build_cpu),

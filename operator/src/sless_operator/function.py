@@ -16,8 +16,10 @@ the conditions ``Built`` and ``Ready``. A failed build is remembered by ``buildJ
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from sless_core import crd
@@ -112,8 +114,12 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
 
     replicas = desired_replicas(ref.replicas, ctx.triggers_of(namespace, name))
     rollout: tuple[str, str] | None = None
+    target = ""
     if ref.fetched:
         build, image = await _dependencies(ctx, ref, old, st)
+        if build == "built" and ref.compiled:  # Go: the code compiles on the dependency image
+            build, target, ref = await _compile(ctx, ref, image, old, st)
+            image = ctx.config.go_run_image
         if build == "built":
             try:
                 await _code_url(ctx, ref, old, st)
@@ -152,8 +158,7 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
     if build == "failed":
         st.set(phase=Phase.FAILED.value)  # message: the build log's tail, set by _build
     elif build == "building":
-        target = _build_target(ctx, ref)
-        st.set(phase=Phase.BUILDING.value, message=f"building {target}")
+        st.set(phase=Phase.BUILDING.value, message=target or f"building {_build_target(ctx, ref)}")
     elif ready_state == "ready":
         st.set(phase=Phase.READY.value, message="")
         versions = history.recorded(old, dict(body.get("spec") or {}), ref.code_hash, now())
@@ -167,7 +172,8 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         st.set(split=await split.sync(ctx, _with_versions(body, st), ref, replicas))
     await _write(ctx, body, st)
     if image:
-        await trigger.sync_for_function(ctx, body, image)
+        # the status just written: a Go function's cron runs fetch the binary it names
+        await trigger.sync_for_function(ctx, {**body, "status": {**old, **st.fields}}, image)
 
 
 def _with_versions(body: dict[str, Any], st: StatusBuilder) -> dict[str, Any]:
@@ -248,12 +254,78 @@ async def _code_url(ctx: Context, ref: FunctionRef, old: dict[str, Any], st: Sta
 def _fetch_failure(ctx: Context, ref: FunctionRef, rollout: tuple[str, str] | None) -> tuple[str, str] | None:
     """A rollout whose new pods cannot fetch their code is failed now, with the fetch's reason."""
     failure = ctx.state.fetch_failures.get((ref.namespace, ref.name))
-    if failure is None or failure[0] != ref.code_key:
+    if failure is None or failure[0] != ref.fetch_key:
         return rollout
     if rollout is not None and rollout[0] == "ready":
         ctx.state.fetch_failures.pop((ref.namespace, ref.name), None)
         return rollout
     return "failed", f"the function's pods cannot start: {failure[1]}"
+
+
+async def _compile(ctx: Context, ref: FunctionRef, builder: str, old: dict[str, Any],
+                   st: StatusBuilder) -> tuple[str, str, FunctionRef]:  # fmt: skip
+    """Make sure a Go function's fetched code has a binary: ("built" | "building" | "failed", message, REF
+    naming the binary when built).
+
+    The compile Job runs in the tenant namespace on BUILDER (the dependency image, else the runtime's);
+    ``status.binary`` keeps the binary that serves (key, SHA-256, the code it came from), which run and
+    cron pods fetch too. A failed compile is remembered by ``compileJob`` + ``Built`` ``CompileFailed``;
+    the same code uploaded again is another code archive, so it compiles again.
+    """
+    config = ctx.config
+    key = manifests.binary_key(ref, builder)
+    job_name = manifests.compile_job_name(ref, key)
+    current = old.get("binary")
+    if isinstance(current, dict) and current.get("key") == key and ref.binary_key == key:
+        st.condition("Built", True, "Compiled", key)
+        return "built", "", ref
+    st.set(compileJob=job_name)
+    built = condition_of(old, "Built")
+    if old.get("compileJob") == job_name and built.get("reason") == "CompileFailed":
+        message = str(old.get("message") or built.get("message") or "compile failed")
+        st.condition("Built", False, "CompileFailed", str(built.get("message") or ""))
+        st.set(message=message)
+        return "failed", message, ref
+    job: JobSummary | None = ctx.job(ref.namespace, job_name)
+    if job is None:
+        ttl = config.build_deadline_sec + 600  # both URLs live as long as the Job may
+        want = manifests.compile_job(config, ref, builder, key, ctx.signer.sign(ref.code_key, ttl),
+                                     ctx.signer.sign_put(key, ttl))  # fmt: skip
+        job = job_summary(await children.ensure(ctx.kube, want))
+    selector = f"{manifests.JOB_NAME_LABEL}={job_name}"
+    if job.state == "complete":
+        output = await capture.pod_output(ctx.kube, ref.namespace, selector, manifests.UPLOAD_CONTAINER,
+                                          succeeded=True)  # fmt: skip
+        sha256 = _uploaded_digest(output)
+        if sha256:
+            st.set(binary={"key": key, "sha256": sha256, "codeKey": ref.code_key})
+            st.condition("Built", True, "Compiled", key)
+            return "built", "", replace(ref, binary_key=key, binary_sha256=sha256)
+        message = f"compile Job {job_name} finished without naming its binary's SHA-256 (got {output[:200]!r})"
+    elif job.state == "failed":
+        output = await capture.pod_output(ctx.kube, ref.namespace, selector, manifests.UPLOAD_CONTAINER,
+                                          succeeded=False, init_containers=(manifests.FETCH_CODE_CONTAINER,
+                                                                            manifests.COMPILE_CONTAINER))  # fmt: skip
+        reason = f"{job.reason}: {job.message}".strip(": ")
+        message = f"compile failed ({reason})" + (f":\n{output}" if output else "")
+    else:
+        st.condition("Built", None, "Compiling", f"compile Job {ref.namespace}/{job_name}")
+        return "building", f"compiling in Job {job_name}", ref
+    st.condition("Built", False, "CompileFailed", message)
+    st.set(message=message)
+    return "failed", message, ref
+
+
+def _uploaded_digest(output: str) -> str:
+    """The SHA-256 that ``binaryupload`` left as its termination message, or ""."""
+    try:
+        found = json.loads(output)
+    except ValueError:
+        return ""
+    sha256 = found.get("sha256") if isinstance(found, dict) else None
+    if isinstance(sha256, str) and len(sha256) == 64 and all(c in "0123456789abcdef" for c in sha256):
+        return sha256
+    return ""
 
 
 async def _build(ctx: Context, ref: FunctionRef, old: dict[str, Any], st: StatusBuilder) -> str:

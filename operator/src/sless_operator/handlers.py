@@ -33,6 +33,7 @@ from sless_operator.job import WaitingForFunction
 from sless_operator.kube import ApiError
 from sless_operator.manifests import (
     COMPONENT_BUILD,
+    COMPONENT_COMPILE,
     COMPONENT_CRON,
     COMPONENT_FUNCTION,
     COMPONENT_RUN,
@@ -258,7 +259,11 @@ async def job_event(type: str | None, body: kopf.Body, memo: Context, **_: Any) 
         ns, fn = summary.labels.get(crd.LABEL_NAMESPACE, ""), summary.labels.get(crd.LABEL_FUNCTION, "")
         runtime = _runtime(memo.function(ns, fn))
         metrics.job_finished(METRIC_KINDS[component], ns, runtime, summary)
-    if component == COMPONENT_BUILD:
+    if component == COMPONENT_COMPILE:
+        fn = summary.labels.get(crd.LABEL_FUNCTION, "")
+        if fn and summary.finished and type != "DELETED":
+            _wake(memo, summary.namespace, fn)  # a Go function's binary is ready, or its compile failed
+    elif component == COMPONENT_BUILD:
         ns, fn = summary.labels.get(crd.LABEL_NAMESPACE, ""), summary.labels.get(crd.LABEL_FUNCTION, "")
         deps = summary.labels.get(LABEL_DEPS, "")
         if not ns or not (summary.finished or type == "DELETED"):

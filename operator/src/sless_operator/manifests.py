@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -69,8 +69,24 @@ CODE_URL_KEY = "url"
 ANNOTATION_EXPIRES = "sless.dev/expires"
 LABEL_DEPS = "sless.dev/deps-hash"
 
+# Go: a compile Job in the tenant namespace turns fetched code into a binary on the dependency image
+# (toolchain, modules, compiled standard library); its pods fetch the binary like code, on SLESS_GO_RUN_IMAGE.
+GO = "go1.23"
+COMPILE_CONTAINER = "compile"
+UPLOAD_CONTAINER = "upload-binary"
+COMPILE_SRC = "/workspace/function"
+COMPILE_OUT = "/workspace/out"
+COMPILE_SCRIPT = "/app/runtime/build.sh"  # runtimes/go1.23/build.sh in the Go runtime image
+COMPILE_UID = 1000  # the Go runtime image's user: its build cache (GOCACHE) is this user's
+COMPILE_TMP_SIZE = "2Gi"
+PUT_URL_ENV = "SLESS_PUT_URL"
+BINARY_MAX_BYTES = 256 * 1024 * 1024
+GO_BIN_DIR = "/app/bin"
+GO_RUN_UID = 65532  # distroless' nonroot
+
 COMPONENT_FUNCTION = "function"
 COMPONENT_BUILD = "build"
+COMPONENT_COMPILE = "compile"
 COMPONENT_RUN = "run"
 COMPONENT_CRON = "cron"
 
@@ -132,21 +148,45 @@ class FunctionRef:
     deps_hash: str = ""
     # spec.replicas: what the Deployment runs while the function is not switched off (observe.desired_replicas)
     replicas: int = 1
+    # a Go function's compiled binary (status.binary: key and SHA-256 of its archive), fetched at pod start
+    binary_key: str = ""
+    binary_sha256: str = ""
 
     @classmethod
     def of(cls, body: dict[str, Any]) -> FunctionRef:
         """What the builders need of the Function BODY, decoded by the one codec (raises ``InvalidResource``)."""
         fn = FunctionResource.from_cr(body)
         code = fn.code
-        return cls(namespace=fn.meta.namespace, name=fn.meta.name, spec=fn.spec, code_hash=code.code_hash,
-                   context_key=code.context_key, owner=Owner(crd.API_VERSION, "Function", fn.meta.name, fn.meta.uid),
-                   context_sha256=code.context_sha256, secrets_version=fn.secrets_version, code_key=code.code_key,
-                   code_sha256=code.code_sha256, deps_hash=code.deps_hash, replicas=fn.replicas)  # fmt: skip
+        ref = cls(namespace=fn.meta.namespace, name=fn.meta.name, spec=fn.spec, code_hash=code.code_hash,
+                  context_key=code.context_key, owner=Owner(crd.API_VERSION, "Function", fn.meta.name, fn.meta.uid),
+                  context_sha256=code.context_sha256, secrets_version=fn.secrets_version, code_key=code.code_key,
+                  code_sha256=code.code_sha256, deps_hash=code.deps_hash, replicas=fn.replicas)  # fmt: skip
+        # the binary that serves (the last one compiled), which run and cron pods fetch as well
+        binary = (body.get("status") or {}).get("binary")
+        if ref.compiled and isinstance(binary, dict):
+            key, sha256 = str(binary.get("key") or ""), str(binary.get("sha256") or "")
+            if key.startswith(f"binaries/{ref.namespace}/{ref.name}/") and len(sha256) == 64:
+                ref = replace(ref, binary_key=key, binary_sha256=sha256)
+        return ref
 
     @property
     def fetched(self) -> bool:
-        """The pods fetch the code at start (Python, Node): a code change is a rollout, not a build."""
+        """The pods fetch the code at start (Python, Node; Go its binary): a code change builds no image."""
         return bool(self.code_key)
+
+    @property
+    def compiled(self) -> bool:
+        """Fetched Go code: a compile Job turns it into a binary, which the pods fetch (``sless_core.rebuild``)."""
+        return self.fetched and self.spec.runtime == GO
+
+    @property
+    def fetch_key(self) -> str:
+        """What the function's pods fetch at start: the code archive, or a Go function's binary."""
+        return self.binary_key if self.compiled else self.code_key
+
+    @property
+    def fetch_sha256(self) -> str:
+        return self.binary_sha256 if self.compiled else self.code_sha256
 
 
 # -- names and labels -------------------------------------------------------------------------
@@ -171,6 +211,19 @@ def deps_image_ref(config: OperatorConfig, namespace: str, deps_hash: str) -> st
 def deps_job_name(namespace: str, deps_hash: str) -> str:
     digest = hashlib.sha256(f"{namespace}/deps/{deps_hash}".encode()).hexdigest()[:16]
     return f"deps-build-{digest}"
+
+
+def binary_key(fn: FunctionRef, builder_image: str) -> str:
+    """``binaries/<ns>/<fn>/<code stamp>-<digest>.tar.gz``: the object the compile Job writes. Named after
+    what it is compiled from (code archive, entrypoint, the image it compiles on), so the same inputs find
+    the same binary, and sorted like the code (the API prunes both alike, ``sless_api.storage.keys``)."""
+    stamp = fn.code_key.rsplit("/", 1)[-1].removesuffix(".tar.gz")
+    source = "\0".join([fn.spec.runtime, fn.spec.entrypoint, builder_image, fn.code_key, fn.code_sha256])
+    return f"binaries/{fn.namespace}/{fn.name}/{stamp}-{hashlib.sha256(source.encode()).hexdigest()[:16]}.tar.gz"
+
+
+def compile_job_name(fn: FunctionRef, key: str) -> str:
+    return f"{fn.name}-compile-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
 def code_secret_name(function: str) -> str:
@@ -296,8 +349,9 @@ def restricted_container_security(read_only_root: bool) -> dict[str, Any]:
 def fetch_code_container(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
     """The init container that downloads the function's code archive through its signed URL (a Secret
     key: renewing it restarts nothing) and unpacks it after checking its SHA-256; no S3 credential."""
-    args = [f"--url-env={CODE_URL_ENV}", f"--key={fn.code_key}", f"--sha256={fn.code_sha256}",
-            f"--dest={CODE_WORKSPACE}/{CODE_SUBDIR}", f"--max-bytes={CODE_MAX_BYTES}", "--what=code archive"]
+    what = "binary" if fn.compiled else "code archive"
+    args = [f"--url-env={CODE_URL_ENV}", f"--key={fn.fetch_key}", f"--sha256={fn.fetch_sha256}",
+            f"--dest={CODE_WORKSPACE}/{CODE_SUBDIR}", f"--max-bytes={CODE_MAX_BYTES}", f"--what={what}"]
     return {
         "name": FETCH_CODE_CONTAINER,
         "image": config.build_fetch_image,
@@ -345,7 +399,11 @@ def _function_pod(config: OperatorConfig, fn: FunctionRef, image: str, *, runner
     }
     if runner:
         container["command"] = list(runtime.runner)
-    else:
+    elif fn.compiled:  # the Go run image is a bare base image: the fetched binary is the server
+        container["command"] = [f"{GO_BIN_DIR}/server"]
+    if fn.compiled:
+        container["securityContext"].update(runAsUser=GO_RUN_UID, runAsGroup=GO_RUN_UID)
+    if not runner:
         container["ports"] = [{"name": "http", "containerPort": PORT, "protocol": "TCP"}]
         probe = {"httpGet": {"path": HEALTH_PATH, "port": "http"}, "timeoutSeconds": 2}
         # every second: a new version takes traffic as soon as it answers (a rollout is how code changes)
@@ -371,7 +429,8 @@ def _function_pod(config: OperatorConfig, fn: FunctionRef, image: str, *, runner
     if fn.fetched:
         pod["initContainers"] = [fetch_code_container(config, fn)]
         pod["volumes"].append({"name": CODE_VOLUME, "emptyDir": {"sizeLimit": CODE_VOLUME_SIZE}})
-        container["volumeMounts"].append({"name": CODE_VOLUME, "mountPath": CODE_DIR, "subPath": CODE_SUBDIR,
+        mount_path = GO_BIN_DIR if fn.compiled else CODE_DIR
+        container["volumeMounts"].append({"name": CODE_VOLUME, "mountPath": mount_path, "subPath": CODE_SUBDIR,
                                           "readOnly": True})  # fmt: skip
     if config.image_pull_secret:
         pod["imagePullSecrets"] = [{"name": config.image_pull_secret}]
@@ -476,6 +535,84 @@ def build_job(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
                      "annotations": {ANNOTATION_IMAGE: image}},
         "spec": {
             "backoffLimit": config.build_retries,
+            "activeDeadlineSeconds": config.build_deadline_sec,
+            "ttlSecondsAfterFinished": config.job_ttl_sec,
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    })  # fmt: skip
+
+
+def compile_job(config: OperatorConfig, fn: FunctionRef, builder_image: str, key: str, code_url: str,
+                put_url: str) -> dict[str, Any]:  # fmt: skip
+    """The Job that compiles a Go function's fetched code into ``key``, in the tenant namespace.
+
+    Three steps share an emptyDir: ``fetch-code`` (the platform image) downloads the code archive through
+    CODE_URL and checks its SHA-256; ``compile`` runs ``build.sh`` on BUILDER_IMAGE (the Go runtime image,
+    or the tenant's dependency image of the function's go.mod: modules and compiled standard library
+    inside, ``GOPROXY=off``: the build reaches no network); ``upload-binary`` (the platform image) writes
+    the binary's archive through PUT_URL, a URL signed for exactly KEY, and leaves its SHA-256 as its
+    termination message, which the operator puts into the function's pods. No S3 credential, no root:
+    Pod Security ``restricted``. A compile error fails ``compile``, whose log tail the Function shows.
+    """
+    name = compile_job_name(fn, key)
+    labels = {**base_labels(fn.name, COMPONENT_COMPILE), crd.LABEL_NAMESPACE: fn.namespace,
+              LABEL_CODE: fn.code_hash[:16]}  # fmt: skip
+    workspace = [{"name": CODE_VOLUME, "mountPath": CODE_WORKSPACE}]
+    fetch_args = [f"--url-env={CODE_URL_ENV}", f"--key={fn.code_key}", f"--sha256={fn.code_sha256}",
+                  f"--dest={COMPILE_SRC}", f"--max-bytes={CODE_MAX_BYTES}", "--what=code archive"]  # fmt: skip
+    platform_security = {**restricted_container_security(True), "runAsUser": FETCH_UID, "runAsGroup": FETCH_UID}
+    small = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+    fetch = {
+        "name": FETCH_CODE_CONTAINER, "image": config.build_fetch_image,
+        "command": ["python", "-m", "sless_operator.contextfetch"], "args": fetch_args,
+        "env": [{"name": CODE_URL_ENV, "value": code_url}], "resources": small,
+        "securityContext": platform_security, "volumeMounts": workspace,
+        "terminationMessagePath": TERMINATION_LOG, "terminationMessagePolicy": "FallbackToLogsOnError",
+    }  # fmt: skip
+    env = {"SLESS_ENTRYPOINT": fn.spec.entrypoint, "GOPROXY": "off", "HOME": "/tmp",  # noqa: S108
+           "TMPDIR": "/tmp"}  # noqa: S108  (fmt: skip)
+    compile_ = {
+        "name": COMPILE_CONTAINER, "image": builder_image,
+        "command": [COMPILE_SCRIPT, COMPILE_SRC, COMPILE_OUT],
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "resources": {"requests": {"cpu": "250m", "memory": f"{min(512, config.build_memory_mb)}Mi"},
+                      "limits": {"cpu": config.build_cpu, "memory": f"{config.build_memory_mb}Mi"}},
+        # the image's build cache (GOCACHE) is written to while compiling: a writable root
+        "securityContext": {**restricted_container_security(False), "runAsUser": COMPILE_UID,
+                            "runAsGroup": COMPILE_UID},
+        "volumeMounts": [*workspace, {"name": "tmp", "mountPath": "/tmp"}],  # noqa: S108
+        # build.sh writes the compiler's messages to stderr: the log's tail is the termination message
+        "terminationMessagePath": TERMINATION_LOG, "terminationMessagePolicy": "FallbackToLogsOnError",
+    }  # fmt: skip
+    upload = {
+        "name": UPLOAD_CONTAINER, "image": config.build_fetch_image,
+        "command": ["python", "-m", "sless_operator.binaryupload"],
+        "args": [f"--src={COMPILE_OUT}", f"--url-env={PUT_URL_ENV}", f"--key={key}",
+                 f"--max-bytes={BINARY_MAX_BYTES}"],
+        "env": [{"name": PUT_URL_ENV, "value": put_url}], "resources": small,
+        "securityContext": platform_security, "volumeMounts": workspace,
+        "terminationMessagePath": TERMINATION_LOG, "terminationMessagePolicy": "FallbackToLogsOnError",
+    }  # fmt: skip
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": restricted_pod_security(),
+        "initContainers": [fetch, compile_],
+        "containers": [upload],
+        "volumes": [{"name": CODE_VOLUME, "emptyDir": {"sizeLimit": CODE_VOLUME_SIZE}},
+                    {"name": "tmp", "emptyDir": {"sizeLimit": COMPILE_TMP_SIZE}}],
+    }
+    if config.image_pull_secret:
+        pod["imagePullSecrets"] = [{"name": config.image_pull_secret}]
+    return _stamp({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": fn.namespace, "labels": labels,
+                     "annotations": {ANNOTATION_IMAGE: builder_image},
+                     "ownerReferences": [fn.owner.reference()]},
+        "spec": {
+            "backoffLimit": 0,  # a compile error fails the same way again
             "activeDeadlineSeconds": config.build_deadline_sec,
             "ttlSecondsAfterFinished": config.job_ttl_sec,
             "template": {"metadata": {"labels": labels}, "spec": pod},

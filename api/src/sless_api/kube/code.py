@@ -38,10 +38,10 @@ STORE_ERRORS = (StorageError, MinioException, urllib3.exceptions.HTTPError, OSEr
 class StoredCode:
     """Where an upload went, with the digests a pod or a build checks before it unpacks anything.
 
-    Python and Node code is fetched by the function's pods (``code_key``); an image is built only for
-    dependencies (``deps_key`` and a code-free build context) and shared by every function of the
-    tenant with the same manifest. Go code is compiled: its build context holds the code, and no
-    code archive is fetched (``sless_core.rebuild``).
+    Code is stored as an archive (``code_key``) that Python and Node pods fetch at start and that a Go
+    function's compile Job fetches; an image is built only for dependencies (``deps_key`` and a
+    code-free build context) and shared by every function of the tenant with the same manifest
+    (``sless_core.rebuild``). With code fetching off, the build context holds the code: a build per change.
     """
 
     zip_key: str
@@ -80,7 +80,7 @@ class CodeArchive:
     def _artifacts(self, code_dir: Path, spec: FunctionSpec, code_hash: str) -> dict[str, bytes | str]:
         """What to store for this code: the Go build context, or the code archive (+ a dependency context)."""
         needs = rebuild.plan(spec.runtime, code_dir)
-        if needs.compiled or not self.settings.code_fetch:  # the code in the image: a build per change
+        if not self.settings.code_fetch:  # the code in the image: a build per change
             return {"context": self._context(code_dir, spec, code_hash)}
         out: dict[str, bytes | str] = {"code": make_code_archive(code_dir), "deps_key": needs.deps_key}
         if needs.deps_key:

@@ -94,8 +94,13 @@ def code_key(namespace: str, name: str, ts: int | str) -> str:
     return validate_key("code/{}/{}/{}.tar.gz".format(*parts))
 
 
-def function_prefixes(namespace: str, name: str) -> tuple[str, str, str]:
-    """The prefixes holding everything stored for one function (to delete it with the function)."""
+def function_prefixes(namespace: str, name: str) -> tuple[str, str, str, str]:
+    """The prefixes holding everything stored for one function (to delete it with the function).
+
+    ``binaries/{ns}/{fn}/{stamp}-{digest}.tar.gz`` are a Go function's compiled binaries, written by its
+    compile Job through a URL the operator signs (``sless_operator.manifests.binary_key``); their names
+    sort like the code they were compiled from, so pruning keeps the binaries of the versions it keeps.
+    """
     ns, fn = _segment(namespace, "namespace"), _segment(name, "name")
     return (validate_prefix(f"functions/{ns}/{fn}/"), validate_prefix(f"contexts/{ns}/{fn}/"),
-            validate_prefix(f"code/{ns}/{fn}/"))
+            validate_prefix(f"code/{ns}/{fn}/"), validate_prefix(f"binaries/{ns}/{fn}/"))
