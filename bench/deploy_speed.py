@@ -7,7 +7,8 @@ Root, the real-node packages and warm caches (``scripts/install-realnode.sh``, `
 --real-node``). Brings up the real-node test bed, S3 (moto) on its bridge, two API processes and two operators:
 
 - measured: the platform as it is (``SLESS_KUBE_CODE_FETCH=true``: Python and Node pods fetch their code at
-  start, a code-only change is a rollout; Go builds with kaniko's layer cache on, so its module layer is reused);
+  start, a code-only change is a rollout; Go code compiles in a Job of the tenant namespace on the Go runtime
+  image and the pods fetch the binary, no image build);
 - baseline, in the same run: kaniko per change (``SLESS_KUBE_CODE_FETCH=false``, ``SLESS_BUILD_CACHE=false``),
   how every deploy went before.
 
@@ -193,7 +194,7 @@ def report(runtimes: list[str], fast: Side, base: Side) -> None:
     first = Table("first deploy on the real node: upload -> first 200 (one sample each; context)")
     for runtime in runtimes:
         if runtime in fast.first_deploy:
-            how = "kaniko, module layer cache" if runtime == "go1.23" else "no build: the runtime base image"
+            how = "compile Job, binary fetched" if runtime == "go1.23" else "no build: the runtime base image"
             first.add(f"{runtime} ({how})", fast.first_deploy[runtime], "s", base.first_deploy.get(runtime),
                       "kaniko, no cache")
     first.print()
