@@ -172,11 +172,12 @@ def test_a_go_code_change_compiles_in_the_tenant_namespace_and_rolls_out_without
     assert len(compile_jobs(sless, "gofn")) == 2
     assert kaniko_jobs(sless) == [], "a Go code change built an image"
 
-    # rollback to the first code: the same inputs name the same binary, so its Job is found, not run again
+    # rollback to the first code: the same inputs name the same binary, known to the status: nothing compiles
     go_function(sless, "gofn", CODE_1)
     status = sless.wait_phase("Function", "gofn", "Ready")["status"]
     assert status["codeHash"] == CODE_1 and status["binary"]["sha256"] == BIN_1
     assert len(compile_jobs(sless, "gofn")) == 2
+    assert sorted(status["binaries"].values()) == [BIN_1, BIN_2]
 
 
 def test_code_that_does_not_compile_fails_the_function_with_the_compilers_message(

@@ -94,6 +94,17 @@ def test_a_function_ref_takes_only_its_own_binary_from_the_status() -> None:
         assert FunctionRef.of(body(bad)).fetch_key == "", bad
 
 
+def test_the_status_remembers_the_last_binaries_compiled() -> None:
+    known: dict[str, str] = {}
+    for i in range(manifests.KEEP_BINARIES + 2):
+        known = manifests.remember_binary(known, f"binaries/{NS}/hello/{i}.tar.gz", f"{i:064x}")
+    assert len(known) == manifests.KEEP_BINARIES and list(known)[-1] == f"binaries/{NS}/hello/11.tar.gz"
+    again = manifests.remember_binary(known, f"binaries/{NS}/hello/5.tar.gz", "5" * 64)
+    assert list(again)[-1] == f"binaries/{NS}/hello/5.tar.gz" and len(again) == manifests.KEEP_BINARIES
+    assert manifests.known_binaries({"binaries": {"k": "short", "j": "a" * 64, "x": 3}}) == {"j": "a" * 64}
+    assert manifests.known_binaries({"binaries": ["not", "a", "map"]}) == {}
+
+
 # -- the compile Job ------------------------------------------------------------------------------------
 
 

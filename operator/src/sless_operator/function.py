@@ -269,8 +269,10 @@ async def _compile(ctx: Context, ref: FunctionRef, builder: str, old: dict[str, 
 
     The compile Job runs in the tenant namespace on BUILDER (the dependency image, else the runtime's);
     ``status.binary`` keeps the binary that serves (key, SHA-256, the code it came from), which run and
-    cron pods fetch too. A failed compile is remembered by ``compileJob`` + ``Built`` ``CompileFailed``;
-    the same code uploaded again is another code archive, so it compiles again.
+    cron pods fetch too; ``status.binaries`` the last ones compiled (key -> SHA-256), so a rollback or a
+    traffic split's other version finds its binary without compiling again. A failed compile is
+    remembered by ``compileJob`` + ``Built`` ``CompileFailed``; the same code uploaded again is another
+    code archive, so it compiles again.
     """
     config = ctx.config
     key = manifests.binary_key(ref, builder)
@@ -279,6 +281,11 @@ async def _compile(ctx: Context, ref: FunctionRef, builder: str, old: dict[str, 
     if isinstance(current, dict) and current.get("key") == key and ref.binary_key == key:
         st.condition("Built", True, "Compiled", key)
         return "built", "", ref
+    known = manifests.known_binaries(old)
+    if key in known:  # compiled before (a rollback, a traffic split's version): nothing to compile
+        st.set(binary={"key": key, "sha256": known[key], "codeKey": ref.code_key})
+        st.condition("Built", True, "Compiled", key)
+        return "built", "", replace(ref, binary_key=key, binary_sha256=known[key])
     st.set(compileJob=job_name)
     built = condition_of(old, "Built")
     if old.get("compileJob") == job_name and built.get("reason") == "CompileFailed":
@@ -298,7 +305,8 @@ async def _compile(ctx: Context, ref: FunctionRef, builder: str, old: dict[str, 
                                           succeeded=True)  # fmt: skip
         sha256 = _uploaded_digest(output)
         if sha256:
-            st.set(binary={"key": key, "sha256": sha256, "codeKey": ref.code_key})
+            st.set(binary={"key": key, "sha256": sha256, "codeKey": ref.code_key},
+                   binaries=manifests.remember_binary(known, key, sha256))
             st.condition("Built", True, "Compiled", key)
             return "built", "", replace(ref, binary_key=key, binary_sha256=sha256)
         message = f"compile Job {job_name} finished without naming its binary's SHA-256 (got {output[:200]!r})"

@@ -222,6 +222,25 @@ def binary_key(fn: FunctionRef, builder_image: str) -> str:
     return f"binaries/{fn.namespace}/{fn.name}/{stamp}-{hashlib.sha256(source.encode()).hexdigest()[:16]}.tar.gz"
 
 
+#: How many compiled binaries ``status.binaries`` remembers (as many versions as the API keeps).
+KEEP_BINARIES = 10
+
+
+def known_binaries(status: dict[str, Any]) -> dict[str, str]:
+    """``status.binaries``: binary key -> SHA-256 of the Go binaries compiled for the Function, oldest first."""
+    found = status.get("binaries")
+    if not isinstance(found, dict):
+        return {}
+    return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str) and len(v) == 64}
+
+
+def remember_binary(known: dict[str, str], key: str, sha256: str) -> dict[str, str]:
+    """KNOWN with KEY added as the newest, the oldest beyond ``KEEP_BINARIES`` left out."""
+    kept = {k: v for k, v in known.items() if k != key}
+    kept[key] = sha256
+    return dict(list(kept.items())[-KEEP_BINARIES:])
+
+
 def compile_job_name(fn: FunctionRef, key: str) -> str:
     return f"{fn.name}-compile-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 

@@ -16,6 +16,7 @@ shares calls only once it is ready, so a call never goes to pods that are not th
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from sless_core.crcodec import FunctionResource, FunctionVersion
@@ -72,13 +73,21 @@ async def sync(ctx: Context, body: dict[str, Any], ref: FunctionRef, replicas: i
         await remove(ctx, ref.namespace, ref.name)
         return None
     other = other_ref(ref, version)
+    image = image_of(ctx, ref.name, other)
+    if other.compiled:  # a Go version runs the binary compiled for it, when it is still known
+        binary = manifests.binary_key(replace(other, name=ref.name), image)
+        sha256 = manifests.known_binaries(dict(body.get("status") or {})).get(binary)
+        if sha256 is None:
+            await remove(ctx, ref.namespace, ref.name)
+            return None
+        other, image = replace(other, binary_key=binary, binary_sha256=sha256), ctx.config.go_run_image
     if other.fetched:
         key = (ref.namespace, other.name)
         if codeurl.needs_renewal(ctx.config, other, _URLS.get(key, {}), time.time()):
             _URLS[key] = await codeurl.publish(ctx.kube, ctx.signer, ctx.config, other)
             secret_path = api_path("v1", "secrets", ref.namespace, manifests.code_secret_name(other.name))
             await ctx.kube.patch(secret_path, {"metadata": {"labels": {LABEL_SPLIT_OF: ref.name}}})
-    deployment = _labelled(manifests.deployment(ctx.config, other, image_of(ctx, ref.name, other), replicas), ref.name)
+    deployment = _labelled(manifests.deployment(ctx.config, other, image, replicas), ref.name)
     live = ctx.deployment(ref.namespace, other.name)
     want_hash = deployment["metadata"]["annotations"][manifests.SPEC_HASH]
     if live is None or live.spec_hash != want_hash or live.replicas != replicas:
