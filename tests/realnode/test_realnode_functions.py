@@ -1,4 +1,4 @@
-"""A function's life on real pods, driven through the API: jobs, cron, http on/off, a failed build.
+"""A function's life on real pods, driven through the API: jobs, cron, http on/off, a failed build, streams.
 
 The operator and the API run as host processes (as in test_realnode_operator) against the real
 node: the build Job, the runner Jobs, the CronJob's Jobs and the Deployment's pods really run,
@@ -20,6 +20,8 @@ import pytest
 import requests
 
 from sless_operator import manifests
+from tests.e2e.test_streaming import open_stream, read_until
+from tests.e2e.test_websocket import exchange, ws_url
 from tests.k8s.conftest import Operator, strip_finalizers
 from tests.realnode.test_realnode_operator import (
     api_server,
@@ -173,3 +175,62 @@ def test_a_failed_build_shows_the_kaniko_log_tail_in_the_function(deployed: Depl
     jobs = d.real_node.bed.get("jobs", "-n", d.build_ns, "-l", "sless.dev/function=broken")["items"]
     assert jobs and all(any(c["type"] == "Failed" for c in j["status"].get("conditions", [])) for j in jobs)
     assert d.tenant.api("GET", "/functions/hello", expect=200).json()["phase"] == "Ready"  # others unharmed
+
+
+# Held at a gate that a second call opens: the pod runs one process, so a chunk read before `/open` left while
+# the handler was still running.
+STREAMER = """import threading
+
+gate = threading.Event()
+
+
+def handle(event):
+    if event["_path"] == "/ping":
+        return "pong"
+    if event["_path"] == "/open":
+        gate.set()
+        return {"opened": True}
+
+    def events():
+        yield "data: one\\n\\n"
+        gate.wait(60)
+        yield "data: two\\n\\n"
+
+    return {"statusCode": 200, "headers": {"Content-Type": "text/event-stream"}, "body": events()}
+
+
+def websocket(ws, event):
+    for message in ws:
+        ws.send(message.upper() if isinstance(message, str) else message)
+"""
+
+
+def test_a_stream_and_a_websocket_pass_through_fn_to_a_pod(deployed: Deployed) -> None:
+    """Streaming and WebSocket on Kubernetes: the API's `/fn` relays them to the function's Service."""
+    d = deployed
+    d.tenant.deploy("streamer", "python3.11", {"handler.py": STREAMER}, wait=300)
+    last: list[str] = []
+
+    def pong() -> bool:
+        try:
+            resp = requests.get(d.tenant.fn_url("streamer", "/ping"), timeout=30)
+        except requests.RequestException as exc:
+            last[:] = [repr(exc)]
+            return False
+        last[:] = [f"{resp.status_code} {resp.text[:300]}"]
+        return resp.status_code == 200 and resp.text == "pong"
+
+    d.real_node.bed.wait("/fn reaches the streamer", pong, timeout=120, interval=0.5)
+
+    conn, resp = open_stream(d.tenant.fn_url("streamer", "/sse"))
+    try:
+        assert resp.status == 200 and resp.getheader("Content-Type") == "text/event-stream"
+        assert resp.getheader("Transfer-Encoding") == "chunked"
+        assert read_until(resp, b"\n\n") == b"data: one\n\n"  # the handler is held at its gate meanwhile
+        assert requests.get(d.tenant.fn_url("streamer", "/open"), timeout=30).json() == {"opened": True}
+        assert resp.read() == b"data: two\n\n"
+    finally:
+        conn.close()
+
+    answers, code = exchange(ws_url(d.tenant, "streamer"), ["hello", b"\x00\x01"])
+    assert answers == ["HELLO", b"\x00\x01"] and code == 1000, (answers, code)
