@@ -13,12 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from sless_core import crd
 from tests.k8s.conftest import Operator, strip_finalizers
 from tests.k8s.test_api_kube import HELLO, KubeApi, cr, kube_api, upload_raw, zip_hash
 from tests.k8s.test_api_kube_routes import invoke, status_is, until
-from tests.support.platform import Tenant
+from tests.support.platform import Tenant, invocation_record
 from tests.support.testbed import Testbed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
@@ -160,3 +161,67 @@ def test_versions_and_rollback_with_the_operator(kube_api: KubeApi, served: tupl
     gone = t.api("POST", "/functions/ver/rollback", expect=404).json()
     assert "no longer stored" in gone["error"]
     assert cr(bed, crd.FUNCTION_PLURAL, t.ns, "ver")["spec"]["codeHash"] == digest1  # type: ignore[index]
+
+
+def test_traffic_split_with_the_operator(kube_api: KubeApi, served: tuple[Tenant, Operator]) -> None:
+    """A split runs its other version as a second Deployment + Service (code hash pinned, no build), the router
+    shares calls by weight once it is ready (each record names its version), and dropping it removes both."""
+    t, op = served
+    bed = kube_api.bed
+    t.api("POST", "/functions", json={"name": "canary", "runtime": "python3.11"}, expect=201)
+    data1, digest1 = zip_hash(HELLO)
+    upload_raw(t, "canary", data1)
+    wait_api(op, "v1 Ready", t, "/functions/canary", lambda b: b["phase"] == "Ready" and b["code_hash"] == digest1)
+    data2, digest2 = zip_hash({"handler.py": "def handle(event):\n    return 'v2'\n"})
+    upload_raw(t, "canary", data2)
+    wait_api(op, "v2 Ready", t, "/functions/canary", lambda b: b["phase"] == "Ready" and b["code_hash"] == digest2)
+    wait_api(op, "two versions", t, "/functions/canary/versions", lambda b: len(b["items"]) == 2)
+    t.api("POST", "/triggers", json={"name": "canary", "type": "http", "function": "canary"}, expect=201)
+
+    traffic = "/functions/canary/traffic"
+    assert "current version 2" in t.api("PUT", traffic, json={"split": [{"version": 1, "weight": 100}]},
+                                        expect=409).json()["error"]  # fmt: skip
+    t.api("PUT", traffic, json={"split": [{"version": 2, "weight": 50}, {"version": 9, "weight": 50}]}, expect=404)
+    t.api("PUT", traffic, json={"split": [{"version": 2, "weight": 50}, {"version": 1, "weight": 40}]}, expect=400)
+    half = [{"version": 2, "weight": 50}, {"version": 1, "weight": 50}]
+    assert t.api("PUT", traffic, json={"split": half}, expect=200).json() == {"split": half}
+    assert t.api("GET", traffic, expect=200).json() == {"split": half}
+    assert cr(bed, crd.FUNCTION_PLURAL, t.ns, "canary")["spec"]["traffic"] == half  # type: ignore[index]
+
+    def split_status() -> object:
+        return (cr(bed, crd.FUNCTION_PLURAL, t.ns, "canary") or {}).get("status", {}).get("split")
+
+    op.wait("the other version ready", lambda: split_status() == {"version": 1, "ready": True}, 120)
+    other = bed.get("deployment", "canary-split", "-n", t.ns)
+    labels = other["spec"]["template"]["metadata"]["labels"]
+    assert labels["sless.dev/code-hash"] == digest1[:16] and labels["sless.dev/function"] == "canary-split"
+    assert other["metadata"]["labels"]["sless.dev/split-of"] == "canary"
+    assert other["metadata"]["ownerReferences"][0]["name"] == "canary"
+    own = bed.get("deployment", "canary", "-n", t.ns)["spec"]["template"]["metadata"]["labels"]
+    assert own["sless.dev/code-hash"] == digest2[:16]
+    service = bed.get("service", "canary-split", "-n", t.ns)
+    assert service["spec"]["selector"] == {"sless.dev/function": "canary-split", "sless.dev/component": "function"}
+    assert bed.get("service", "canary", "-n", t.ns)["spec"]["selector"]["sless.dev/function"] == "canary"
+    assert (bed.get("jobs", "-n", op.build_namespace) or {}).get("items", []) == []  # fetched code: no build
+
+    # kwok's pods never answer: each call is a 502, recorded with the version the router sent it to
+    def versions_of(tag: str, count: int) -> list[int | None]:
+        ids = [f"{tag}-{i}" for i in range(count)]
+        for rid in ids:
+            assert requests.get(t.fn_url("canary"), headers={"X-Request-Id": rid}, timeout=30).status_code == 502
+        return [invocation_record(t, "canary", rid)["version"] for rid in ids]
+
+    until("calls reach both versions", lambda: set(versions_of(f"probe{time.monotonic_ns()}", 2)) == {1, 2}, 60)
+    assert sorted(versions_of("even", 10)) == [1] * 5 + [2] * 5
+
+    # dropped: the second Deployment and Service go, every call to the current version
+    t.api("DELETE", traffic, expect=204)
+    assert t.api("GET", traffic, expect=200).json() == {"split": None}
+    op.wait("the other version removed", lambda: bed.get("deployment", "canary-split", "-n", t.ns) is None
+            and bed.get("service", "canary-split", "-n", t.ns) is None and split_status() is None, 60)
+    until("calls reach the current version only", lambda: set(versions_of(f"after{time.monotonic_ns()}", 4)) == {2}, 30)
+
+    # a deploy drops a split
+    t.api("PUT", traffic, json={"split": half}, expect=200)
+    t.api("PUT", "/functions/canary", json={"timeout_sec": 20}, expect=200)
+    assert "traffic" not in cr(bed, crd.FUNCTION_PLURAL, t.ns, "canary")["spec"]  # type: ignore[index]

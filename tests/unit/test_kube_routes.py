@@ -137,3 +137,55 @@ def test_objects_the_codec_refuses_route_nothing_and_say_why() -> None:
     assert table.lookup(NS, "a") is not None
     table.apply(TRIGGERS, "MODIFIED", {"metadata": {"name": "web", "namespace": NS}})  # no spec at all
     assert table.lookup(NS, "a") is None
+
+
+def versioned(traffic: list[dict[str, int]] | None, split: dict[str, Any] | None, versions: tuple[int, ...] = (1, 2),
+              timeouts: dict[int, int] | None = None) -> dict[str, Any]:
+    """A Ready function with kept VERSIONS (the newest current), spec.traffic and status.split as given."""
+    obj = fn("a")
+    entry_spec = {"runtime": "python3.11", "timeoutSec": 30}
+    obj["status"]["versions"] = [{"version": v, "codeHash": "0" * 64,
+                                  "spec": {**entry_spec, "timeoutSec": (timeouts or {}).get(v, 30)}} for v in versions]
+    if traffic is not None:
+        obj["spec"]["traffic"] = traffic
+    if split is not None:
+        obj["status"]["split"] = split
+    return obj
+
+
+def test_a_split_routes_by_weight_once_the_operator_reports_its_other_version_ready() -> None:
+    table = RouteTable()
+    table.apply(TRIGGERS, "ADDED", trg("web", "a"))
+    half = [{"version": 2, "weight": 50}, {"version": 1, "weight": 50}]
+    table.apply(FUNCTIONS, "ADDED", versioned(None, None))
+    plain = table.lookup(NS, "a")
+    assert plain is not None and plain.version == 2 and plain.split is None and plain.served() is plain
+    for waiting in (None, {"version": 1, "ready": False}, {"version": 3, "ready": True}, {"version": 1}):
+        table.apply(FUNCTIONS, "MODIFIED", versioned(half, waiting))
+        route = table.lookup(NS, "a")
+        assert route is not None and route.split is None and route.version == 2
+    table.apply(FUNCTIONS, "MODIFIED", versioned(half, {"version": 1, "ready": True}, timeouts={1: 12}))
+    route = table.lookup(NS, "a")
+    assert route is not None
+    picked = [route.served() for _ in range(4)]
+    assert [(r.version, r.target, r.timeout_sec) for r in picked] == [
+        (2, "", 30.0), (1, "a-split", 12.0), (2, "", 30.0), (1, "a-split", 12.0)]
+
+
+def test_a_split_without_the_current_version_or_a_kept_other_routes_to_the_current_one() -> None:
+    table = RouteTable()
+    table.apply(TRIGGERS, "ADDED", trg("web", "a"))
+    ready = {"version": 1, "ready": True}
+    # a newer version became current: the split (set for version 2) no longer applies
+    table.apply(FUNCTIONS, "ADDED", versioned([{"version": 2, "weight": 50}, {"version": 1, "weight": 50}], ready,
+                                              versions=(1, 2, 3)))
+    route = table.lookup(NS, "a")
+    assert route is not None and route.split is None and route.version == 3
+    # the other version is no longer kept
+    table.apply(FUNCTIONS, "MODIFIED", versioned([{"version": 3, "weight": 50}, {"version": 1, "weight": 50}], ready,
+                                                 versions=(2, 3)))
+    route = table.lookup(NS, "a")
+    assert route is not None and route.split is None
+    # a malformed spec.traffic makes the object invalid: it routes nothing
+    table.apply(FUNCTIONS, "MODIFIED", versioned([{"version": 2, "weight": 70}], ready))
+    assert table.lookup(NS, "a") is None and "spec.traffic" in table.explain(NS, "a")

@@ -90,3 +90,18 @@ def test_versions_must_be_kept_and_include_the_current_one() -> None:
         with pytest.raises(SplitRefused) as caught:
             check_versions(given, kept, "f")
         assert caught.value.status == status and words in caught.value.message
+
+
+def test_the_function_codec_reads_and_writes_spec_traffic() -> None:
+    from sless_core.crcodec import FunctionResource, InvalidResource
+
+    obj = {"metadata": {"name": "a", "namespace": "sless-0123456789abcdef"},
+           "spec": {"runtime": "python3.11", "traffic": [{"version": 2, "weight": 90}, {"version": 1, "weight": 10}]}}
+    fn = FunctionResource.from_cr(obj)
+    assert fn.traffic == split((2, 90), (1, 10))
+    assert fn.spec_to_cr()["traffic"] == obj["spec"]["traffic"]
+    assert "traffic" not in FunctionResource.from_cr({**obj, "spec": {"runtime": "python3.11"}}).spec_to_cr()
+    for bad in ([{"version": 2, "weight": 90}], [{"version": 2, "weight": 50}] * 2, "x"):
+        with pytest.raises(InvalidResource) as caught:
+            FunctionResource.from_cr({**obj, "spec": {"runtime": "python3.11", "traffic": bad}})
+        assert str(caught.value.field).startswith("spec.traffic")

@@ -2,8 +2,9 @@
 
 A version keeps what is needed to deploy it again: the code hash and the spec it ran with (its
 configuration and where its code and build context are), without ``replicas`` (scaling is not a
-version). The API rolls back by writing such a spec back; once Ready, that is a new version.
-The newest ``KEEP`` stay (the API keeps as many code archives).
+version) nor ``traffic`` (a split shares calls between versions; it is not one). The API rolls back
+by writing such a spec back; once Ready, that is a new version. The newest ``KEEP`` stay (the API
+keeps as many code archives).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 KEEP = 10
-NOT_VERSIONED = ("replicas", "codeHash")
+NOT_VERSIONED = ("replicas", "codeHash", "traffic")  # scaling and a traffic split are not versions
 
 
 def recorded(old: dict[str, Any], spec: dict[str, Any], code_hash: str, now: str) -> list[dict[str, Any]] | None:
