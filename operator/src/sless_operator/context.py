@@ -70,6 +70,9 @@ class State:
     indices: dict[str, Mapping[Any, Any]] = field(default_factory=dict)
     # (namespace, function) -> (code archive key, why): a function pod could not fetch that archive
     fetch_failures: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    # (namespace, compile Job) -> what its upload-binary step reported (its termination message), seen on the
+    # pod before the Job controller marks the Job complete
+    compiled: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 class Context:

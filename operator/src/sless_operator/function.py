@@ -300,9 +300,10 @@ async def _compile(ctx: Context, ref: FunctionRef, builder: str, old: dict[str, 
                                      ctx.signer.sign_put(key, ttl))  # fmt: skip
         job = job_summary(await children.ensure(ctx.kube, want))
     selector = f"{manifests.JOB_NAME_LABEL}={job_name}"
-    if job.state == "complete":
-        output = await capture.pod_output(ctx.kube, ref.namespace, selector, manifests.UPLOAD_CONTAINER,
-                                          succeeded=True)  # fmt: skip
+    seen = ctx.state.compiled.pop((ref.namespace, job_name), None)  # the pod's upload ended: before the Job's status
+    if seen is not None or job.state == "complete":
+        output = seen if seen is not None else await capture.pod_output(
+            ctx.kube, ref.namespace, selector, manifests.UPLOAD_CONTAINER, succeeded=True)
         sha256 = _uploaded_digest(output)
         if sha256:
             st.set(binary={"key": key, "sha256": sha256, "codeKey": ref.code_key},

@@ -26,6 +26,7 @@ from sless_core import crd
 from sless_core.crcodec import FunctionResource, InvalidResource
 from sless_core.traffic import LABEL_SPLIT_OF
 from sless_operator import function, job, metrics, trigger
+from sless_operator.capture import terminated_state
 from sless_operator.children import ChildConflict
 from sless_operator.config import OperatorConfig
 from sless_operator.context import Context
@@ -37,7 +38,9 @@ from sless_operator.manifests import (
     COMPONENT_CRON,
     COMPONENT_FUNCTION,
     COMPONENT_RUN,
+    JOB_NAME_LABEL,
     LABEL_DEPS,
+    UPLOAD_CONTAINER,
 )
 from sless_operator.observe import (
     deployment_summary,
@@ -58,6 +61,8 @@ JOBS = ("batch", "v1", "jobs")
 DEPLOYMENTS = ("apps", "v1", "deployments")
 PODS = ("", "v1", "pods")
 FUNCTION_PODS = {**{crd.LABEL_MANAGED: crd.MANAGED_BY}, crd.LABEL_COMPONENT: COMPONENT_FUNCTION}
+COMPILED_KEPT = 1000
+COMPILE_PODS = {**{crd.LABEL_MANAGED: crd.MANAGED_BY}, crd.LABEL_COMPONENT: COMPONENT_COMPILE}
 MANAGED = {crd.LABEL_MANAGED: crd.MANAGED_BY}
 INDICES = ("sless_functions", "sless_jobs", "sless_deployments", "sless_triggers")
 FINALIZER = "sless.dev/finalizer"
@@ -320,6 +325,25 @@ async def function_pod_event(type: str | None, body: kopf.Body, memo: Context, *
     if failure is None or not (ns and fn and key) or memo.state.fetch_failures.get((ns, fn)) == (key, failure):
         return
     memo.state.fetch_failures[(ns, fn)] = (key, failure)
+    memo.queue.add(("function", ns, fn), lambda: function.reconcile(memo, ns, fn))
+
+
+@kopf.on.event(*PODS, labels=COMPILE_PODS)
+async def compile_pod_event(type: str | None, body: kopf.Body, memo: Context, **_: Any) -> None:  # noqa: A002
+    """A compile pod whose binary is uploaded: the Function rolls out now, not when the Job controller
+    has marked the Job complete (seconds later)."""
+    if type in (None, "DELETED"):
+        return
+    meta = body.get("metadata", {})
+    labels = meta.get("labels") or {}
+    ns, fn, job_name = meta.get("namespace", ""), labels.get(crd.LABEL_FUNCTION, ""), labels.get(JOB_NAME_LABEL, "")
+    uploaded = terminated_state(dict(body), UPLOAD_CONTAINER)
+    if not (ns and fn and job_name) or uploaded.get("exitCode") != 0 or (ns, job_name) in memo.state.compiled:
+        return
+    compiled = memo.state.compiled
+    compiled[(ns, job_name)] = str(uploaded.get("message") or "")
+    while len(compiled) > COMPILED_KEPT:  # a reconcile takes its entry; later events of the pod may add it again
+        del compiled[next(iter(compiled))]
     memo.queue.add(("function", ns, fn), lambda: function.reconcile(memo, ns, fn))
 
 
