@@ -179,6 +179,15 @@ def test_a_go_code_change_compiles_in_the_tenant_namespace_and_rolls_out_without
     assert len(compile_jobs(sless, "gofn")) == 2
     assert sorted(status["binaries"].values()) == [BIN_1, BIN_2]
 
+    # a traffic split's other version (2) runs the binary compiled for it, beside the current one (3)
+    assert [v["version"] for v in status["versions"]] == [1, 2, 3]
+    sless.patch_spec("Function", "gofn", traffic=[{"version": 3, "weight": 50}, {"version": 2, "weight": 50}])
+    split = sless.op.wait("the split's Deployment", lambda: sless.get("deployment", "gofn-split"), 60)
+    pod = split["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == GO_RUN_IMAGE and pod["containers"][0]["command"] == ["/app/bin/server"]
+    assert f"--sha256={BIN_2}" in pod["initContainers"][0]["args"]
+    assert len(compile_jobs(sless, "gofn")) == 2, "the split's version compiled again"
+
 
 def test_code_that_does_not_compile_fails_the_function_with_the_compilers_message(
     sless: Sless, compile_ends: Any
