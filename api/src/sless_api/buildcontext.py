@@ -35,6 +35,10 @@ DEPS_DIR = "/app/deps"
 GO_BIN_DIR = "/app/bin"
 GO_BUILD_SCRIPT = "/app/runtime/build.sh"
 GO_MOD_CACHE = "/app/go/mod"
+#: Compiles the packages of the modules go.mod requires directly (a module that does not build alone is skipped:
+#: the function's compile then builds what it uses of it).
+GO_WARM_DEPS = ("for m in $(go list -m -f '{{if not (or .Main .Indirect)}}{{.Path}}{{end}}' all);"
+                ' do go build -trimpath "$m/..." || true; done')
 #: The runtime images run as this numeric user (Kubernetes runAsNonRoot needs a number).
 RUNTIME_USER = "1000:1000"
 #: Every entry's mtime (2000-01-01T00:00:00Z); a constant keeps the archive reproducible.
@@ -182,8 +186,9 @@ def render_dockerfile(code_dir: Path, runtime: str, entrypoint: str, base_image:
             lines += [
                 f"COPY {' '.join([f'{src}/go.mod', *sums])} /app/manifest/",
                 "RUN cd /app/manifest && go mod download"
-                # a dependency image compiles as the runtime user: the modules are its own
-                + (" && chown -R 1000:1000 /app/go" if deps_key else ""),
+                # a dependency image is where code compiles: the required modules' packages compiled once
+                # (as build.sh compiles them, so its build cache finds them), the modules the runtime user's
+                + (f" && {GO_WARM_DEPS} && chown -R 1000:1000 /app/go" if deps_key else ""),
             ]
     else:
         raise ValueError(f"unknown runtime {runtime!r}")
