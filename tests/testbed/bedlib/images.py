@@ -5,7 +5,7 @@ made by debootstrap (from the same mirror apt uses) or from scratch:
 
 - ``sless-testbed/debian``: bookworm minbase plus python3 (Debian's 3.11), pip and CA certs;
   the local stand-in for python:3.11-slim and the base of the other stand-ins;
-- ``sless-testbed/node``: that base plus the host's Node 20 (stand-in for node:20-slim);
+- ``sless-testbed/node``: that base plus the host's Node 20 and npm (stand-in for node:20-slim);
 - ``sless-testbed/golang``: that base plus the host's Go toolchain (stand-in for golang:1.23);
 - ``sless-testbed/static``: scratch plus /etc/passwd and CA certs (stand-in for distroless);
 - ``sless-testbed/pause``: the sandbox image, a tiny static binary;
@@ -13,7 +13,10 @@ made by debootstrap (from the same mirror apt uses) or from scratch:
 - ``sless-testbed/python``: that base plus python3-venv and ``python`` (stand-in for python:3.11-slim);
 - ``sless/platform``: the platform image, the repository's ``Dockerfile`` on that stand-in;
 - ``sless/<runtime>``: the three runtime base images built from ``runtimes/*/Dockerfile``
-  with their base-image build argument pointed at the stand-ins above.
+  with their base-image build argument pointed at the stand-ins above, plus the host's CA bundle:
+  a function's dependencies (pip, npm, ``go mod download`` in kaniko's RUN steps on this base)
+  come from the package registries through this machine's network, which may re-sign TLS with a
+  CA of its own, so the runtimes trust what the host trusts, as the kaniko and static images do.
 
 buildah builds them (chroot isolation: no runc, no cgroups, no network namespace needed) into
 its own storage under the cache, and pushes them into the test bed's registry, whose storage
@@ -210,6 +213,9 @@ class Builder:
         go_env = subprocess.run(["go", "env", "GOROOT", "GOVERSION"], capture_output=True, text=True, check=True)
         go_root, go_version = Path(go_env.stdout.split()[0]), go_env.stdout.split()[1]
         node = Path(shutil.which("node") or "/usr/bin/node").resolve()
+        npm_cli = shutil.which("npm")  # <prefix>/lib/node_modules/npm/bin/npm-cli.js behind the link
+        npm = Path(npm_cli).resolve().parents[1] if npm_cli else None
+        npm_version = json.loads((npm / "package.json").read_text())["version"] if npm else "none"
         ca = Path("/etc/ssl/certs/ca-certificates.crt")
         pause = self.realnode_bin / "pause"
         executor = self.realnode_bin / "executor"
@@ -232,12 +238,20 @@ class Builder:
             return build
 
         node_ref = "sless-testbed/node:20"
-        node_key = _sha(RECIPE_VERSION, debian_key, _file_sha(node))
+        node_key = _sha(RECIPE_VERSION, debian_key, _file_sha(node), "npm", npm_version)
 
         def build_node(name: str) -> None:
+            """node:20-slim's layout: node in /usr/local/bin, npm (package.json dependencies) beside it."""
             ctx = self._context(name)
             shutil.copy2(node, ctx / "node")
-            self.bud(name, ctx, f"FROM localhost/{debian}\nCOPY node /usr/local/bin/node\n")
+            body = f"FROM localhost/{debian}\nCOPY node /usr/local/bin/node\n"
+            if npm is not None:
+                shutil.copytree(npm, ctx / "npm", symlinks=True)
+                body += ("COPY npm /usr/local/lib/node_modules/npm\n"
+                         "RUN ln -s ../lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm\n")  # fmt: skip
+            else:
+                log("no npm on this machine: the node stand-in has none (functions with package.json cannot build)")
+            self.bud(name, ctx, body)
 
         go_ref = f"sless-testbed/golang:{go_version.removeprefix('go')}"
         go_key = _sha(RECIPE_VERSION, debian_key, go_version)
@@ -260,11 +274,17 @@ class Builder:
 
         runtimes = ROOT / "runtimes"
 
-        def runtime(folder: str, *args: str) -> Callable[[str], None]:
+        def runtime(folder: str, *args: str, env: str = "") -> Callable[[str], None]:
             def build(name: str) -> None:
                 self.bud(name, runtimes / folder, None, *args)
+                # the host's CA bundle on top (see the module's docstring); COPY runs as root whatever USER says
+                ctx = self._context(name + "-ca")
+                shutil.copy2(ca, ctx / "ca.crt")
+                self.bud(name, ctx, f"FROM localhost/{name}\nCOPY ca.crt /etc/ssl/certs/ca-certificates.crt\n{env}")
 
             return build
+
+        ca_key = _file_sha(ca)
 
         python_ref = "sless-testbed/python:3.11"
         python_key = _sha(RECIPE_VERSION, debian_key, "python3-venv")
@@ -312,13 +332,15 @@ class Builder:
                          for p in platform_inputs)),
                   build_platform),
             Image("sless/python3.11:testbed",
-                  _sha(RECIPE_VERSION, debian_key, _tree_sha(runtimes / "python3.11")),
+                  _sha(RECIPE_VERSION, debian_key, _tree_sha(runtimes / "python3.11"), ca_key),
                   runtime("python3.11", "--build-arg", f"BASE_IMAGE=localhost/{debian}")),
+            # Node trusts its own roots unless told: npm (and a function's HTTPS calls) also the bundle's
             Image("sless/nodejs20:testbed",
-                  _sha(RECIPE_VERSION, node_key, _tree_sha(runtimes / "nodejs20")),
-                  runtime("nodejs20", "--build-arg", f"BASE_IMAGE=localhost/{node_ref}")),
+                  _sha(RECIPE_VERSION, node_key, _tree_sha(runtimes / "nodejs20"), ca_key),
+                  runtime("nodejs20", "--build-arg", f"BASE_IMAGE=localhost/{node_ref}",
+                          env="ENV NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt\n")),
             Image("sless/go1.23:testbed",
-                  _sha(RECIPE_VERSION, go_key, static_key, _tree_sha(runtimes / "go1.23")),
+                  _sha(RECIPE_VERSION, go_key, static_key, _tree_sha(runtimes / "go1.23"), ca_key),
                   runtime("go1.23", "--target", "base", "--build-arg", f"GO_IMAGE=localhost/{go_ref}",
                           "--build-arg", f"RUN_IMAGE=localhost/{static_ref}")),
         ]  # fmt: skip
