@@ -2,8 +2,8 @@
 # One command per Molecule scenario, against the Kubernetes test bed on this machine:
 #   molecule/run.sh default            # install, idempotence, verify, uninstall  (molecule test)
 #   molecule/run.sh e2e                # the platform against the test bed + real services
-#   molecule/run.sh e2e-real           # the platform as pods on the real node (root; take the node's lock:
-#                                      #   flock /tmp/sless-realnode.lock molecule/run.sh e2e-real)
+#   molecule/run.sh e2e-real           # the platform as pods on the real node, then the stress functions on it
+#                                      #   (root; take the node's lock: flock /tmp/sless-realnode.lock molecule/run.sh e2e-real)
 #   molecule/run.sh stress             # stress functions on the standalone platform
 #   molecule/run.sh functions          # the hello examples deployed by playbook (sless.platform collection)
 #   molecule/run.sh default converge   # any other molecule verb

@@ -3,7 +3,8 @@
 # runs the linters, then every test (all markers: pg, rabbitmq, s3, k8s, e2e, slow, and realnode as root;
 # SLESS_SKIP_REALNODE=1 leaves the real node out).
 # and then the Molecule scenarios (default, e2e, stress with a 15 s storm, functions, and as root e2e-real: the
-# platform as pods on the real node; SLESS_SKIP_MOLECULE=1 skips them, SLESS_MOLECULE_SCENARIOS names others).
+# platform as pods on the real node, the stress functions too; SLESS_SKIP_MOLECULE=1 skips them,
+# SLESS_MOLECULE_SCENARIOS names others).
 # Without arguments three lanes run at once (lane A: pytest but the real node; lane B: the real-node tests;
 # lane C: the Molecule scenarios). Extra arguments go to one pytest run instead, e.g. `scripts/test.sh -m "not k8s" -x`.
 set -euo pipefail
@@ -50,7 +51,8 @@ lint=0
 log "lint of the install: helm lint, yamllint, ansible-lint (production profile), chart and role tests"
 bash scripts/lint-install.sh || lint=1
 SCENARIOS=${SLESS_MOLECULE_SCENARIOS:-default e2e stress functions}
-# e2e-real (the platform as pods on the real node) last: it waits for the node's lock, which lane B holds meanwhile
+# e2e-real (the platform as pods on the real node, then the stress functions on it with the same short storm)
+# last: it waits for the node's lock, which lane B holds meanwhile
 [ -z "${SLESS_MOLECULE_SCENARIOS:-}" ] && [ "$REALNODE" = 1 ] && SCENARIOS="$SCENARIOS e2e-real"
 REALNODE_LOCK=/tmp/sless-realnode.lock  # one real node per machine: lane B's tests and e2e-real take turns
 # Every lane and scenario also writes a log here; the results section at the end repeats what failed, so the

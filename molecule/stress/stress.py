@@ -1,22 +1,29 @@
 #!/usr/bin/env python3
-"""The stress functions of the original platform on the standalone platform, with real runtimes.
+"""The stress functions of the original platform, with real runtimes: standalone, or as pods on the real node.
 
     stress.py up     --state DIR        a private PostgreSQL and `sless up` (invocation log in PostgreSQL)
+    stress.py attach --state DIR --host ADDR --clients CIDR
+                                        the platform installed on the test bed ($KUBECONFIG; Molecule
+                                        scenario e2e-real) and a private PostgreSQL for the functions,
+                                        listening on ADDR too, where pods in CIDR log in with a password
     stress.py deploy --state DIR        the nine functions of molecule/stress/functions, each with an http trigger
     stress.py run    --state DIR [--workers 20] [--duration 60] [--report FILE]
-    stress.py down   --state DIR        stop both, delete DIR
+    stress.py down   --state DIR        stop what up or attach started (and delete attach's functions), delete DIR
 
 `run` calls every function (bounded: a fixed number of calls per case, one PostgreSQL storm of
 WORKERS x DURATION seconds), prints ok/error counts and throughput per case, and exits 1 when a
 call failed that was not a deliberate crash, when a deliberate crash did not answer 500, or when
-the platform is unhealthy afterwards (health, every function still Ready and answering).
+the platform is unhealthy afterwards (health, every function still Ready and answering; attached
+to the cluster also: no platform pod restarted).
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
+import secrets
 import shutil
 import signal
 import statistics
@@ -27,8 +34,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import psycopg2
 import requests
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,12 +90,73 @@ def up(state: Path) -> None:
     log(f"sless up on {sless.url} (pid {sless.proc.pid})")
 
 
+def _kube() -> ModuleType:
+    """kubectl helpers against $KUBECONFIG (imported late: standalone runs need no cluster)."""
+    from tests.install import e2e_installed
+
+    return e2e_installed
+
+
+def api_url() -> str:
+    """The installed API at its Service's ClusterIP (kube-proxy's rules serve the node's own traffic too)."""
+    kube = _kube()
+    service = next(s for s in kube.get("services", "-n", kube.NS)["items"]
+                   if s["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "api")  # fmt: skip
+    return f"http://{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
+
+
+def attach(state: Path, host: str, clients: str) -> None:
+    """The installed platform, and a PostgreSQL of the functions' own that pods reach at HOST.
+
+    Its own cluster, not the platform's: the storm must not touch the invocation log's database, and
+    the platform's pg_hba admits only the platform's user. Pods in CLIENTS log in as ``stress`` with
+    a random password (scram-sha-256) to the database ``stress`` only; the superuser stays on loopback.
+    """
+    state.mkdir(parents=True, exist_ok=True)
+    if (state / "stress.json").exists():
+        raise RuntimeError(f"{state} already has a stress setup; `stress.py down --state {state}` first")
+    network = ipaddress.ip_network(clients)  # refuses a malformed CIDR before anything starts
+    ipaddress.ip_address(host)
+    secret = _kube().secret_value("sless-jwt", "secret")
+    info: dict[str, Any] = {"kube": True, "sless": {"url": api_url()}, "secret": secret}
+    base = Path(tempfile.mkdtemp(prefix="sless-stress-pg-"))
+    os.chmod(base, 0o755)  # noqa: S103  (the server runs as the postgres user and must reach its folder)
+    pg = PostgresServer(base / "cluster", free_port(), database="stress", listen=f"127.0.0.1,{host}")
+    (base / "cluster").mkdir()
+    pg.init()
+    with (pg.data_dir / "pg_hba.conf").open("a") as hba:
+        hba.write(f"host stress stress {network} scram-sha-256\n")
+    info["pg"] = {"base": str(base), "port": pg.port}
+    (state / "stress.json").write_text(json.dumps(info))
+    pg.start()
+    pg.create_database()
+    password = secrets.token_hex(16)
+    conn = psycopg2.connect(pg.url)
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("CREATE ROLE stress LOGIN PASSWORD %s", (password,))
+            cur.execute("ALTER DATABASE stress OWNER TO stress")  # PostgreSQL 15: its public schema too
+    finally:
+        conn.close()
+    info["pg"]["url"] = f"postgresql://stress:{password}@{host}:{pg.port}/stress"
+    (state / "stress.json").write_text(json.dumps(info))
+    log(f"API at {info['sless']['url']}; the functions' PostgreSQL on {host}:{pg.port} for {network}")
+
+
 def down(state: Path) -> None:
     if not (state / "stress.json").exists():
         log(f"{state}: nothing runs")
         shutil.rmtree(state, ignore_errors=True)
         return
     info = _load(state)
+    if info.get("kube"):  # a later attach starts over (its PostgreSQL has another password)
+        t = tenant(state)
+        try:
+            for name in SPECS:
+                t.api("DELETE", f"/functions/{name}")
+        except requests.RequestException as exc:  # the platform is gone already
+            log(f"the functions not deleted: {exc}")
     pid = info.get("sless", {}).get("pid")
     if pid:
         try:
@@ -107,7 +177,8 @@ def down(state: Path) -> None:
 
 
 def tenant(state: Path) -> Tenant:
-    return Tenant(_load(state)["sless"]["url"], SUB, SECRET)
+    info = _load(state)
+    return Tenant(info["sless"]["url"], SUB, info.get("secret", SECRET))
 
 
 def files_of(folder: Path) -> dict[str, str | bytes]:
@@ -115,18 +186,24 @@ def files_of(folder: Path) -> dict[str, str | bytes]:
 
 
 def deploy(state: Path, wait: float = 900) -> None:
+    """Every function uploaded first, then waited for: their builds (kaniko pods on a cluster) run side by side."""
     t = tenant(state)
     database = _load(state)["pg"]["url"]
+    start = time.monotonic()
+    t.api("POST", "/ensure", expect=(200, 201))
+    hashes: dict[str, str | None] = {}
     for name, (runtime, needs_db, timeout) in SPECS.items():
-        start = time.monotonic()
         env = {"DATABASE_URL": database} if needs_db else {}
-        if t.api("GET", f"/functions/{name}").status_code == 200:
-            uploaded = t.upload(name, files_of(FUNCTIONS / name)).json()  # the same code again rebuilds nothing
-            t.wait_phase(name, ("Ready",), wait, code_hash=uploaded.get("code_hash"))
-        else:
-            t.deploy(name, runtime, files_of(FUNCTIONS / name), wait=wait, timeout_sec=timeout, env_vars=env,
-                     memory_mb=256)  # fmt: skip
-        log(f"{name} ({runtime}): Ready in {time.monotonic() - start:.1f}s")
+        if t.api("GET", f"/functions/{name}").status_code != 200:
+            t.api("POST", "/functions", json={"name": name, "runtime": runtime, "timeout_sec": timeout,
+                                              "env_vars": env, "memory_mb": 256}, expect=201)  # fmt: skip
+            t.api("POST", "/triggers", json={"name": name, "type": "http", "function": name}, expect=201)
+        # the same code again rebuilds nothing
+        hashes[name] = t.upload(name, files_of(FUNCTIONS / name)).json().get("code_hash")
+    deadline = start + wait
+    for name, (runtime, _, _) in SPECS.items():
+        t.wait_phase(name, ("Ready",), max(1.0, deadline - time.monotonic()), code_hash=hashes[name])
+        log(f"{name} ({runtime}): Ready {time.monotonic() - start:.1f}s after the first upload")
 
 
 @dataclass
@@ -182,9 +259,45 @@ def run_case(t: Tenant, name: str, body: dict[str, Any], calls: int, parallel: i
     return case
 
 
+PLATFORM_PODS = "app.kubernetes.io/component in (api,operator,events)"
+
+
+def pod_restarts(namespace: str, selector: str) -> dict[str, tuple[int, bool]]:
+    """Pod (name/uid, so a replaced pod is another key) -> (its containers' restarts, Running and ready)."""
+    kube = _kube()
+    found: dict[str, tuple[int, bool]] = {}
+    for pod in (kube.get("pods", "-n", namespace, "-l", selector) or {}).get("items", []):
+        statuses = pod["status"].get("containerStatuses") or []
+        ready = pod["status"].get("phase") == "Running" and bool(statuses) and all(c["ready"] for c in statuses)
+        restarts = sum(int(c.get("restartCount", 0)) for c in statuses)
+        found[f"{pod['metadata']['name']}/{pod['metadata']['uid']}"] = (restarts, ready)
+    return found
+
+
+def platform_pods_case(before: dict[str, tuple[int, bool]]) -> Case:
+    """The platform's pods (API, operator, event dispatcher) are those of before the load, ready, none restarted."""
+    case = Case("platform pods")
+    start = time.monotonic()
+    after = pod_restarts(_kube().NS, PLATFORM_PODS)
+    case.calls = len(after)
+    for pod, (restarts, ready) in sorted(after.items()):
+        if pod in before and restarts == 0 and ready:
+            case.ok += 1
+        else:
+            case.errors.append(f"{pod}: {restarts} restarts, {'ready' if ready else 'NOT ready'}"
+                               + ("" if pod in before else ", new since the load began"))  # fmt: skip
+    case.errors += [f"{pod} is gone" for pod in sorted(set(before) - set(after))]
+    if not after:
+        case.errors.append(f"no platform pod ({PLATFORM_PODS})")
+    case.elapsed = time.monotonic() - start
+    return case
+
+
 def run(state: Path, workers: int, duration: int) -> list[Case]:
     t = tenant(state)
-    url = _load(state)["sless"]["url"]
+    info = _load(state)
+    url = info["sless"]["url"]
+    platform_before = pod_restarts(_kube().NS, PLATFORM_PODS) if info.get("kube") else {}
     cases = [
         run_case(t, "slow", {"sec": 2}, 8, 8, label="slow (8 x 2 s at once)"),
         run_case(t, "bigloop", {"n": 2_000_000}, 8, 4, check=lambda p: p["n"] == 2_000_000),
@@ -246,6 +359,11 @@ def run(state: Path, workers: int, duration: int) -> list[Case]:
             after.errors.append(f"{name} {status} {str(payload)[:200]}")
     after.elapsed = time.monotonic() - start
     cases.append(after)
+    if info.get("kube"):
+        # a deliberate crash may restart its own function's container (told, not failed); never the platform's
+        restarts = pod_restarts(t.ns, "sless.dev/component=function")
+        after.note = f"function pods: {len(restarts)}, restarts {sum(r for r, _ in restarts.values())}"
+        cases.append(platform_pods_case(platform_before))
     return cases
 
 
@@ -265,8 +383,10 @@ def report(cases: list[Case]) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="stress.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("verb", choices=["up", "deploy", "run", "down"])
+    parser.add_argument("verb", choices=["up", "attach", "deploy", "run", "down"])
     parser.add_argument("--state", type=Path, required=True)
+    parser.add_argument("--host", default="10.199.0.1", help="attach: an address of this machine that pods reach")
+    parser.add_argument("--clients", default="10.199.0.0/24", help="attach: the pods' network")
     parser.add_argument("--workers", type=int, default=int(os.environ.get("SLESS_STRESS_WORKERS", "20")))
     parser.add_argument("--duration", type=int, default=int(os.environ.get("SLESS_STRESS_DURATION", "60")))
     parser.add_argument("--report", type=Path)
@@ -277,6 +397,8 @@ def main(argv: list[str]) -> int:
     try:
         if args.verb == "up":
             up(state)
+        elif args.verb == "attach":
+            attach(state, args.host, args.clients)
         elif args.verb == "deploy":
             deploy(state)
         elif args.verb == "run":
@@ -288,7 +410,7 @@ def main(argv: list[str]) -> int:
             return 1 if any(c.errors for c in cases) else 0
         else:
             down(state)
-    except (RuntimeError, AssertionError, OSError, requests.RequestException) as exc:
+    except (RuntimeError, AssertionError, OSError, ValueError, requests.RequestException, psycopg2.Error) as exc:
         print(f"stress {args.verb}: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -97,8 +97,10 @@ def _run_as() -> _RunAs | None:
 class PostgresServer:
     """A private PostgreSQL cluster in a temporary directory, with fault-injection helpers."""
 
-    def __init__(self, base_dir: Path, port: int, *, fsync: bool = False, database: str = "sless") -> None:
+    def __init__(self, base_dir: Path, port: int, *, fsync: bool = False, database: str = "sless",
+                 listen: str = "127.0.0.1") -> None:  # fmt: skip
         self.bin_dir = pg_bin_dir()
+        self.listen = listen  # listen_addresses: loopback, plus e.g. an address pods reach
         self.base_dir = base_dir
         self.data_dir = base_dir / "data"
         self.socket_dir = base_dir / "sock"
@@ -165,7 +167,7 @@ class PostgresServer:
     def start(self) -> None:
         """Start the postmaster and wait until it accepts connections."""
         opts = (
-            f"-c listen_addresses=127.0.0.1 -c port={self.port} "
+            f"-c listen_addresses={self.listen} -c port={self.port} "
             f"-c unix_socket_directories={self.socket_dir} -c max_connections=100 "
             f"-c fsync={'on' if self.fsync else 'off'} -c full_page_writes={'on' if self.fsync else 'off'}"
         )
