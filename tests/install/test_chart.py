@@ -292,6 +292,17 @@ def test_extra_kaniko_flags_reach_the_operator(default: list[dict[str, Any]]) ->
     assert data["SLESS_KANIKO_EXTRA_ARGS"] == " ".join(flags)
 
 
+def test_one_go_run_image_reaches_the_api_and_the_operator(default: list[dict[str, Any]]) -> None:
+    """The API names it in kaniko builds, the operator in the pods of a compiled binary: one value for both."""
+    assert one(default, "ConfigMap", "sless-config")["data"]["SLESS_GO_RUN_IMAGE"] == (
+        "gcr.io/distroless/static-debian12:nonroot")
+    mirrored = render({"runtimeImages": {"goRun": "registry.example.com/static:nonroot"}})
+    assert one(mirrored, "ConfigMap", "sless-config")["data"]["SLESS_GO_RUN_IMAGE"] == (
+        "registry.example.com/static:nonroot")
+    with pytest.raises(HelmError):  # the schema: one image reference, nothing injected
+        render({"runtimeImages": {"goRun": "static\nSLESS_BACKEND: standalone"}})
+
+
 def test_a_changed_setting_rolls_the_pods(default: list[dict[str, Any]]) -> None:
     changed = render({"limits": {"maxTimeoutSec": 300, "proxyTimeoutMarginSec": 5, "maxUploadBytes": 33554432,
                                  "maxBodyBytes": 6291456}})  # fmt: skip
