@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -87,8 +88,8 @@ def _invoke(d: Deployed, last: list[str]) -> requests.Response | None:
     return resp
 
 
-def _function_pods(d: Deployed) -> list[dict[str, Any]]:
-    selector = f"sless.dev/function=hello,sless.dev/component={manifests.COMPONENT_FUNCTION}"
+def _function_pods(d: Deployed, function: str = "hello") -> list[dict[str, Any]]:
+    selector = f"sless.dev/function={function},sless.dev/component={manifests.COMPONENT_FUNCTION}"
     return list((d.real_node.bed.get("pods", "-n", d.tenant.ns, "-l", selector) or {}).get("items", []))
 
 
@@ -234,3 +235,53 @@ def test_a_stream_and_a_websocket_pass_through_fn_to_a_pod(deployed: Deployed) -
 
     answers, code = exchange(ws_url(d.tenant, "streamer"), ["hello", b"\x00\x01"])
     assert answers == ["HELLO", b"\x00\x01"] and code == 1000, (answers, code)
+
+
+ROLLING = 'def handle(event):\n    return {"version": %d}\n'
+
+
+def test_code_changes_roll_out_without_a_failed_call(deployed: Deployed) -> None:
+    """Zero downtime: while calls keep coming through `/fn`, three code-only changes roll out, and every call is
+    answered 200 by the old code or the new (an old pod still takes connections while it leaves the Service)."""
+    d = deployed
+    bed = d.real_node.bed
+    d.tenant.deploy("rolling", "python3.11", {"handler.py": ROLLING % 1}, wait=300)
+    url = d.tenant.fn_url("rolling")
+    answers: list[tuple[int, str]] = []
+    stop = threading.Event()
+
+    def call_until_stopped() -> None:
+        with requests.Session() as session:
+            while not stop.is_set():
+                try:
+                    resp = session.get(url, timeout=30)
+                    answers.append((resp.status_code, resp.text[:200]))
+                except requests.RequestException as exc:
+                    answers.append((0, repr(exc)))
+                time.sleep(0.01)
+
+    bed.wait("/fn serves version 1", lambda: requests.get(url, timeout=30).text == '{"version": 1}',
+             timeout=120, interval=0.5)  # fmt: skip
+    callers = [threading.Thread(target=call_until_stopped, daemon=True) for _ in range(2)]
+    for caller in callers:
+        caller.start()
+    try:
+        for version in (2, 3, 4):
+            d.tenant.upload("rolling", {"handler.py": ROLLING % version})
+            served = f'{{"version": {version}}}'
+            bed.wait(f"version {version} served", lambda: any(text == served for _, text in answers[-20:]),  # noqa: B023
+                     timeout=180, interval=0.2)  # fmt: skip
+
+            def one_pod_left() -> bool:
+                pods = _function_pods(d, "rolling")
+                return len(pods) == 1 and not pods[0]["metadata"].get("deletionTimestamp")
+
+            bed.wait("the old pod gone", one_pod_left, timeout=120, interval=0.5)
+        time.sleep(2)
+    finally:
+        stop.set()
+        for caller in callers:
+            caller.join(timeout=60)
+    failed = [answer for answer in answers if answer[0] != 200]
+    print(f"{len(answers)} calls during three rollouts, {len(failed)} failed")
+    assert len(answers) > 100 and not failed, failed[:10]
