@@ -616,13 +616,17 @@ def test_admission_policy_follows_the_build_namespace_and_names() -> None:
     )
 
 
-def test_admission_policy_is_optional_and_needs_kubernetes_1_30() -> None:
+def test_admission_policy_is_optional() -> None:
     off = render({"admissionPolicy": {"enabled": False}})
     assert by_kind(off, "ValidatingAdmissionPolicy") == [] and by_kind(off, "ValidatingAdmissionPolicyBinding") == []
+
+
+def test_the_chart_needs_kubernetes_1_30() -> None:
+    """Function pods pause in a preStop `sleep` hook (1.30+); the admission policy is v1 from 1.30 on too."""
     with pytest.raises(HelmError) as err:
-        render({}, "--kube-version", "1.29.0")
-    assert "admissionPolicy.enabled needs Kubernetes 1.30" in str(err.value)
-    assert by_kind(render({"admissionPolicy": {"enabled": False}}, "--kube-version", "1.29.0"), "Deployment")
+        render({"admissionPolicy": {"enabled": False}}, "--kube-version", "1.29.0")
+    assert ">=1.30.0-0" in str(err.value) and "incompatible" in str(err.value)
+    assert by_kind(render({}, "--kube-version", "1.30.0"), "ValidatingAdmissionPolicy")
 
 
 # ---------------------------------------------------------------- builds: init container image, build namespace egress

@@ -276,7 +276,9 @@ def test_deployment_pod_is_restricted_probed_and_sized() -> None:
     assert c["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     for probe in ("readinessProbe", "livenessProbe"):
         assert c[probe]["httpGet"] == {"path": "/_/health", "port": "http"}
-    assert pod["terminationGracePeriodSeconds"] == 65
+    # a pause before SIGTERM while the pod leaves the Service, then the drain up to the timeout
+    assert c["lifecycle"] == {"preStop": {"sleep": {"seconds": manifests.PRESTOP_SLEEP_SEC}}}
+    assert pod["terminationGracePeriodSeconds"] == manifests.PRESTOP_SLEEP_SEC + 65
     assert "command" not in c  # the image's CMD is the server
     selector = dep["spec"]["selector"]["matchLabels"]
     assert selector.items() <= dep["spec"]["template"]["metadata"]["labels"].items()
