@@ -75,6 +75,10 @@ class InvokeResult:
 
 #: The most a buffered call (cron, events, async calls) reads of an answer: an endless stream stops there.
 BUFFERED_MAX_BYTES = 64 * 1024 * 1024
+#: A connection the function's address refused is tried once more after this pause: nothing was sent, so the
+#: retry is safe for any method, and an address that just stopped listening (a pod leaving its Service before
+#: the node's rules follow, a process being replaced) usually leads somewhere that listens a moment later.
+CONNECT_RETRY_PAUSE_SEC = 0.2
 
 
 def error_body(status: int, message: str) -> InvokeResult:
@@ -152,9 +156,8 @@ class Invoker:
                 if timing is not None:
                     timing.forwarded = True
                     timing.queue_sec = max(0.0, time.monotonic() - timing.ready - timing.start_sec)
-                async with asyncio.timeout(limit) as head_deadline, self.session.request(
-                    method, base_url + path_qs, headers=headers, data=body or None,
-                    timeout=self._timeout(limit), allow_redirects=False,
+                async with asyncio.timeout(limit) as head_deadline, await self._open(
+                    method, base_url + path_qs, headers, body, limit
                 ) as resp:
                     head_deadline.reschedule(None)
                     head = True
@@ -177,6 +180,20 @@ class Invoker:
             raise UpstreamError(502, f"function unreachable: {type(exc).__name__}") from None
         finally:
             calltiming.CURRENT.reset(token)
+
+    async def _open(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes,
+                    limit: float) -> aiohttp.ClientResponse:  # fmt: skip
+        """The upstream response's head, connecting a second time when the first connection was refused."""
+
+        async def attempt() -> aiohttp.ClientResponse:
+            return await self.session.request(method, url, headers=headers, data=body or None,
+                                              timeout=self._timeout(limit), allow_redirects=False)  # fmt: skip
+
+        try:
+            return await attempt()
+        except aiohttp.ClientConnectorError:
+            await asyncio.sleep(CONNECT_RETRY_PAUSE_SEC)
+        return await attempt()
 
     async def call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
                    body: bytes, trigger: str, request_id: str | None = None, waited_sec: float = 0.0) -> InvokeResult:
