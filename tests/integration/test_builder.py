@@ -530,7 +530,7 @@ def test_node_and_go_dockerfiles(tmp_path: Path) -> None:
 
     go = write(tmp_path / "go", GO_UUID)
     lines = _dockerfile(make_build_context(go, "go1.23", "Handle", "sless/go1.23:1")).splitlines()
-    download = lines.index("RUN cd /app/manifest && go mod download")
+    download = lines.index("RUN cd /app/manifest && go mod download all")
     label = next(i for i, line in enumerate(lines) if line.startswith("LABEL "))
     build = lines.index("RUN /app/runtime/build.sh /app/function /app/bin")
     assert lines[download - 1] == "COPY function/go.mod function/go.sum /app/manifest/"

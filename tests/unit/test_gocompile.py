@@ -127,7 +127,8 @@ def test_the_compile_job_fetches_compiles_and_uploads_in_the_tenant_namespace_un
     assert compile_["image"] == BUILDER
     assert compile_["command"] == ["/app/runtime/build.sh", "/workspace/function", "/workspace/out"]
     env = {e["name"]: e["value"] for e in compile_["env"]}
-    assert env["GOPROXY"] == "off" and env["SLESS_ENTRYPOINT"] == "Handle"  # the compile reaches no network
+    assert env["GOPROXY"] == "off" and env["GOSUMDB"] == "off"  # the compile reaches no network
+    assert env["SLESS_ENTRYPOINT"] == "Handle"
     assert compile_["securityContext"]["runAsUser"] == 1000  # the runtime image's build cache is its user's
     assert compile_["terminationMessagePolicy"] == "FallbackToLogsOnError"  # the compiler's messages
     assert upload["env"] == [{"name": "SLESS_PUT_URL", "value": "http://s3/put?sig"}]
@@ -163,7 +164,7 @@ def test_a_go_dependency_image_downloads_and_compiles_the_modules_for_the_runtim
         dockerfile = member.read().decode()
         assert sorted(tar.getnames()) == ["Dockerfile", "function", "function/go.mod", "function/go.sum"]
     assert dockerfile.splitlines()[1] == "FROM sless/go1.23:latest"
-    assert "go mod download && for m in $(go list -m" in dockerfile and "chown -R 1000:1000 /app/go" in dockerfile
+    assert "go mod download all && for m in $(go list -m" in dockerfile and "chown -R 1000:1000 /app/go" in dockerfile
     assert "COPY function/ " not in dockerfile and dockerfile.rstrip().endswith("USER 1000:1000")
 
 

@@ -38,7 +38,7 @@ GO_MOD_CACHE = "/app/go/mod"
 #: Compiles the packages of the modules go.mod requires directly (a module that does not build alone is skipped:
 #: the function's compile then builds what it uses of it).
 GO_WARM_DEPS = ("for m in $(go list -m -f '{{if not (or .Main .Indirect)}}{{.Path}}{{end}}' all);"
-                ' do go build -trimpath "$m/..." || true; done')
+                ' do go build -mod=mod -trimpath "$m/..." || true; done')
 #: The runtime images run as this numeric user (Kubernetes runAsNonRoot needs a number).
 RUNTIME_USER = "1000:1000"
 #: Every entry's mtime (2000-01-01T00:00:00Z); a constant keeps the archive reproducible.
@@ -185,7 +185,7 @@ def render_dockerfile(code_dir: Path, runtime: str, entrypoint: str, base_image:
             sums = [f"{src}/go.sum"] if has["go.sum"] else []
             lines += [
                 f"COPY {' '.join([f'{src}/go.mod', *sums])} /app/manifest/",
-                "RUN cd /app/manifest && go mod download"
+                "RUN cd /app/manifest && go mod download all"
                 # a dependency image is where code compiles: the required modules' packages compiled once
                 # (as build.sh compiles them, so its build cache finds them), the modules the runtime user's
                 + (f" && {GO_WARM_DEPS} && chown -R 1000:1000 /app/go" if deps_key else ""),
