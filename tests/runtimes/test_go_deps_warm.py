@@ -79,8 +79,8 @@ def compile_offline(code: Path, out: Path, env: dict[str, str], goflags: str = "
     return built.stderr
 
 
-def test_the_dependency_images_step_leaves_the_modules_compiled_for_build_sh(tmp_path: Path) -> None:
-    env = go_env(tmp_path, module_proxy(tmp_path / "proxy"))
+def function_code(tmp_path: Path) -> Path:
+    """A function that imports DEP, with a go.mod that names DEP alone (no go.sum)."""
     code = tmp_path / "code"
     code.mkdir()
     (code / "go.mod").write_text(f"module example.test/fn\n\ngo 1.23\n\nrequire {DEP} {VERSION}\n")
@@ -88,6 +88,12 @@ def test_the_dependency_images_step_leaves_the_modules_compiled_for_build_sh(tmp
         'package function\n\nimport (\n\t"context"\n\n\t"example.test/dep"\n)\n\n'
         "func Handle(ctx context.Context, event map[string]any) (any, error) { return dep.Answer(), nil }\n"
     )
+    return code
+
+
+def test_the_dependency_images_step_leaves_the_modules_compiled_for_build_sh(tmp_path: Path) -> None:
+    env = go_env(tmp_path, module_proxy(tmp_path / "proxy"))
+    code = function_code(tmp_path)
     tidy = subprocess.run(["go", "mod", "tidy"], cwd=code, env=env, capture_output=True, text=True, timeout=120,
                           check=False)  # fmt: skip
     assert tidy.returncode == 0, tidy.stderr
@@ -108,12 +114,6 @@ def test_a_go_mod_without_go_sum_and_its_indirect_requirements_compiles_offline(
                {"dep.go": 'package dep\n\nimport "example.test/dep2"\n\n'
                           "func Answer() int { return 40 + dep2.Two() }\n"})  # fmt: skip
     env = go_env(tmp_path, f"file://{proxy}")
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "go.mod").write_text(f"module example.test/fn\n\ngo 1.23\n\nrequire {DEP} {VERSION}\n")
-    (code / "handler.go").write_text(
-        'package function\n\nimport (\n\t"context"\n\n\t"example.test/dep"\n)\n\n'
-        "func Handle(ctx context.Context, event map[string]any) (any, error) { return dep.Answer(), nil }\n"
-    )
+    code = function_code(tmp_path)
     dependency_step(tmp_path, code, env)
     compile_offline(code, tmp_path / "out", env)
