@@ -80,6 +80,8 @@ ENVIRONMENT_READERS = {
                                                "locations, shared with the harnesses that run runtimes alone",
     "operator/src/sless_operator/main.py": "entry point (sless-operator)",
     "operator/src/sless_operator/contextfetch.py": "the build Job's init container, a process of its own",
+    "operator/src/sless_operator/binaryupload.py": "the Go compile Job's upload step, a process of its own "
+                                                   "(its signed PUT URL)",
 }
 
 
