@@ -44,10 +44,13 @@ RUN_MARGIN_SEC = 60
 PROGRESS_DEADLINE_SEC = 300
 MAX_GRACE_SEC = 900
 #: A function's pod keeps serving this long after Kubernetes tells it to stop, before its SIGTERM. The pod
-#: leaves its Service's endpoints at that same moment and kube-proxy's rules follow a little later, so new
-#: connections keep reaching it for a while: had it stopped listening, a rollout would answer them 502.
-#: The `sleep` hook needs no binary in the image (Go's run image has none); Kubernetes 1.30+.
-PRESTOP_SLEEP_SEC = 3
+#: leaves its Service's endpoints at that same moment and kube-proxy's rules follow within about a second
+#: (its minimum sync period), so new connections keep reaching it meanwhile: had it stopped listening, a
+#: rollout would answer them 502 (the proxy's one retry of a refused connection covers the rest). Kept short:
+#: a keep-alive connection to the old pod serves the old code until SIGTERM closes it, so every second here
+#: is a second more of old code after a deploy. The `sleep` hook needs no binary in the image (Go's run image
+#: has none); Kubernetes 1.30+.
+PRESTOP_SLEEP_SEC = 1
 
 # Build pods: the init container unpacks the context into an emptyDir that kaniko reads.
 BUILD_CONTAINER = "kaniko"
