@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from sless_core import crd
+from sless_core.traffic import other_version_name
 from tests.k8s.conftest import Operator, strip_finalizers
 from tests.k8s.test_api_kube import HELLO, KubeApi, cr, kube_api, upload_raw, zip_hash
 from tests.k8s.test_api_kube_routes import invoke, status_is, until
@@ -192,15 +193,16 @@ def test_traffic_split_with_the_operator(kube_api: KubeApi, served: tuple[Tenant
         return (cr(bed, crd.FUNCTION_PLURAL, t.ns, "canary") or {}).get("status", {}).get("split")
 
     op.wait("the other version ready", lambda: split_status() == {"version": 1, "ready": True}, 120)
-    other = bed.get("deployment", "canary-split", "-n", t.ns)
+    other_name = other_version_name("canary")
+    other = bed.get("deployment", other_name, "-n", t.ns)
     labels = other["spec"]["template"]["metadata"]["labels"]
-    assert labels["sless.dev/code-hash"] == digest1[:16] and labels["sless.dev/function"] == "canary-split"
+    assert labels["sless.dev/code-hash"] == digest1[:16] and labels["sless.dev/function"] == other_name
     assert other["metadata"]["labels"]["sless.dev/split-of"] == "canary"
     assert other["metadata"]["ownerReferences"][0]["name"] == "canary"
     own = bed.get("deployment", "canary", "-n", t.ns)["spec"]["template"]["metadata"]["labels"]
     assert own["sless.dev/code-hash"] == digest2[:16]
-    service = bed.get("service", "canary-split", "-n", t.ns)
-    assert service["spec"]["selector"] == {"sless.dev/function": "canary-split", "sless.dev/component": "function"}
+    service = bed.get("service", other_name, "-n", t.ns)
+    assert service["spec"]["selector"] == {"sless.dev/function": other_name, "sless.dev/component": "function"}
     assert bed.get("service", "canary", "-n", t.ns)["spec"]["selector"]["sless.dev/function"] == "canary"
     assert (bed.get("jobs", "-n", op.build_namespace) or {}).get("items", []) == []  # fetched code: no build
 
@@ -217,8 +219,8 @@ def test_traffic_split_with_the_operator(kube_api: KubeApi, served: tuple[Tenant
     # dropped: the second Deployment and Service go, every call to the current version
     t.api("DELETE", traffic, expect=204)
     assert t.api("GET", traffic, expect=200).json() == {"split": None}
-    op.wait("the other version removed", lambda: bed.get("deployment", "canary-split", "-n", t.ns) is None
-            and bed.get("service", "canary-split", "-n", t.ns) is None and split_status() is None, 60)
+    op.wait("the other version removed", lambda: bed.get("deployment", other_name, "-n", t.ns) is None
+            and bed.get("service", other_name, "-n", t.ns) is None and split_status() is None, 60)
     until("calls reach the current version only", lambda: set(versions_of(f"after{time.monotonic_ns()}", 4)) == {2}, 30)
 
     # a deploy drops a split

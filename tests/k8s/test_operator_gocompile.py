@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from sless_core.traffic import other_version_name
 from tests.support.testbed import Testbed
 
 if TYPE_CHECKING:
@@ -182,7 +183,7 @@ def test_a_go_code_change_compiles_in_the_tenant_namespace_and_rolls_out_without
     # a traffic split's other version (2) runs the binary compiled for it, beside the current one (3)
     assert [v["version"] for v in status["versions"]] == [1, 2, 3]
     sless.patch_spec("Function", "gofn", traffic=[{"version": 3, "weight": 50}, {"version": 2, "weight": 50}])
-    split = sless.op.wait("the split's Deployment", lambda: sless.get("deployment", "gofn-split"), 60)
+    split = sless.op.wait("the split's Deployment", lambda: sless.get("deployment", other_version_name("gofn")), 60)
     pod = split["spec"]["template"]["spec"]
     assert pod["containers"][0]["image"] == GO_RUN_IMAGE and pod["containers"][0]["command"] == ["/app/bin/server"]
     assert f"--sha256={BIN_2}" in pod["initContainers"][0]["args"]

@@ -1,7 +1,7 @@
 """A traffic split on a real kubelet: two versions answer side by side and calls are shared by weight.
 
 Everything is real: the API stores both versions' archives in S3 (moto on the bridge), the operator runs the
-split's other version as ``<name>-split`` (its own Deployment, Service and signed code URL: no build), and the
+split's other version as ``<name>-split-<hash>`` (its own Deployment, Service and signed code URL: no build), and the
 API's router sends calls to both Services through the tenant's NetworkPolicy.
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from sless_core import crd
+from sless_core.traffic import other_version_name
 from tests.k8s.conftest import Operator, strip_finalizers
 from tests.realnode.test_realnode_operator import (  # noqa: F401  (fixtures)
     api_url,
@@ -78,7 +79,8 @@ def test_a_split_shares_calls_between_two_running_versions(
             assert invocation_record(t, "canary", rid)["version"] == {"one": 1, "two": 2}[body]
 
         t.api("DELETE", "/functions/canary/traffic", expect=204)
-        bed.wait("the other version removed", lambda: bed.get("deployment", "canary-split", "-n", t.ns) is None,
+        other = other_version_name("canary")
+        bed.wait("the other version removed", lambda: bed.get("deployment", other, "-n", t.ns) is None,
                  timeout=120)  # fmt: skip
         assert [answer(t) for _ in range(6)] == ["two"] * 6
     finally:

@@ -6,6 +6,7 @@ from typing import Any
 
 from sless_api.kube.routes import FUNCTIONS, TRIGGERS, RouteTable
 from sless_api.platform import Route
+from sless_core.traffic import other_version_name
 
 NS, OTHER = "sless-0123456789abcdef", "sless-fedcba9876543210"
 
@@ -169,7 +170,7 @@ def test_a_split_routes_by_weight_once_the_operator_reports_its_other_version_re
     assert route is not None
     picked = [route.served() for _ in range(4)]
     assert [(r.version, r.target, r.timeout_sec) for r in picked] == [
-        (2, "", 30.0), (1, "a-split", 12.0), (2, "", 30.0), (1, "a-split", 12.0)]
+        (2, "", 30.0), (1, other_version_name("a"), 12.0), (2, "", 30.0), (1, other_version_name("a"), 12.0)]
 
 
 def test_a_split_without_the_current_version_or_a_kept_other_routes_to_the_current_one() -> None:

@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 
+from sless_core import naming, traffic
 from sless_core.errors import ValidationError
 from sless_core.traffic import (
     SplitEntry,
@@ -105,3 +106,13 @@ def test_the_function_codec_reads_and_writes_spec_traffic() -> None:
         with pytest.raises(InvalidResource) as caught:
             FunctionResource.from_cr({**obj, "spec": {"runtime": "python3.11", "traffic": bad}})
         assert str(caught.value.field).startswith("spec.traffic")
+
+
+def test_the_other_versions_objects_never_take_a_function_name() -> None:
+    """`<f>-split` would be function `<f>-split`'s own name (its Deployment, Service and pods' label)."""
+    for length in range(1, naming.NAME_MAX + 1):
+        function = "f" * length
+        name = traffic.other_version_name(function)
+        assert not naming.is_function_name(name) and naming.DNS1123_LABEL.fullmatch(name)
+        assert name.startswith(f"{function}-split-") and len(name) <= 55
+    assert traffic.other_version_name("image") != traffic.other_version_name("image-split")

@@ -13,10 +13,12 @@ tenth call to the 10), so a test or a canary's error rate never depends on luck.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sless_core.errors import ValidationError
+from sless_core.naming import NAME_MAX
 
 MAX_ENTRIES = 2
 TOTAL = 100
@@ -156,5 +158,11 @@ LABEL_SPLIT_OF = "sless.dev/split-of"
 
 
 def other_version_name(function: str) -> str:
-    """Kubernetes: the Deployment and Service of a split's other version (at most 46 characters)."""
-    return f"{function}-split"
+    """Kubernetes: the Deployment, Service and pod label of a split's other version.
+
+    Always longer than a function name may be (``NAME_MAX``), so never another function's name: ``<f>-split``
+    would be the name of a function ``<f>-split`` too, and the two would share objects and pods. At most
+    55 characters (a Service name and a label value take 63).
+    """
+    digest = hashlib.sha256(function.encode()).hexdigest()
+    return f"{function}-split-{digest[: max(8, NAME_MAX + 1 - len(function) - len('-split-'))]}"

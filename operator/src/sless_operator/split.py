@@ -4,9 +4,10 @@
 version and one other kept version. That other version runs as it was recorded in ``status.versions``:
 its spec and code (hash, code key, dependency image or built image) pinned, so a Python or Node version
 fetches its own archive at pod start (its own code-URL Secret) and needs no build. Its objects are named
-``<function>-split`` and labelled ``sless.dev/split-of: <function>``; their pods keep the function
-component label (the tenant's NetworkPolicy lets the platform reach them) under a function label of their
-own, so the Function's Service never selects them. A split that is dropped, or names only the current
+``traffic.other_version_name`` (``<function>-split-<hash>``) and labelled
+``sless.dev/split-of: <function>``; their pods keep the function component label (the tenant's
+NetworkPolicy lets the platform reach them) under a function label of their own, so the Function's
+Service never selects them. A split that is dropped, or names only the current
 version, removes them.
 
 ``status.split`` says what runs: ``{"version": N, "ready": bool}`` (absent: nothing); the API's router
