@@ -174,6 +174,16 @@ class CgroupSet:
         except (OSError, ValueError):
             return 0
 
+    def memory_limit_hits(self) -> int:
+        """How often the memory usage reached the limit (``memory.failcnt``), reclaimed or not."""
+        path = self.paths.get("memory")
+        if path is None:
+            return 0
+        try:
+            return int((path / "memory.failcnt").read_text())
+        except (OSError, ValueError):
+            return 0
+
     def destroy(self) -> None:
         for path in self.paths.values():
             _destroy_dir(path)

@@ -195,15 +195,26 @@ class Prepared:
     _cleaned: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _oom_kills: int = 0
+    _memory_limit_hits: int = 0
 
     def oom_kills(self) -> int:
         if self.cgroup is None or self._cleaned:
             return self._oom_kills
         return self.cgroup.oom_kills()
 
+    def memory_limit_hits(self) -> int:
+        if self.cgroup is None or self._cleaned:
+            return self._memory_limit_hits
+        return self.cgroup.memory_limit_hits()
+
     def exit_note(self, returncode: int | None) -> str | None:
-        """Why the process ended, when a limit ended it (for the call's or job's error message)."""
-        if self.oom_kills():
+        """Why the process ended, when a limit ended it (for the call's or job's error message).
+
+        A process that ended abnormally after its memory reached the limit counts as killed by it even
+        without an OOM kill: on a busy host it can thrash at the limit, reclaiming its own pages, until its
+        health probes give up and it is killed for that instead.
+        """
+        if self.oom_kills() or (returncode != 0 and self.memory_limit_hits()):
             return f"killed: the function exceeded its memory limit of {self.limits.memory_mb} MB"
         if returncode is None:
             return None
@@ -255,6 +266,7 @@ class Prepared:
                 return
             if self.cgroup is not None:
                 self._oom_kills = self.cgroup.oom_kills()
+                self._memory_limit_hits = self.cgroup.memory_limit_hits()
             self._cleaned = True
         if self.cgroup is not None:
             self.cgroup.destroy()
