@@ -16,9 +16,9 @@ from typing import Any
 from sless_api.platform import Conflict, NotFound, iso
 from sless_core.errors import ValidationError
 from sless_core.models import FunctionSpec
+from sless_core.traffic import MAX_VERSION
 
 KEEP = 10
-MAX_VERSION = 2**31 - 1
 
 
 @dataclass(frozen=True)
