@@ -165,7 +165,10 @@ def test_completion_offers_verbs_sub_verbs_and_flags(tenant: Tenant) -> None:
         return subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True,
                               timeout=30).stdout.split()
 
-    assert complete("sless", "tr") == ["trigger"]
+    assert complete("sless", "tr") == ["trigger", "traffic"]
+    assert complete("sless", "ro") == ["rollback"]
+    assert complete("sless", "vers") == ["versions"]
+    assert {"--split", "--clear", "--namespace"} <= set(complete("sless", "traffic", "canary", "--"))
     assert complete("sless", "trigger", "") == ["ls", "add", "enable", "disable", "rm", "--help"]
     assert "--schedule" in complete("sless", "trigger", "add", "nightly", "--s")
     assert complete("sless", "job", "run", "x", "--ev") == ["--event"]

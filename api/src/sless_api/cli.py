@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sless_api import clisecrets, cliverbs
+from sless_api import clisecrets, cliverbs, cliversions
 from sless_api.cliclient import Client, CliError, emit
 
 DEFAULT_URL = "http://127.0.0.1:8090"
@@ -118,9 +118,16 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 def client_from(args: argparse.Namespace) -> Client:
     from sless_api.auth import issue_token
+    from sless_core.errors import ValidationError
+    from sless_core.naming import validate_namespace
 
+    if args.namespace is not None:
+        try:
+            validate_namespace(args.namespace, "--namespace")
+        except ValidationError as exc:
+            raise CliError(str(exc)) from None
     token = os.environ.get("SLESS_TOKEN") or issue_token(local_secret(Path(args.data_dir)), args.sub, 3600)
-    return Client(args.url, token)
+    return Client(args.url, token, args.namespace)
 
 
 def zip_folder(folder: Path) -> bytes:
@@ -225,6 +232,9 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--sub", default=os.environ.get("SLESS_SUB", "developer"),
                        help="subject of the locally signed token (ignored when SLESS_TOKEN is set)")
         p.add_argument("--data-dir", default=str(default_data_dir()))
+        p.add_argument("--namespace", "-n", default=None,
+                       help="the tenant namespace (default: the token's own); another tenant's is refused (403) "
+                            "unless the token is an admin's")
         p.add_argument("--output", "-o", choices=("table", "json"), default="table",
                        help="json: the API's own JSON, for scripts")
 
@@ -257,6 +267,7 @@ def parser() -> argparse.ArgumentParser:
     with_client(ls, cmd_ls)
     cliverbs.register(verbs, with_client)
     clisecrets.register(verbs, with_client)
+    cliversions.register(verbs, with_client)
     completion = verbs.add_parser("completion",
                                   help="print a shell completion script: eval \"$(sless completion bash)\"")
     completion.add_argument("shell", choices=("bash",))

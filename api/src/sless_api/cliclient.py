@@ -10,13 +10,13 @@ from typing import Any
 class Client:
     """A thin REST client; every failure becomes one readable line on stderr and exit code 1."""
 
-    def __init__(self, url: str, token: str) -> None:
+    def __init__(self, url: str, token: str, namespace: str | None = None) -> None:
         import requests
 
         self.url = url.rstrip("/")
         self.http = requests.Session()
         self.http.headers["Authorization"] = f"Bearer {token}"
-        self._namespace: str | None = None
+        self._namespace = namespace  # None: the token's own, asked of /v1/whoami once
 
     def namespace(self) -> str:
         if self._namespace is None:
