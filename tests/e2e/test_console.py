@@ -17,7 +17,7 @@ def test_page_holds_no_tenant_data_and_uses_no_cdn(tenant: Tenant, sless: SlessP
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "secret-name-fn" not in page.text and tenant.ns not in page.text
     assert "default-src 'self'" in page.headers["content-security-policy"]
-    assert {"console.js", "console.css", "api.js", "invoke.js", "upload.js", "jobs.js"} <= ASSETS
+    assert {"console.js", "console.css", "api.js", "invoke.js", "upload.js", "jobs.js", "versions.js"} <= ASSETS
     for asset in ASSETS:
         resp = requests.get(f"{sless.url}/console/{asset}", timeout=30)
         assert resp.status_code == 200 and "://" not in resp.text  # no third-party assets

@@ -384,3 +384,84 @@ def test_secrets_are_listed_by_name_and_set_from_the_form(browser: webdriver.Chr
     assert tenant.api("GET", "/secrets/db", expect=200).json()["keys"] == ["TOKEN"]
     assert "must be a DNS-1123 label" in save("Bad_Name", "K", CONSOLE_VALUE)
     assert [s["name"] for s in tenant.api("GET", "/secrets", expect=200).json()["items"]] == ["db", "existing"]
+
+
+ONE = "def handle(event):\n    return 'one'\n"
+TWO = "def handle(event):\n    return 'two'\n"
+
+
+def version_cells(driver: webdriver.Chrome) -> list[list[str]]:
+    """The Versions table as text, read in one script (it is re-rendered after every change)."""
+    return list(driver.execute_script(
+        "return [...document.querySelectorAll('#version-rows tr')]"
+        ".map((r) => [...r.cells].map((c) => c.textContent));"))
+
+
+def test_versions_split_and_rollback(browser: webdriver.Chrome, sless: SlessProcess, tenant: Tenant) -> None:
+    tenant.deploy("canary", "python3.11", {"handler.py": ONE})
+    tenant.upload("canary", {"handler.py": TWO})
+    two = hashlib.sha256(make_zip({"handler.py": TWO})).hexdigest()
+    tenant.wait_phase("canary", ("Ready",), code_hash=two)
+    api_versions = tenant.api("GET", "/functions/canary/versions", expect=200).json()["items"]
+    sign_in(browser, sless, tenant)
+    open_function(browser, "canary")
+
+    until(browser, lambda d: len(version_cells(d)) == 2)
+    (v2, v1) = version_cells(browser)
+    assert v2[:2] == ["v2", two[:12]] and v2[2] == api_versions[0]["deployed_at"] and v2[4:] == ["-", "current"]
+    assert v1[0] == "v1" and v1[4:] == ["-", "Roll back"]
+    assert browser.find_elements(By.CSS_SELECTOR, "tr[data-version='2'] button") == []  # no rollback to itself
+    assert text(browser, "traffic-current") == "No split: every call goes to the current version (v2)."
+
+    def set_split(weight_a: str, weight_b: str) -> str:
+        browser.execute_script("document.getElementById('traffic-status').textContent = '';")
+        for key, weight in (("a", weight_a), ("b", weight_b)):
+            box = browser.find_element(By.ID, f"traffic-weight-{key}")
+            box.clear()
+            box.send_keys(weight)
+        browser.find_element(By.ID, "traffic-set").click()
+        return str(until(browser, lambda d: text(d, "traffic-status")))
+
+    # the form starts at the current version (100) and the one before it (0)
+    assert browser.find_element(By.ID, "traffic-version-a").get_attribute("value") == "2"
+    assert browser.find_element(By.ID, "traffic-version-b").get_attribute("value") == "1"
+    assert set_split("90", "10") == "split set: v2 90%, v1 10%"
+    assert tenant.api("GET", "/functions/canary/traffic", expect=200).json() == {
+        "split": [{"version": 2, "weight": 90}, {"version": 1, "weight": 10}]}
+    until(browser, lambda d: [row[4] for row in version_cells(d)] == ["90%", "10%"])
+    assert text(browser, "traffic-current") == "v2 90% (current), v1 10%"
+
+    # what the API refuses is shown in its own words; the split in place stays
+    refused = tenant.api("PUT", "/functions/canary/traffic", expect=400, json={
+        "split": [{"version": 2, "weight": 90}, {"version": 1, "weight": 20}]}).json()["error"]
+    assert set_split("90", "20") == refused
+    assert browser.find_element(By.ID, "traffic-status").get_attribute("role") == "alert"
+    assert set_split("90", "") == "the weight of v1 must be a whole number from 0 to 100"  # nothing sent
+    assert tenant.api("GET", "/functions/canary/traffic", expect=200).json()["split"][1] == {"version": 1, "weight": 10}
+
+    browser.find_element(By.ID, "traffic-clear").send_keys(Keys.ENTER)
+    until(browser, lambda d: text(d, "traffic-status") == "split cleared: every call goes to the current version")
+    assert tenant.api("GET", "/functions/canary/traffic", expect=200).json() == {"split": None}
+    until(browser, lambda d: [row[4] for row in version_cells(d)] == ["-", "-"])
+
+    # rollback: nothing happens until it is confirmed; then the page follows it until v1's code is current
+    assert set_split("50", "50") == "split set: v2 50%, v1 50%"
+    until(browser, lambda d: [row[4] for row in version_cells(d)] == ["50%", "50%"])  # re-rendered: rows settled
+    rollback = browser.find_element(By.CSS_SELECTOR, "tr[data-version='1'] button.rollback")
+    assert rollback.get_attribute("aria-label") == "Roll back to version 1"
+    rollback.send_keys(Keys.ENTER)
+    dialog = until(browser, lambda d: d.switch_to.alert)
+    assert "Roll canary back to version 1?" in dialog.text
+    dialog.dismiss()
+    until(browser, lambda d: text(d, "versions-status") == "rollback cancelled")
+    assert len(tenant.api("GET", "/functions/canary/versions", expect=200).json()["items"]) == 2
+    browser.find_element(By.CSS_SELECTOR, "tr[data-version='1'] button.rollback").click()
+    until(browser, lambda d: d.switch_to.alert).accept()
+    status = browser.find_element(By.ID, "versions-status")
+    assert until(browser, lambda d: status.get_attribute("data-phase"), wait=180) == "Ready"
+    assert text(browser, "versions-status") == "version 3 is current (the code and configuration of version 1)"
+    assert requests.get(tenant.fn_url("canary"), timeout=30).text == "one"
+    until(browser, lambda d: [row[0] for row in version_cells(d)] == ["v3", "v2", "v1"])
+    assert version_cells(browser)[0][4:] == ["-", "current"]  # a rollback drops the split
+    assert text(browser, "traffic-current") == "No split: every call goes to the current version (v3)."
+    until(browser, lambda d: "return 'one'" in text(d, "source"))  # the detail re-read the function

@@ -1,6 +1,6 @@
 // The sless console: sign in with a tenant token, list functions, jobs and secrets, and open a function's detail
-// (triggers, invoke, upload, run as a job, recent invocations, source). Everything it shows comes from the
-// REST API and is rendered as text.
+// (triggers, invoke, upload, versions and traffic split, run as a job, recent invocations, source). Everything it
+// shows comes from the REST API and is rendered as text.
 "use strict";
 import { $, api, el, listAll, nsPath, say, seg, session } from "./api.js";
 import { callLogNodes } from "./calllogs.js";
@@ -9,6 +9,7 @@ import { setInvokeTarget } from "./invoke.js";
 import { loadJobs, setJobFunction } from "./jobs.js";
 import { loadSecrets } from "./secrets.js";
 import { setUploadTarget } from "./upload.js";
+import { loadVersions, setVersionsTarget } from "./versions.js";
 
 let current = null;
 
@@ -112,12 +113,13 @@ async function showDetail(fn, triggers, fresh = true) {
     setInvokeTarget(fn, triggers);
     setUploadTarget(fn, () => reload().catch((e) => say($("detail-status"), e.message, true)));
     setJobFunction(fn);
+    setVersionsTarget(fn, () => reload().catch((e) => say($("detail-status"), e.message, true)));
     $("detail-title").focus();
   } else {
     setInvokeTarget(fn, triggers, false);
   }
   try {
-    await Promise.all([renderInvocations(fn), renderSource(fn)]);
+    await Promise.all([renderInvocations(fn), renderSource(fn), loadVersions()]);
   } catch (e) {
     say($("detail-status"), e.message, true);
   }
