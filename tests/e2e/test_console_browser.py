@@ -465,3 +465,12 @@ def test_versions_split_and_rollback(browser: webdriver.Chrome, sless: SlessProc
     assert version_cells(browser)[0][4:] == ["-", "current"]  # a rollback drops the split
     assert text(browser, "traffic-current") == "No split: every call goes to the current version (v3)."
     until(browser, lambda d: "return 'one'" in text(d, "source"))  # the detail re-read the function
+
+    # a refused rollback (the function was deleted meanwhile) shows the API's error and changes nothing
+    tenant.api("DELETE", "/functions/canary", expect=204)
+    missing = tenant.api("POST", "/functions/canary/rollback", json={"version": 2}, expect=404).json()["error"]
+    browser.find_element(By.CSS_SELECTOR, "tr[data-version='2'] button.rollback").click()
+    until(browser, lambda d: d.switch_to.alert).accept()
+    until(browser, lambda d: text(d, "versions-status") == missing)
+    assert status.get_attribute("role") == "alert"
+    assert browser.find_element(By.CSS_SELECTOR, "tr[data-version='2'] button.rollback").is_enabled()
