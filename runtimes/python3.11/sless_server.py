@@ -383,7 +383,7 @@ class HandlerThreads:
 class Server:
     """Accepts connections and runs the handler; see the module docstring."""
 
-    def __init__(self, config: rt.Config, handler: rt.Handler) -> None:
+    def __init__(self, config: rt.Config, handler: rt.Handler, listener: socket.socket | None = None) -> None:
         self.config = config
         self.handler = handler
         self.is_async = _is_coroutine_function(handler)
@@ -405,21 +405,17 @@ class Server:
         self.main_epoll = select.epoll()
         self.pool = HandlerThreads(self._serve_fd, self.conn_epoll, config.handler_threads,
                                    config.max_handler_threads)
-        self.listener = self._listen()
+        self.listener = listener if listener is not None else listen(config.host, config.port)
         self._accept_paused_until = 0.0
 
     # ------------------------------------------------------------------ life cycle
 
-    def _listen(self) -> socket.socket:
-        family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.config.host, self.config.port))
-        sock.listen(4096)
-        return sock
+    def serve(self, ready_fd: int | None = None) -> None:
+        """Serve until SIGTERM/SIGINT, then drain and exit 0 (never returns).
 
-    def serve(self) -> None:
-        """Serve until SIGTERM/SIGINT, then drain and exit 0 (never returns)."""
+        ``ready_fd``: told (one byte, then closed) once connections are accepted: the supervisor waits for it
+        instead of polling the health endpoint.
+        """
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         threading.Thread(target=self._watchdog, name="sless-watchdog", daemon=True).start()
@@ -435,6 +431,10 @@ class Server:
         self.listener.setblocking(False)
         self.main_epoll.register(self.listener.fileno(), select.EPOLLIN)
         self.main_epoll.register(wake_r.fileno(), select.EPOLLIN)
+        if ready_fd is not None:
+            signal_ready(ready_fd)
+            with contextlib.suppress(OSError):
+                os.close(ready_fd)
         self._main_loop(wake_r)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
@@ -955,6 +955,95 @@ def _split_target(target: str) -> tuple[str, str, str]:
     return target.partition("?")
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(4096)
+    return sock
+
+
+def take_ready_fd() -> int | None:
+    """The descriptor named by SLESS_READY_FD (removed from the environment: the handler has no use for it)."""
+    raw = os.environ.pop("SLESS_READY_FD", "").strip()
+    return int(raw) if raw.isdigit() else None
+
+
+def signal_ready(fd: int) -> None:
+    """One byte on the readiness descriptor; a supervisor that stopped listening is no reason to fail."""
+    with contextlib.suppress(OSError):
+        os.write(fd, b"r")
+
+
+def _read_claim() -> dict[str, Any] | None:
+    """The claim on stdin, up to EOF; None when stdin closed without one (the spare is not wanted)."""
+    import json
+
+    chunks = []
+    while chunk := os.read(0, 65536):
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    if not data:
+        return None
+    claim = json.loads(data)
+    if not isinstance(claim, dict):
+        raise ValueError("the claim is not a JSON object")
+    return claim
+
+
+def _write_secret_files(folder: str, files: list[list[str]]) -> None:
+    """The function's secrets referenced as files, into FOLDER of the private /tmp, readable by this uid only."""
+    for name, _ in files:
+        if not name or "/" in name or name in (".", ".."):
+            raise ValueError(f"bad secret file name {name!r}")
+    os.mkdir(folder, 0o700)
+    for name, hex_content in files:
+        fd = os.open(os.path.join(folder, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o400)
+        try:
+            view = memoryview(bytes.fromhex(hex_content))
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    os.chmod(folder, 0o500)
+
+
+def wait_for_claim(ready_fd: int | None) -> socket.socket:
+    """A warm spare (SLESS_SPARE=1): listen, say so, then become the function the claim on stdin names.
+
+    The interpreter and this server's modules are loaded already, which is what a cold start spends most of its
+    time on. The claim (JSON: ``env``, the function's complete environment, ``cwd``, and ``files``, its secrets
+    referenced as files, with ``secrets_dir``) comes over stdin, a pipe only the supervisor holds; no tenant code
+    has run before it. Exits 0 when stdin closes without a claim.
+    """
+    sock = listen(os.environ.get("SLESS_HOST", "127.0.0.1"), int(os.environ.get("PORT", "0")))
+    if ready_fd is not None:
+        signal_ready(ready_fd)
+    try:
+        claim = _read_claim()
+    except (OSError, ValueError) as exc:
+        rt.log(f"bad claim: {exc}")
+        sys.exit(1)
+    if claim is None:
+        os._exit(0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in claim.get("env", {}).items()})
+    os.environ.pop("SLESS_READY_FD", None)
+    try:
+        if claim.get("files"):
+            _write_secret_files(str(claim["secrets_dir"]), claim["files"])
+        os.chdir(str(claim.get("cwd") or "/"))
+    except (OSError, ValueError) as exc:
+        rt.log(f"cannot take the claim: {exc}")
+        sys.exit(1)
+    return sock
+
+
 def _raise_open_files_limit() -> None:
     """Allow as many connections as the hard limit allows (Go's runtime does the same): the usual soft
     limit of 1024 open files would refuse the 1,000th keep-alive connection."""
@@ -971,6 +1060,8 @@ def main() -> None:
     """Load the configuration and the handler (exit 1 on failure), then serve forever."""
     with contextlib.suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    ready_fd = take_ready_fd()
+    listener = wait_for_claim(ready_fd) if os.environ.get("SLESS_SPARE") == "1" else None
     try:
         config = rt.Config.from_env()
     except ValueError as exc:
@@ -985,11 +1076,11 @@ def main() -> None:
     _raise_open_files_limit()
     threading.stack_size(THREAD_STACK_BYTES)  # every thread started from here on (handlers, watchdog, loop)
     try:
-        server = Server(config, handler)
+        server = Server(config, handler, listener)
     except OSError as exc:
         rt.log(f"cannot listen on {config.host}:{config.port}: {exc}")
         sys.exit(1)
-    server.serve()
+    server.serve(ready_fd)
 
 
 if __name__ == "__main__":

@@ -136,7 +136,10 @@ def arena(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Arena]:
     data = Path(tmp_path_factory.mktemp("hostile"))
     (data / "canary-secret").write_text(CANARY)
     (data / "canary-secret").chmod(0o600)
-    sp = start_sless(data, {"SLESS_SANDBOX": "bwrap", "SLESS_SANDBOX_NPROC": str(NPROC)})
+    # Fresh processes only: the probes find the victim by the marker in its /proc/<pid>/environ, where a
+    # function started from a warm spare has none (its environment came later, over its stdin); spares are
+    # attacked in test_a_function_started_from_a_warm_spare_keeps_tenants_apart.
+    sp = start_sless(data, {"SLESS_SANDBOX": "bwrap", "SLESS_SANDBOX_NPROC": str(NPROC), "SLESS_WARM_SPARES": "0"})
     try:
         arena = enter_arena(sp)
         yield arena
@@ -437,3 +440,73 @@ def test_unprivileged_platform_bounds_forks_memory_and_disk(nobody_arena: Arena)
     arena.attacker.api("DELETE", "/functions/detacher", expect=(200, 204))
     _wait_until(lambda: not _cmdlines("sleep 337"), 15, "the detached process died with its function")
     arena.assert_fine()
+
+
+def _runtimes_of(tenant: str, cwd: Path) -> list[int]:
+    """Host pids of the tenant's Python runtimes working in ``cwd`` (a spare: its tenant's code folder)."""
+    found = []
+    for pid in _uid_pids(tenant_uid(tenant)):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if os.readlink(f"/proc/{pid}/cwd") == str(cwd) and b"server.py" in cmdline:
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def _port_of(pid: int) -> int:
+    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return int(next(v for v in env if v.startswith(b"PORT=")).split(b"=", 1)[1])
+
+
+def test_a_function_started_from_a_warm_spare_keeps_tenants_apart(tmp_path: Path) -> None:
+    """Both tenants' functions are claimed spares; the attacker still reaches neither the victim's process,
+    its secrets (env and the file in the victim's private /tmp), its port, nor the victim's next spare."""
+    if os.geteuid() != 0:
+        pytest.skip("warm spares need memory cgroups (root)")
+    sp = start_sless(tmp_path / "data", {"SLESS_SANDBOX": "bwrap", "SLESS_WARM_SPARES": "1"})
+    # Tenants of their own: the module's arena (its own sless up) may still run "attacker" and "victim".
+    attacker, victim = Tenant(sp.url, "spare-attacker"), Tenant(sp.url, "spare-victim")
+    try:
+        victim.api("POST", "/ensure", expect=(200, 201))
+        victim.api("POST", "/secrets", json={"name": "vault", "data": {"value": STORED}}, expect=201)
+        rec = victim.deploy("victim", "python3.11", VICTIM, env_vars={"VICTIM_SECRET": MARKER},
+                            secrets=[{"name": "vault", "key": "value", "env": "STORED_SECRET"},
+                                     {"name": "vault", "key": "value", "file": "stored"}])
+        attacker.deploy("hostile", "python3.11", HOSTILE, memory_mb=128, timeout_sec=30)
+        roots = {t: sp.data_dir / "functions" / t for t in (attacker.ns, victim.ns)}
+        _wait_until(lambda: all(_runtimes_of(t, root) for t, root in roots.items()), 30, "both tenants' spares")
+        time.sleep(0.5)  # listening (the pids exist a moment before)
+        arena = Arena(sp, attacker, victim)
+        arena.assert_fine()
+        assert arena.attack("whoami").json()["uid"] == tenant_uid(attacker.ns)
+        logs = sp.data_dir / "logs"
+        for key in (f"{victim.ns}.victim", f"{attacker.ns}.hostile"):
+            assert "in warm spare pid" in (logs / f"{key}.log").read_text(), f"{key} was not started from a spare"
+        victim_code = roots[victim.ns] / "victim" / rec["code_hash"]
+        [victim_pid] = _runtimes_of(victim.ns, victim_code)
+        _wait_until(lambda: len(_runtimes_of(victim.ns, roots[victim.ns])) == 1, 30, "the victim's next spare")
+        [spare_pid] = _runtimes_of(victim.ns, roots[victim.ns])
+
+        seen = arena.attack("scan_environ", marker=MARKER, pids=[victim_pid, spare_pid, sp.proc.pid]).json()
+        assert seen["found"] == [] and len(seen["visible_pids"]) < 10, seen
+        assert all(not v.startswith("ok: True") for v in seen["direct"].values()), seen["direct"]
+        paths = [roots[victim.ns], victim_code / "handler.py", "/tmp/.sless-secrets", "/tmp/.sless-secrets/stored",
+                 f"/proc/{victim_pid}/root/tmp/.sless-secrets/stored", f"/proc/{victim_pid}/mem",
+                 f"/proc/{spare_pid}/fd/0"]
+        resp = arena.attack("read_files", paths=[str(p) for p in paths])
+        _errors_only(resp.json())
+        assert STORED not in resp.text and MARKER not in resp.text and "def handle" not in resp.text
+        ports = [_port_of(victim_pid), _port_of(spare_pid)]
+        results = arena.attack("connect", ports=ports).json()
+        assert all(results[str(port)].startswith("err: ") for port in ports), results
+        signals = arena.attack("signals", pids=[victim_pid, spare_pid]).json()
+        assert all(signals[f"host-{pid}"].startswith("err: ") for pid in (victim_pid, spare_pid)), signals
+        arena.assert_fine()
+        assert _runtimes_of(victim.ns, victim_code) == [victim_pid]
+    finally:
+        code = sp.stop()
+    assert code == 0, f"sless up did not stop cleanly ({code}):\n{sp.log_tail()}"
+    _wait_until(lambda: not _uid_pids(tenant_uid(victim.ns)) and not _uid_pids(tenant_uid(attacker.ns)), 10,
+                "no process of either tenant (their spares included) outlives sless up")

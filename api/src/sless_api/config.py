@@ -121,6 +121,7 @@ class ApiConfig:
     concurrency_queue_max: int = 100
     concurrency_queue_wait_sec: float = 10.0
     stream_max_sec: float = 3600.0  # a streamed /fn response is cut after this long, however busy
+    warm_spares: int = 1  # standalone: pre-started Python runtime processes per tenant (0: none)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], overrides: Mapping[str, str] | None = None,
@@ -170,6 +171,7 @@ class ApiConfig:
                 concurrency_queue_max=reader.integer("SLESS_CONCURRENCY_QUEUE_MAX", 100, 0, 1_000_000),
                 concurrency_queue_wait_sec=reader.number("SLESS_CONCURRENCY_QUEUE_WAIT_SEC", 10.0, 0, 3600),
                 stream_max_sec=reader.number("SLESS_PROXY_STREAM_MAX_SEC", 3600.0, low=0.001),
+                warm_spares=reader.integer("SLESS_WARM_SPARES", 1, 0, 16),
             )
         except ConfigError:
             raise

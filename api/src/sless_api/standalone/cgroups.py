@@ -161,6 +161,28 @@ class CgroupSet:
             finally:
                 os.close(fd)
 
+    def set_memory(self, memory_mb: int | None) -> None:
+        """Change the memory limit of a running tree (a warm spare at its claim); None: unlimited.
+
+        The swap-inclusive limit may never be below the memory limit, so the order of the two writes
+        depends on the direction. Raises OSError when the tree uses more than a lowered limit allows.
+        """
+        path = self.paths.get("memory")
+        if path is None:
+            raise OSError("no memory cgroup")
+        limit = str(memory_mb * 1024 * 1024) if memory_mb else "-1"
+        files = [path / "memory.limit_in_bytes", path / "memory.memsw.limit_in_bytes"]
+        swap = files[1].exists()
+        if swap and memory_mb:
+            current = int(files[0].read_text())
+            if memory_mb * 1024 * 1024 > current:
+                files.reverse()  # raising: the swap-inclusive limit first
+        elif swap:
+            files.reverse()
+        for file in files:
+            if file.exists():
+                file.write_text(limit)
+
     def oom_kills(self) -> int:
         """How many processes the kernel killed for exceeding the memory limit."""
         path = self.paths.get("memory")

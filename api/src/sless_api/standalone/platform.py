@@ -76,7 +76,7 @@ class StandalonePlatform:
         self.secrets = secret_store(config.secrets, "standalone", data)
         self.call_logs_store = CallLogStore()
         self.supervisor = Supervisor(idle_timeout_sec=config.idle_timeout_sec, log_dir=data / "logs",
-                                     call_logs=self.call_logs_store)
+                                     call_logs=self.call_logs_store, warm_spares=config.warm_spares)
         self.tasks = TaskSet()
         self.router = StandaloneRouter(config, self.state, self.supervisor, self.secrets, self.sandbox)
         code = CodeFiles(data / "functions", data / "tmp", store, ZipLimits(), config.retention)

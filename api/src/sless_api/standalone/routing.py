@@ -19,9 +19,10 @@ from sless_api.config import ApiConfig
 from sless_api.platform import FunctionRecord, NotFound, Route, RouteSplit, Unavailable
 from sless_api.secrets.store import SecretStore
 from sless_api.secrets.usage import Delivery, deliver
-from sless_api.standalone.builder import BuildArtifact
+from sless_api.standalone.builder import PYTHON, BuildArtifact
 from sless_api.standalone.failures import caller_reason
 from sless_api.standalone.sandbox import Limits, Sandbox
+from sless_api.standalone.spares import SpareTemplate
 from sless_api.standalone.state import StateStore, artifact_from_dict
 from sless_api.standalone.supervisor import LimitExceeded, NotDeployed, ProcessSpec, StartFailed, Supervisor
 from sless_api.versions import Version, function_config, number_of
@@ -78,7 +79,28 @@ class StandaloneRouter:
         jail = dataclasses.replace(artifact.jail(rec.namespace, limits), files=secrets.files)
         return ProcessSpec(argv=list(argv), env=env, cwd=artifact.code_dir, version=version.hexdigest()[:16],
                            drain_sec=float(rec.spec.timeout_sec) + self.config.proxy_timeout_margin_sec,
-                           sandbox=self.sandbox, jail=jail, runtime=rec.spec.runtime)
+                           sandbox=self.sandbox, jail=jail, runtime=rec.spec.runtime,
+                           spare=self._spare_template(rec, artifact, argv, limits))
+
+    def _spare_template(self, rec: FunctionRecord, artifact: BuildArtifact, argv: list[str],
+                        limits: Limits) -> SpareTemplate | None:
+        """The warm spares a Python function may start from (spares.py): its tenant's code folder and its
+        dependency folder read-only, and the platform's variables only (never the function's own or its secrets)."""
+        if (not self.config.warm_spares or rec.spec.runtime != PYTHON or not self.sandbox.enabled
+                or self.sandbox.cgroups is None):
+            return None
+        roots = [self.config.data_dir / "functions" / rec.namespace]
+        # The spare sees the tenant's folder, not just this version's: the folders on the way must be
+        # traversable by the tenant's uid (they are, 0755, unless the platform ran with a strict umask).
+        if not all(d.is_relative_to(roots[0]) and d.stat().st_mode & 0o001
+                   for d in (roots[0], artifact.code_dir.parent)):
+            return None
+        if artifact.deps_dir is not None:
+            roots.append(artifact.deps_dir)
+        base = {k: v for k, v in artifact.environment().items() if not k.startswith("SLESS_")}
+        base["PYTHONDONTWRITEBYTECODE"] = "1"
+        return SpareTemplate(tenant=rec.namespace, argv=tuple(argv), env=tuple(sorted(base.items())),
+                             roots=tuple(roots), limits=limits)
 
     async def sync(self, namespace: str, name: str) -> None:
         """Make the supervisor and the route table agree with the state of one function.

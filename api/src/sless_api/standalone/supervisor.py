@@ -5,9 +5,11 @@ Each deployed function with an enabled HTTP trigger is one runtime server
 The supervisor owns their whole life so the invoke proxy only asks "where do I
 send this call?":
 
-- lazy cold start on the first call (concurrent callers share one start, the
-  health endpoint is polled every few milliseconds so the overhead over the
-  runtime's own start-up stays small);
+- lazy cold start on the first call (concurrent callers share one start; a
+  Python runtime says when it listens on a readiness pipe, readiness.py, others
+  are polled every few milliseconds, so the overhead over the runtime's own
+  start-up stays small); where a spec allows it, the start takes over a warm
+  spare of its tenant instead of starting a process (spares.py);
 - zero-downtime redeploy: a new version is started and found healthy before
   traffic switches, and the old process is only told to stop once the calls it
   leased have finished (then SIGTERM lets the runtime drain whatever else it
@@ -38,6 +40,7 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import json
 import os
 import re
 import signal
@@ -51,11 +54,17 @@ from typing import Any, BinaryIO
 
 from sless_api import calltiming, metrics
 from sless_api.standalone.calllogs import CallLogStore, LineRouter
+from sless_api.standalone.readiness import READY_FD_ENV, ReadyPipe
 from sless_api.standalone.sandbox import JailSpec, Prepared, Sandbox
+from sless_api.standalone.spares import SPARE_SECRETS_DIR, Spare, SparePool, SpareTemplate
 
 HEALTH_PATH = "/_/health"
 #: Pause between health probes during a start; a refused connection costs microseconds.
 HEALTH_POLL_SEC = 0.005
+#: Runtimes that say "listening" on the readiness pipe (readiness.py): no polling pause while they start.
+READY_PIPE_RUNTIMES = frozenset({"python3.11"})
+#: Longest wait for the readiness byte before probing anyway.
+READY_WAIT_SEC = 0.5
 #: Extra seconds after the drain period before SIGKILL, so a runtime whose own
 #: drain deadline (SLESS_DRAIN_SEC, the same value) fires can still exit cleanly.
 KILL_GRACE_SEC = 1.0
@@ -114,8 +123,10 @@ class ProcessSpec:
     #: Where and how confined the process runs; both or neither (None: a plain child process).
     sandbox: Sandbox | None = None
     jail: JailSpec | None = None
-    #: The runtime's name, a metrics label only.
+    #: The runtime's name: a metrics label, and whether it reports readiness (READY_PIPE_RUNTIMES).
     runtime: str = ""
+    #: The warm spares this version may be started from (spares.py); None: always a fresh process.
+    spare: SpareTemplate | None = None
 
 
 def free_port(exclude: set[int] | frozenset[int] = frozenset()) -> int:
@@ -217,6 +228,8 @@ class _Proc:
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     jail: Prepared | None = None
     probe_failures: int = 0
+    #: The readiness pipe while it starts (None: the runtime is polled); closed once healthy.
+    ready: ReadyPipe | None = None
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -286,11 +299,13 @@ class Supervisor:
         health_timeout_sec: float = 2.0,
         health_failures: int = 3,
         call_logs: CallLogStore | None = None,
+        warm_spares: int = 0,
     ) -> None:
         """``stable_after_sec``: a process that ran this long before crashing resets the backoff.
 
         A running process failing ``health_failures`` probes in a row (one every
         ``health_interval_sec``, each given ``health_timeout_sec``) is replaced.
+        ``warm_spares``: spares kept per tenant for specs that allow them (spares.py); 0: none.
         """
         self.log_dir = Path(log_dir)
         self.idle_timeout_sec = idle_timeout_sec
@@ -311,6 +326,7 @@ class Supervisor:
         self._background: dict[asyncio.Task[None], _Slot] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._closed = False
+        self.spares = SparePool(warm_spares, self._ports)
 
     # ------------------------------------------------------------------ public API
 
@@ -335,6 +351,7 @@ class Supervisor:
                 # A new version deserves a fresh start, not the old one's crash backoff.
                 slot.failures, slot.retry_at, slot.last_error = 0, 0.0, None
             slot.spec = spec
+        self._want_spare(spec)
         async with slot.lock:
             if slot.removed or slot.spec is not spec:
                 return  # removed, or a newer deploy() takes over
@@ -395,6 +412,10 @@ class Supervisor:
         pending = [task for task, owner in self._background.items() if owner is slot]
         await asyncio.gather(*pending, return_exceptions=True)
         slot.log.close()
+        tenant = slot.spec.spare.tenant if slot.spec.spare is not None else None
+        if tenant is not None and not any(s.spec.spare is not None and s.spec.spare.tenant == tenant
+                                          for s in self._slots.values()):
+            await self.spares.drop(tenant)  # its last function that used spares is gone
 
     async def close(self) -> None:
         """Stop every process concurrently; used at shutdown. The supervisor cannot be used afterwards."""
@@ -405,6 +426,7 @@ class Supervisor:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._reaper = self._prober = None
+        await self.spares.close()
         slots = list(self._slots.values())
         self._slots.clear()
         for slot in slots:
@@ -521,7 +543,9 @@ class Supervisor:
         if slot.failures:
             slot.restarts += 1
         try:
-            proc = await self._launch(slot, spec)
+            proc = await self._from_spare(slot, spec)
+            if proc is None:
+                proc = await self._launch(slot, spec)
         except StartFailed as exc:
             self._record_failure(slot, str(exc), crashed=False)
             raise
@@ -529,6 +553,60 @@ class Supervisor:
             self._retire(slot, proc)
             raise NotDeployed(f"{slot.key} was removed while starting")
         return proc
+
+    def _want_spare(self, spec: ProcessSpec) -> None:
+        if spec.spare is not None and spec.sandbox is not None and not self._closed:
+            self.spares.want(spec.spare, spec.sandbox)
+
+    async def _from_spare(self, slot: _Slot, spec: ProcessSpec) -> _Proc | None:
+        """``spec`` served by a warm spare of its tenant, None when there is no ready one that fits.
+
+        The spare's memory limit becomes the function's, then the claim (the complete environment, the
+        working directory, the secret files) goes over its stdin; a replacement starts in the background.
+        """
+        if spec.spare is None:
+            return None
+        spare = self.spares.take(spec.argv, spec.env, spec.jail, spec.sandbox)
+        if spare is None:
+            self._want_spare(spec)
+            return None
+        try:
+            return await self._claim(slot, spec, spare)
+        finally:
+            self._want_spare(spec)  # the replacement starts once the claimed process serves (or failed)
+
+    async def _claim(self, slot: _Slot, spec: ProcessSpec, spare: Spare) -> _Proc | None:
+        assert spec.jail is not None
+        drain = spec.drain_sec if spec.drain_sec is not None else self.drain_sec
+        env = self._child_env(spec, spare.port, drain)
+        env.update(spare.jail.env)
+        if spec.jail.files:
+            env["SLESS_SECRETS_DIR"] = SPARE_SECRETS_DIR
+        claim = json.dumps({"env": env, "cwd": str(spec.cwd), "secrets_dir": SPARE_SECRETS_DIR,
+                            "files": [[name, content.hex()] for name, content in spec.jail.files]}).encode()
+        slot.log.note(f"starting version {spec.version} on port {spare.port} in warm spare pid {spare.proc.pid}")
+        child = spare.proc
+        try:
+            assert spare.jail.cgroup is not None and child.stdin is not None
+            spare.jail.cgroup.set_memory(spec.jail.limits.memory_mb)
+            spare.jail.limits = spec.jail.limits  # the function's, for exit notes
+            child.stdin.write(claim)
+            await child.stdin.drain()
+            child.stdin.close()
+        except (OSError, ConnectionError) as exc:
+            slot.log.note(f"warm spare pid {child.pid} unusable ({exc}); starting a fresh process")
+            spare.claimed = False
+            await self.spares.discard(spare)
+            return None
+        proc = _Proc(child, spare.port, spec.version, time.monotonic(), drain, jail=spare.jail, ready=spare.ready)
+        return await self._adopt(slot, proc)
+
+    def _child_env(self, spec: ProcessSpec, port: int, drain: float) -> dict[str, str]:
+        env = dict(spec.env)
+        env["PORT"] = str(port)
+        env["SLESS_HOST"] = "127.0.0.1"
+        env.setdefault("SLESS_DRAIN_SEC", f"{drain:g}")
+        return env
 
     async def _launch(self, slot: _Slot, spec: ProcessSpec) -> _Proc:
         last = ""
@@ -546,13 +624,13 @@ class Supervisor:
         raise StartFailed(f"{slot.key}: port taken on {PORT_ATTEMPTS} attempts; stderr:\n{last}")
 
     async def _launch_on(self, slot: _Slot, spec: ProcessSpec, port: int) -> _Proc:
-        env = dict(spec.env)
-        env["PORT"] = str(port)
-        env["SLESS_HOST"] = "127.0.0.1"
         drain = spec.drain_sec if spec.drain_sec is not None else self.drain_sec
-        env.setdefault("SLESS_DRAIN_SEC", f"{drain:g}")
+        env = self._child_env(spec, port, drain)
         slot.log.note(f"starting version {spec.version} on port {port}")
         argv, preexec, jail = list(spec.argv), _PREEXEC, None
+        ready = ReadyPipe() if spec.runtime in READY_PIPE_RUNTIMES else None
+        if ready is not None:
+            env[READY_FD_ENV] = str(ready.write_fd)
         try:
             if spec.sandbox is not None and spec.jail is not None:
                 # In a thread: cgroup set-up and the port rule (an iptables run) must not stall other calls.
@@ -570,17 +648,26 @@ class Supervisor:
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
                 preexec_fn=preexec,  # a prctl call (and, sandboxed, a cgroup join and rlimits)
-                pass_fds=jail.pass_fds if jail is not None else (),
+                pass_fds=(*(jail.pass_fds if jail is not None else ()), *([ready.write_fd] if ready else [])),
             )
             if jail is not None:
                 jail.release_fds()
+            if ready is not None:
+                ready.release_write()
         except OSError as exc:
+            if ready is not None:
+                ready.close()
             if jail is not None:
                 jail.cleanup()
             message = f"{slot.key}: cannot start {spec.argv[0] if spec.argv else '(empty argv)'}: {exc}"
             slot.log.note(message)
             raise StartFailed(message) from exc
-        proc = _Proc(child, port, spec.version, time.monotonic(), drain, jail=jail)
+        return await self._adopt(slot, _Proc(child, port, spec.version, time.monotonic(), drain, jail=jail,
+                                             ready=ready))
+
+    async def _adopt(self, slot: _Slot, proc: _Proc) -> _Proc:
+        """Capture a just started (or claimed) process's output and wait until it is healthy."""
+        child = proc.proc
         assert child.stdout is not None and child.stderr is not None
         proc.readers = [
             asyncio.create_task(_pump(child.stdout, slot.log, None, self._router(slot.key, "stdout"))),
@@ -593,6 +680,10 @@ class Supervisor:
             await _drain_pipes(proc)
             slot.log.note(f"pid {child.pid} failed to start (exit code {child.returncode})")
             raise
+        finally:
+            if proc.ready is not None:
+                proc.ready.close()
+                proc.ready = None
         proc.healthy = True
         proc.monitor = asyncio.create_task(self._watch(slot, proc), name=f"sless-watch-{slot.key}")
         slot.log.note(f"pid {child.pid} healthy after {time.monotonic() - proc.started_at:.3f}s")
@@ -621,7 +712,7 @@ class Supervisor:
                 )
             if await _health_ok(proc.port, min(remaining, 2.0)):
                 return
-            await asyncio.sleep(HEALTH_POLL_SEC)
+            await _pause(proc, remaining)
 
     # ------------------------------------------------------------------ stopping and crashes
 
@@ -792,6 +883,18 @@ async def _health_ok(port: int, timeout: float) -> bool:
         writer.close()
         with contextlib.suppress(OSError):
             await writer.wait_closed()
+
+
+async def _pause(proc: _Proc, remaining: float) -> None:
+    """Between two health probes of a start: until the readiness byte when one is still to come, else a poll."""
+    pipe = proc.ready
+    if pipe is not None and not pipe.ended:
+        got = await pipe.wait(min(remaining, READY_WAIT_SEC))
+        if got is True:
+            pipe.ended = True  # one byte is all a runtime says; from here on, poll
+        if got is not False:
+            return
+    await asyncio.sleep(HEALTH_POLL_SEC)
 
 
 async def _pump(stream: asyncio.StreamReader, log: _LogSink, tail: bytearray | None,

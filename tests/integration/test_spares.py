@@ -1,0 +1,296 @@
+"""Warm spares (standalone/spares.py) through the supervisor: real runtime processes in the real bwrap sandbox.
+
+As root (per-tenant uids, memory cgroups, the port rule), like `sless up` runs tenants. Every test ends by
+checking that no child process and no cgroup of a spare is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import pytest
+
+from sless_api.standalone import supervisor as supervisor_module
+from sless_api.standalone.builder import python_interpreter, toolchain_paths
+from sless_api.standalone.sandbox import JailSpec, Limits, Sandbox, inner_pid, tenant_uid
+from sless_api.standalone.spares import SPARE_SECRETS_DIR, SpareTemplate
+from sless_api.standalone.supervisor import ProcessSpec, Supervisor
+
+REPO = Path(__file__).resolve().parents[2]
+SERVER = REPO / "runtimes" / "python3.11" / "server.py"
+ARGV = (str(python_interpreter()), "-S", str(SERVER))
+BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1"}
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="per-tenant uids and memory cgroups need root")
+
+HANDLER = """\
+import os
+
+
+def handle(event):
+    query = event.get("_query") or {}
+    secrets_dir = os.environ.get("SLESS_SECRETS_DIR", "")
+    files = {}
+    if secrets_dir and os.path.isdir(secrets_dir):
+        for name in sorted(os.listdir(secrets_dir)):
+            with open(os.path.join(secrets_dir, name)) as fh:
+                files[name] = fh.read()
+    hog = [b"x" * (1 << 20) for _ in range(int(query.get("mb", "0")))]
+    return {"pid": os.getpid(), "uid": os.getuid(), "env": dict(os.environ), "files": files,
+            "cwd": os.getcwd(), "held": len(hog),
+            "secrets_mode": oct(os.stat(secrets_dir).st_mode & 0o777) if files else None}
+"""
+
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    made = Sandbox.detect("bwrap", toolchain=toolchain_paths())
+    if made.cgroups is None:
+        pytest.skip("no memory cgroup here: spares need one")
+    yield made
+    made.close()
+
+
+def function(root: Path, tenant: str, name: str) -> Path:
+    """``<root>/functions/<tenant>/<name>/v1`` holding the test handler, as the code store lays code out."""
+    code = root / "functions" / tenant / name / "v1"
+    code.mkdir(parents=True)
+    (code / "handler.py").write_text(HANDLER)
+    return code
+
+
+def fn_spec(sandbox: Sandbox, code: Path, tenant: str, version: str = "v1", *, memory_mb: int = 128,
+            env: dict[str, str] | None = None, files: tuple[tuple[str, bytes], ...] = (),
+            spares: bool = True, spare_memory_mb: int | None = None) -> ProcessSpec:
+    """A function of ``tenant`` as the router describes it, allowed to start from the tenant's spares."""
+    limits = Limits.for_function(memory_mb, "python3.11")
+    template = SpareTemplate(tenant=tenant, argv=ARGV, env=tuple(sorted(BASE_ENV.items())),
+                             roots=(code.parents[1],),
+                             limits=Limits.for_function(spare_memory_mb or memory_mb, "python3.11"))
+    full_env = {**BASE_ENV, "SLESS_CODE_DIR": str(code), "FN_VERSION": version, **(env or {})}
+    jail = JailSpec(tenant=tenant, limits=limits, ro_binds=(code,), files=files)
+    return ProcessSpec(argv=list(ARGV), env=full_env, cwd=code, version=version, sandbox=sandbox, jail=jail,
+                       runtime="python3.11", spare=template if spares else None)
+
+
+def child_pids() -> set[int]:
+    me = str(os.getpid())
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if stat[stat.rindex(")") + 2 :].split()[1] == me:
+                found.add(int(entry.name))
+    return found
+
+
+def spare_cgroups(sandbox: Sandbox) -> list[Path]:
+    assert sandbox.cgroups is not None
+    return [p for base in sandbox.cgroups.bases.values() for p in base.glob("spare-*")]
+
+
+def run_scenario(tmp_path: Path, sandbox: Sandbox, scenario: Callable[[Supervisor], Awaitable[T]],
+                 warm_spares: int = 1) -> T:
+    before = child_pids()
+
+    async def main() -> T:
+        sup = Supervisor(log_dir=tmp_path / "logs", warm_spares=warm_spares)
+        try:
+            return await asyncio.wait_for(scenario(sup), 120)
+        finally:
+            await sup.close()
+
+    result = asyncio.run(main())
+    assert child_pids() - before == set(), "processes survived Supervisor.close()"
+    assert spare_cgroups(sandbox) == [], "a spare's cgroups survived Supervisor.close()"
+    return result
+
+
+async def get(session: aiohttp.ClientSession, base_url: str, **query: str) -> dict[str, Any]:
+    async with session.get(base_url + "/", params=query) as response:
+        text = await response.text()
+        assert response.status == 200, f"{response.status}: {text}"
+        body: dict[str, Any] = await response.json()
+        return body
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def log_text(tmp_path: Path, key: str) -> str:
+    return (tmp_path / "logs" / f"{key}.log").read_text(errors="replace")
+
+
+def environ_of_spares(sup: Supervisor, tenant: str) -> list[bytes]:
+    """The environment blocks of the tenant's ready spares' runtimes, as root reads them from /proc."""
+    blocks = []
+    for spare in sup.spares._spares.get(tenant, []):
+        pid = inner_pid(spare.proc.pid)
+        assert pid is not None
+        blocks.append(Path(f"/proc/{pid}/environ").read_bytes())
+    return blocks
+
+
+def test_a_claimed_spare_serves_the_function_with_its_env_and_secret_files(tmp_path: Path, sandbox: Sandbox) -> None:
+    code = function(tmp_path, "t1", "fn")
+    secret = (("token", b"s3cret-file-value"),)
+
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("t1.fn", fn_spec(sandbox, code, "t1", env={"API_KEY": "s3cret-env"}, files=secret))
+        await eventually(lambda: sup.spares.count("t1") == 1, what="the tenant's spare")
+        spare_pid = sup.spares._spares["t1"][0].proc.pid
+        async with aiohttp.ClientSession() as session, sup.lease("t1.fn") as url:
+            body = await get(session, url)
+        assert sup.status("t1.fn")["pid"] == spare_pid  # the spare itself became the function's process
+        assert body["uid"] == tenant_uid("t1") and body["pid"] < 10
+        assert body["env"]["API_KEY"] == "s3cret-env" and body["env"]["FN_VERSION"] == "v1"
+        assert "SLESS_SPARE" not in body["env"] and "SLESS_READY_FD" not in body["env"]
+        assert body["env"]["SLESS_SECRETS_DIR"] == SPARE_SECRETS_DIR
+        assert body["files"] == {"token": "s3cret-file-value"} and body["secrets_mode"] == "0o500"
+        assert body["cwd"] == str(code)
+        assert "in warm spare pid" in log_text(tmp_path, "t1.fn")
+        # A new spare replaces the claimed one; the function's values never reached it.
+        await eventually(lambda: sup.spares.count("t1") == 1, what="the replacement spare")
+        for block in environ_of_spares(sup, "t1"):
+            assert b"s3cret" not in block and b"FN_VERSION" not in block
+        # Output after the claim goes to the function's log; the claim's values never do.
+        async with aiohttp.ClientSession() as session, sup.lease("t1.fn") as url:
+            await get(session, url)
+        assert "python runtime listening" in log_text(tmp_path, "t1.fn")
+        assert "s3cret" not in log_text(tmp_path, "t1.fn")
+
+    run_scenario(tmp_path, sandbox, scenario)
+
+
+def test_a_spare_of_one_tenant_never_serves_another(tmp_path: Path, sandbox: Sandbox) -> None:
+    code1, code2 = function(tmp_path, "t1", "fn"), function(tmp_path, "t2", "fn")
+
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("t1.fn", fn_spec(sandbox, code1, "t1"))
+        await eventually(lambda: sup.spares.count("t1") == 1, what="t1's spare")
+        t1_spare = sup.spares._spares["t1"][0]
+        other = fn_spec(sandbox, code2, "t2", spares=False)
+        assert sup.spares.take(other.argv, other.env, other.jail, sandbox) is None
+        assert t1_spare.why_not(other.argv, other.env, other.jail) == "another tenant"
+        # t2's code is outside t1's spare's mount view even under t1's name.
+        disguised = fn_spec(sandbox, code2, "t1", spares=False)
+        assert t1_spare.why_not(disguised.argv, disguised.env, disguised.jail) == "folders outside its mount view"
+        await sup.deploy("t2.fn", other)
+        async with aiohttp.ClientSession() as session, sup.lease("t2.fn") as url:
+            body = await get(session, url)
+        assert body["uid"] == tenant_uid("t2")
+        assert sup.spares._spares["t1"] == [t1_spare] and t1_spare.proc.returncode is None
+        assert "warm spare" not in log_text(tmp_path, "t2.fn")
+
+    run_scenario(tmp_path, sandbox, scenario)
+
+
+def test_a_function_does_not_see_another_functions_env_or_secrets_through_spares(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    code_a, code_b = function(tmp_path, "t1", "a"), function(tmp_path, "t1", "b")
+
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("t1.a", fn_spec(sandbox, code_a, "t1", env={"A_ONLY": "a-secret"},
+                                         files=(("a-token", b"a-file-secret"),)))
+        await eventually(lambda: sup.spares.count("t1") == 1, what="the spare")
+        async with aiohttp.ClientSession() as session:
+            async with sup.lease("t1.a") as url:
+                assert (await get(session, url))["env"]["A_ONLY"] == "a-secret"
+            await eventually(lambda: sup.spares.count("t1") == 1, what="the replacement spare")
+            await sup.deploy("t1.b", fn_spec(sandbox, code_b, "t1", env={"B_ONLY": "b"}))
+            async with sup.lease("t1.b") as url:
+                body = await get(session, url)
+        assert "in warm spare pid" in log_text(tmp_path, "t1.b")
+        assert "A_ONLY" not in body["env"] and body["files"] == {}
+        assert "a-secret" not in str(body) and "a-file-secret" not in str(body)
+
+    run_scenario(tmp_path, sandbox, scenario)
+
+
+def test_the_memory_limit_set_at_the_claim_kills_a_memory_bomb_with_a_clear_error(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    code = function(tmp_path, "t1", "hog")
+
+    async def scenario(sup: Supervisor) -> None:
+        # The spare starts with 512 MB; the function's 128 MB are set on its cgroup before the claim.
+        await sup.deploy("t1.hog", fn_spec(sandbox, code, "t1", memory_mb=128, spare_memory_mb=512))
+        await eventually(lambda: sup.spares.count("t1") == 1, what="the spare")
+        async with aiohttp.ClientSession() as session:
+            async with sup.lease("t1.hog") as url:
+                assert (await get(session, url, mb="8"))["held"] == 8
+            assert "in warm spare pid" in log_text(tmp_path, "t1.hog")
+            with pytest.raises(supervisor_module.LimitExceeded, match="memory limit of 128 MB"):
+                async with sup.lease("t1.hog") as url:
+                    await get(session, url, mb="400")
+        await eventually(lambda: "memory limit of 128 MB" in (sup.status("t1.hog")["last_error"] or ""),
+                         what="the crash is recorded with its cause")
+
+    run_scenario(tmp_path, sandbox, scenario)
+
+
+def test_functions_that_do_not_fit_and_disabled_spares_start_as_before(tmp_path: Path, sandbox: Sandbox) -> None:
+    code = function(tmp_path, "t1", "fn")
+
+    async def scenario(sup: Supervisor) -> None:
+        # PYTHONHASHSEED is read when the interpreter starts: too late at a claim, so a fresh process.
+        await sup.deploy("t1.fn", fn_spec(sandbox, code, "t1", env={"PYTHONHASHSEED": "7"}))
+        await eventually(lambda: sup.spares.count("t1") == 1, what="the spare")
+        async with aiohttp.ClientSession() as session, sup.lease("t1.fn") as url:
+            body = await get(session, url)
+        assert body["env"]["PYTHONHASHSEED"] == "7" and "warm spare" not in log_text(tmp_path, "t1.fn")
+        assert sup.spares.count("t1") == 1  # still there for a function that fits
+
+    run_scenario(tmp_path, sandbox, scenario)
+
+    disabled = tmp_path / "disabled"
+
+    async def without_spares(sup: Supervisor) -> None:
+        await sup.deploy("t1.fn", fn_spec(sandbox, code, "t1"))
+        async with aiohttp.ClientSession() as session, sup.lease("t1.fn") as url:
+            assert (await get(session, url))["uid"] == tenant_uid("t1")
+        assert sup.spares.tenants() == [] and spare_cgroups(sandbox) == []
+        assert "warm spare" not in log_text(disabled, "t1.fn")
+
+    run_scenario(disabled, sandbox, without_spares, warm_spares=0)
+
+
+def test_removing_the_tenants_last_function_stops_its_spares(tmp_path: Path, sandbox: Sandbox) -> None:
+    code_a, code_b = function(tmp_path, "t1", "a"), function(tmp_path, "t1", "b")
+
+    async def scenario(sup: Supervisor) -> None:
+        before = child_pids()
+        await sup.deploy("t1.a", fn_spec(sandbox, code_a, "t1"))
+        await sup.deploy("t1.b", fn_spec(sandbox, code_b, "t1"))
+        await eventually(lambda: sup.spares.count("t1") == 1, what="the spare")
+        assert len(spare_cgroups(sandbox)) >= 1 and child_pids() - before
+        await sup.remove("t1.a")
+        assert sup.spares.count("t1") == 1  # b still wants it
+        await sup.remove("t1.b")
+        assert sup.spares.tenants() == []
+        assert spare_cgroups(sandbox) == []
+        await eventually(lambda: child_pids() - before == set(), what="the spare's processes to be gone")
+        # A removal while a spare is still starting leaves nothing behind either.
+        await sup.deploy("t1.a", fn_spec(sandbox, code_a, "t1"))
+        await sup.remove("t1.a")
+        assert spare_cgroups(sandbox) == []
+        await eventually(lambda: child_pids() - before == set(), what="the starting spare to be gone")
+
+    run_scenario(tmp_path, sandbox, scenario)
