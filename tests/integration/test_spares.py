@@ -174,6 +174,13 @@ def test_a_claimed_spare_serves_the_function_with_its_env_and_secret_files(tmp_p
             await get(session, url)
         assert "python runtime listening" in log_text(tmp_path, "t1.fn")
         assert "s3cret" not in log_text(tmp_path, "t1.fn")
+        # A redeploy takes the replacement spare, and the claimed one drains on SIGTERM as any process does.
+        await sup.deploy("t1.fn", fn_spec(sandbox, code, "t1", "v2", files=secret))
+        assert log_text(tmp_path, "t1.fn").count("in warm spare pid") == 2
+        async with aiohttp.ClientSession() as session, sup.lease("t1.fn") as url:
+            assert (await get(session, url))["env"]["FN_VERSION"] == "v2"
+        await eventually(lambda: f"pid {spare_pid} stopped (exit code 0)" in log_text(tmp_path, "t1.fn"),
+                         what="the first claimed spare to drain")
 
     run_scenario(tmp_path, sandbox, scenario)
 
@@ -287,6 +294,12 @@ def test_removing_the_tenants_last_function_stops_its_spares(tmp_path: Path, san
         assert sup.spares.tenants() == []
         assert spare_cgroups(sandbox) == []
         await eventually(lambda: child_pids() - before == set(), what="the spare's processes to be gone")
+        # A function redeployed so that it no longer uses spares (another runtime) takes its tenant's with it.
+        await sup.deploy("t1.a", fn_spec(sandbox, code_a, "t1"))
+        await eventually(lambda: sup.spares.count("t1") == 1, what="the spare")
+        await sup.deploy("t1.a", fn_spec(sandbox, code_a, "t1", "v2", spares=False))
+        assert sup.spares.tenants() == [] and spare_cgroups(sandbox) == []
+        await sup.remove("t1.a")
         # A removal while a spare is still starting leaves nothing behind either.
         await sup.deploy("t1.a", fn_spec(sandbox, code_a, "t1"))
         await sup.remove("t1.a")

@@ -350,7 +350,9 @@ class Supervisor:
             if slot.spec.version != spec.version:
                 # A new version deserves a fresh start, not the old one's crash backoff.
                 slot.failures, slot.retry_at, slot.last_error = 0, 0.0, None
-            slot.spec = spec
+            old_spare, slot.spec = slot.spec.spare, spec
+            if old_spare is not None and (spec.spare is None or spec.spare.tenant != old_spare.tenant):
+                await self._drop_spares_unless_wanted(old_spare.tenant)  # e.g. rebuilt for another runtime
         self._want_spare(spec)
         async with slot.lock:
             if slot.removed or slot.spec is not spec:
@@ -412,10 +414,8 @@ class Supervisor:
         pending = [task for task, owner in self._background.items() if owner is slot]
         await asyncio.gather(*pending, return_exceptions=True)
         slot.log.close()
-        tenant = slot.spec.spare.tenant if slot.spec.spare is not None else None
-        if tenant is not None and not any(s.spec.spare is not None and s.spec.spare.tenant == tenant
-                                          for s in self._slots.values()):
-            await self.spares.drop(tenant)  # its last function that used spares is gone
+        if slot.spec.spare is not None:
+            await self._drop_spares_unless_wanted(slot.spec.spare.tenant)
 
     async def close(self) -> None:
         """Stop every process concurrently; used at shutdown. The supervisor cannot be used afterwards."""
@@ -553,6 +553,11 @@ class Supervisor:
             self._retire(slot, proc)
             raise NotDeployed(f"{slot.key} was removed while starting")
         return proc
+
+    async def _drop_spares_unless_wanted(self, tenant: str) -> None:
+        """Stop the tenant's spares when none of its deployed specs may use them any more."""
+        if not any(s.spec.spare is not None and s.spec.spare.tenant == tenant for s in self._slots.values()):
+            await self.spares.drop(tenant)
 
     def _want_spare(self, spec: ProcessSpec) -> None:
         if spec.spare is not None and spec.sandbox is not None and not self._closed:
