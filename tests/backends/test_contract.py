@@ -501,3 +501,24 @@ def test_versions_and_rollback(backend: Backend, tenant: Tenant) -> None:
                                                                         (1, hashes[0])]  # fmt: skip
     tenant.api("GET", "/functions/nope/versions", expect=404)
     tenant.api("POST", "/functions/nope/rollback", expect=404)
+
+
+def test_a_rollback_to_a_version_whose_secret_is_gone_is_refused(backend: Backend, tenant: Tenant) -> None:
+    """A kept version may read a secret deleted since (no function used it then): a rollback to it is refused as
+    an update to that configuration is (400 naming the secret), and nothing changes."""
+    ref = {"name": "db", "key": "password", "env": "DB_PASSWORD"}
+    tenant.api("POST", "/secrets", json={"name": "db", "data": {"password": "pw"}}, expect=201)
+    tenant.api("POST", "/functions", json={"name": "ver", "runtime": "python3.11", "secrets": [ref]}, expect=201)
+    data = make_zip({"handler.py": "def handle(event):\n    return 1\n"})
+    tenant.api("POST", "/functions/ver/upload", data=data, headers={"Content-Type": "application/zip"}, expect=202)
+    tenant.wait_phase("ver", ("Ready",), backend.build_wait_sec, code_hash=hashlib.sha256(data).hexdigest())
+    tenant.api("PUT", "/functions/ver", json={"secrets": []}, expect=200)
+    wait_for(tenant, "/functions/ver/versions", lambda b: len(b["items"]) == 2, backend.build_wait_sec)
+    tenant.api("DELETE", "/secrets/db", expect=204)
+
+    refused = tenant.api("POST", "/functions/ver/rollback", json={"version": 1}, expect=400).json()
+    as_update = tenant.api("PUT", "/functions/ver", json={"secrets": [ref]}, expect=400).json()
+    assert refused == as_update and "db" in refused["error"]
+    assert tenant.api("GET", "/functions/ver", expect=200).json()["secrets"] == []
+    listed = tenant.api("GET", "/functions/ver/versions", expect=200).json()["items"]
+    assert [(v["version"], v["current"], v["secrets"]) for v in listed] == [(2, True, []), (1, False, [ref])]

@@ -283,10 +283,17 @@ class KubernetesPlatform:
         for attempt in range(WRITE_ATTEMPTS):
             obj = await self._get(FUNCTIONS, namespace, name)
             target = choose(resources.function_versions(obj), version, name)
+            # A secret or key the version read may have been deleted since (nothing used it then): 400, as for an
+            # update; else the version of the secrets it reads now, so a later change of them rolls its pods.
+            refs = FunctionSpec.from_dict({**target.config, "name": name}).secrets
+            secrets_version = await checked_version(self.secrets, namespace, refs)
             keys = [target.extra.get(k, "") for k in ("codeKey", "contextKey")]
             await asyncio.to_thread(self.archive.require, [k for k in keys if k], target.version, name)
             obj["spec"] = resources.rollback_spec(obj, target)
             obj["spec"].pop(TRAFFIC, None)  # a deploy drops the traffic split
+            obj["spec"].pop(SECRETS_VERSION, None)
+            if secrets_version:
+                obj["spec"][SECRETS_VERSION] = secrets_version
             try:
                 record = resources.function_record(await self._replace(FUNCTIONS, namespace, obj))
             except KubeConflict:

@@ -111,9 +111,12 @@ class Functions:
         """Deploy an earlier version's code and configuration again (a build from the caches, then Ready)."""
         rec = require_function(self.state, namespace, name)
         target = choose(self.state.list_versions(namespace, name), version, name)
+        spec = FunctionSpec.from_dict({**target.config, "name": name})
+        # A secret or key the version read may have been deleted since (nothing used it then): 400, as for an update.
+        await checked_version(self.secrets, namespace, spec.secrets)
         await asyncio.to_thread(self.code.ensure_unpacked, namespace, name, target)
         await self.drop_split(namespace, name)
-        rec.spec = FunctionSpec.from_dict({**target.config, "name": name})
+        rec.spec = spec
         rec.code_hash, rec.phase = target.code_hash, Phase.BUILDING
         rec.message = f"rolling back to version {target.version}"
         self.state.save_function(rec)
