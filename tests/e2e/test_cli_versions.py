@@ -157,3 +157,25 @@ def test_bad_input_is_one_clear_line_and_a_failing_exit_code(tenant: Tenant, oth
     # the caller's own namespace named explicitly is the same as the default
     assert sless(tenant, "versions", "canary", "-n", tenant.ns).stdout.split()[:4] == \
         sless(tenant, "versions", "canary").stdout.split()[:4]
+
+
+
+CHECKED = ("import os\nassert os.environ['MODE'] == 'ok', 'MODE is ' + os.environ['MODE']\n"
+           "def handle(event):\n    return 'checked'\n")
+
+
+def test_a_rollback_whose_deploy_fails_exits_1_with_the_reason(tenant: Tenant) -> None:
+    """Version 1 refuses to start unless its secret says "ok"; the secret changed since, so deploying version 1
+    again fails (a real failed start, not a simulated one), and the CLI says so on one line."""
+    ref = {"name": "mode", "key": "value", "env": "MODE"}
+    tenant.api("POST", "/ensure", expect=(200, 201))
+    tenant.api("POST", "/secrets", json={"name": "mode", "data": {"value": "ok"}}, expect=201)
+    tenant.deploy("canary", "python3.11", {"handler.py": CHECKED}, secrets=[ref])
+    tenant.upload("canary", {"handler.py": ONE})
+    tenant.wait_phase("canary", ("Ready",), code_hash=code_hash(ONE))
+    tenant.api("PUT", "/secrets/mode", json={"data": {"value": "broken"}}, expect=200)
+
+    done = sless(tenant, "rollback", "canary", "1", expect=1)
+    assert done.stdout == "" and done.stderr.startswith("sless: rolling canary back failed: ")
+    assert len(done.stderr.splitlines()) == 1 and "MODE is broken" in done.stderr
+    assert tenant.api("GET", "/functions/canary", expect=200).json()["phase"] == "Failed"
