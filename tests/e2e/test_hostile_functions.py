@@ -505,6 +505,10 @@ def test_a_function_started_from_a_warm_spare_keeps_tenants_apart(tmp_path: Path
         assert all(signals[f"host-{pid}"].startswith("err: ") for pid in (victim_pid, spare_pid)), signals
         arena.assert_fine()
         assert _runtimes_of(victim.ns, victim_code) == [victim_pid]
+        # The attacker's memory limit (set on its spare's cgroup at the claim) ends a memory bomb, named as such.
+        bomb = arena.attack("memory_bomb", mb=800)
+        assert bomb.status_code >= 500 and "memory limit of 128 MB" in bomb.text, bomb.text
+        arena.assert_fine()
     finally:
         code = sp.stop()
     assert code == 0, f"sless up did not stop cleanly ({code}):\n{sp.log_tail()}"
