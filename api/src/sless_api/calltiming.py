@@ -39,7 +39,7 @@ def note_start(seconds: float) -> None:
         timing.start_sec += max(0.0, seconds)
 
 
-def handler_ms(value: str | None) -> float | None:
+def handler_ms(value: str | bytes | None) -> float | None:
     """The runtime's handler time from its header; None when missing or not a sane number."""
     if value is None:
         return None

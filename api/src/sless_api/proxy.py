@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -33,6 +34,14 @@ from sless_api.pathguard import raw_path, reaches_runtime_internals, split_invok
 from sless_api.platform import PlatformError, Route, Router
 from sless_api.requestid import HEADER, new_request_id, scope_request_id
 from sless_api.slowclients import ABORT_EXTENSION
+from sless_api.upstream import (
+    UpstreamBroken,
+    UpstreamConnection,
+    UpstreamPool,
+    UpstreamRefused,
+    UpstreamResponse,
+    request_head,
+)
 
 log = logging.getLogger("sless.proxy")
 
@@ -95,14 +104,8 @@ class Invoker:
         self.invocations = invocations
         self.margin = timeout_margin_sec
         self.stream_max = stream_max_sec
-        self._session: aiohttp.ClientSession | None = None
-        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}  # by idle limit: a handful of distinct values
-
-    def _timeout(self, limit: float) -> aiohttp.ClientTimeout:
-        found = self._timeouts.get(limit)
-        if found is None:
-            found = self._timeouts[limit] = aiohttp.ClientTimeout(total=self.stream_max, sock_read=limit)
-        return found
+        self.pool = UpstreamPool()
+        self._session: aiohttp.ClientSession | None = None  # WebSockets only (wsproxy)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -114,6 +117,7 @@ class Invoker:
         return self._session
 
     async def close(self) -> None:
+        self.pool.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -138,7 +142,7 @@ class Invoker:
 
     @contextlib.asynccontextmanager
     async def request(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
-                      body: bytes, timing: CallTiming | None = None) -> AsyncIterator[aiohttp.ClientResponse]:
+                      body: bytes, timing: CallTiming | None = None) -> AsyncIterator[Answer]:
         """One upstream exchange on a pooled connection; timeouts and connection failures become UpstreamError.
 
         The answer's head must come within the function's timeout plus the margin; then its body may take
@@ -156,14 +160,16 @@ class Invoker:
                 if timing is not None:
                     timing.forwarded = True
                     timing.queue_sec = max(0.0, time.monotonic() - timing.ready - timing.start_sec)
-                async with asyncio.timeout(limit) as head_deadline, await self._open(
-                    method, base_url + path_qs, headers, body, limit
-                ) as resp:
-                    head_deadline.reschedule(None)
+                host, port, host_header = upstream_address(base_url)
+                request = request_head(method, path_qs, host_header, headers, body)
+                connection, resp = await self._open(host, port, method, request, limit)
+                try:
                     head = True
                     if timing is not None:
-                        timing.handler_ms = calltiming.handler_ms(resp.headers.get(calltiming.HANDLER_MS_HEADER))
-                    yield resp
+                        timing.handler_ms = calltiming.handler_ms(resp.header(HANDLER_MS_RAW))
+                    yield Answer(resp, limit, began + self.stream_max)
+                finally:
+                    self.pool.release(host, port, connection)
         except TimeoutError:
             metrics.UPSTREAM_ERRORS.labels("timeout").inc()
             if not head:
@@ -173,27 +179,22 @@ class Invoker:
             else:
                 message = f"function's response idle for more than {route.timeout_sec:g}s"
             raise UpstreamError(504, message) from None
-        except aiohttp.ClientError as exc:
+        except UpstreamBroken as exc:
             metrics.UPSTREAM_ERRORS.labels("unreachable").inc()
             if head:
-                raise UpstreamError(502, f"function's response broke off: {type(exc).__name__}") from None
-            raise UpstreamError(502, f"function unreachable: {type(exc).__name__}") from None
+                raise UpstreamError(502, f"function's response broke off: {exc}") from None
+            raise UpstreamError(502, f"function unreachable: {exc}") from None
         finally:
             calltiming.CURRENT.reset(token)
 
-    async def _open(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes,
-                    limit: float) -> aiohttp.ClientResponse:  # fmt: skip
-        """The upstream response's head, connecting a second time when the first connection was refused."""
-
-        async def attempt() -> aiohttp.ClientResponse:
-            return await self.session.request(method, url, headers=headers, data=body or None,
-                                              timeout=self._timeout(limit), allow_redirects=False)  # fmt: skip
-
+    async def _open(self, host: str, port: int, method: str, request: bytes,
+                    limit: float) -> tuple[UpstreamConnection, UpstreamResponse]:  # fmt: skip
+        """The upstream answer's head, connecting a second time when the first connection was refused."""
         try:
-            return await attempt()
-        except aiohttp.ClientConnectorError:
+            return await self.pool.exchange(host, port, method, request, limit)
+        except UpstreamRefused:
             await asyncio.sleep(CONNECT_RETRY_PAUSE_SEC)
-        return await attempt()
+        return await self.pool.exchange(host, port, method, request, limit - CONNECT_RETRY_PAUSE_SEC)
 
     async def call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
                    body: bytes, trigger: str, request_id: str | None = None, waited_sec: float = 0.0) -> InvokeResult:
@@ -211,7 +212,7 @@ class Invoker:
         try:
             async with self.request(route, method, path_qs, headers, body, timing) as resp:
                 data = await read_capped(resp, BUFFERED_MAX_BYTES)
-                result = InvokeResult(resp.status, to_caller(resp.headers.items()), data,
+                result = InvokeResult(resp.status, to_caller(resp.headers_text()), data,
                                       error=None if resp.status < 500 else data[:500].decode("utf-8", "replace"))
         except (UpstreamError, PlatformError) as exc:
             result = error_body(exc.status, exc.message)
@@ -220,16 +221,61 @@ class Invoker:
         return result
 
 
-async def read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+async def read_capped(resp: Answer, limit: int) -> bytes:
     """The answer's body, at most ``limit`` bytes of it (the rest is never read; the connection closes)."""
     parts, size = [], 0
     while size < limit:
-        chunk = await resp.content.read(min(limit - size, 1 << 20))
+        chunk = await resp.readany()
         if not chunk:
             break
-        parts.append(chunk)
+        parts.append(chunk[:limit - size])
         size += len(chunk)
     return b"".join(parts)
+
+
+@dataclass
+class Answer:
+    """A runtime's answer as the proxy reads it: the raw response, with the call's idle limit and deadline."""
+
+    response: UpstreamResponse
+    idle_sec: float
+    deadline: float
+
+    @property
+    def status(self) -> int:
+        return self.response.status
+
+    @property
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        return self.response.raw_headers
+
+    def headers_text(self) -> list[tuple[str, str]]:
+        return self.response.headers_text()
+
+    async def readany(self) -> bytes:
+        """The next part of the body (``b""`` at its end), within the call's idle limit and deadline."""
+        return await self.response.readany(self.idle_sec, self.deadline)
+
+    def close(self) -> None:
+        self.response.close()
+
+
+def upstream_address(base_url: str) -> tuple[str, int, str]:
+    """``http://host:port`` as (host, port, Host header); cached, since a backend has a handful of them."""
+    found = _ADDRESSES.get(base_url)
+    if found is None:
+        parsed = urllib.parse.urlsplit(base_url)
+        if parsed.scheme != "http" or not parsed.hostname:
+            raise UpstreamBroken(f"not an http:// address: {base_url}")
+        port = parsed.port or 80
+        found = (parsed.hostname, port, parsed.netloc)
+        if len(_ADDRESSES) < 10_000:
+            _ADDRESSES[base_url] = found
+    return found
+
+
+_ADDRESSES: dict[str, tuple[str, int, str]] = {}
+HANDLER_MS_RAW = calltiming.HANDLER_MS_HEADER.encode()
 
 
 async def client_gone(receive: Receive) -> None:
@@ -429,11 +475,11 @@ class ProxyApp:
                     await send({"type": "http.response.start", "status": resp.status, "headers": out})
                     started = True
                     return await self._relay(resp, send, receive, progress)
-                chunk = await resp.content.readany() if method != "HEAD" else b""
+                chunk = await resp.readany() if method != "HEAD" else b""
                 await send({"type": "http.response.start", "status": resp.status, "headers": out})
                 started = True
                 while chunk:
-                    following = await resp.content.readany()
+                    following = await resp.readany()
                     await send({"type": "http.response.body", "body": chunk, "more_body": bool(following)})
                     sent += len(chunk)
                     chunk = following
@@ -455,7 +501,7 @@ class ProxyApp:
             return exc.status, sent, exc.message
 
     @staticmethod
-    async def _relay(resp: aiohttp.ClientResponse, send: Send, receive: Receive,
+    async def _relay(resp: Answer, send: Send, receive: Receive,
                      progress: _Progress) -> tuple[int, int, str | None]:
         """Pass a streamed body on chunk by chunk as it arrives, until it ends or the client leaves (then the
         upstream connection is closed, which ends the function's stream)."""
@@ -463,7 +509,7 @@ class ProxyApp:
         gone = asyncio.ensure_future(client_gone(receive))
         try:
             while True:
-                read = asyncio.ensure_future(resp.content.readany())
+                read = asyncio.ensure_future(resp.readany())
                 await asyncio.wait((read, gone), return_when=asyncio.FIRST_COMPLETED)
                 if not read.done():
                     read.cancel()
