@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
+from sless_api import metrics
 from sless_api.standalone import supervisor as supervisor_module
 from sless_api.standalone.builder import python_interpreter, toolchain_paths
 from sless_api.standalone.sandbox import JailSpec, Limits, Sandbox, inner_pid, tenant_uid
@@ -155,6 +156,7 @@ def test_a_claimed_spare_serves_the_function_with_its_env_and_secret_files(tmp_p
         await sup.deploy("t1.fn", fn_spec(sandbox, code, "t1", env={"API_KEY": "s3cret-env"}, files=secret))
         await eventually(lambda: sup.spares.count("t1") == 1, what="the tenant's spare")
         spare_pid = sup.spares._spares["t1"][0].proc.pid
+        claims = metrics.WARM_SPARE_CLAIMS.labels("python3.11")._value.get()
         async with aiohttp.ClientSession() as session, sup.lease("t1.fn") as url:
             body = await get(session, url)
         assert sup.status("t1.fn")["pid"] == spare_pid  # the spare itself became the function's process
@@ -165,6 +167,7 @@ def test_a_claimed_spare_serves_the_function_with_its_env_and_secret_files(tmp_p
         assert body["files"] == {"token": "s3cret-file-value"} and body["secrets_mode"] == "0o500"
         assert body["cwd"] == str(code)
         assert "in warm spare pid" in log_text(tmp_path, "t1.fn")
+        assert metrics.WARM_SPARE_CLAIMS.labels("python3.11")._value.get() == claims + 1
         # A new spare replaces the claimed one; the function's values never reached it.
         await eventually(lambda: sup.spares.count("t1") == 1, what="the replacement spare")
         for block in environ_of_spares(sup, "t1"):

@@ -41,6 +41,8 @@ UPSTREAM_ERRORS = Counter("sless_proxy_upstream_errors_total",
 COLD_STARTS = Counter("sless_cold_starts_total", "Function processes started for a call", ["runtime"])
 COLD_START_SECONDS = Histogram("sless_cold_start_duration_seconds", "From process start to its first health answer",
                                ["runtime"], buckets=CALL_BUCKETS)
+WARM_SPARE_CLAIMS = Counter("sless_warm_spare_claims_total",
+                            "Function processes that took over a warm spare instead of starting", ["runtime"])
 BUILDS = Counter("sless_builds_total", "Finished builds by runtime and result (ready, failed)", ["runtime", "result"])
 BUILD_SECONDS = Histogram("sless_build_duration_seconds", "Build duration", ["runtime"], buckets=BUILD_BUCKETS)
 EVENT_MESSAGES = Counter("sless_event_messages_total",

@@ -604,7 +604,9 @@ class Supervisor:
             await self.spares.discard(spare)
             return None
         proc = _Proc(child, spare.port, spec.version, time.monotonic(), drain, jail=spare.jail, ready=spare.ready)
-        return await self._adopt(slot, proc)
+        adopted = await self._adopt(slot, proc)
+        metrics.WARM_SPARE_CLAIMS.labels(spec.runtime).inc()
+        return adopted
 
     def _child_env(self, spec: ProcessSpec, port: int, drain: float) -> dict[str, str]:
         env = dict(spec.env)
