@@ -187,9 +187,10 @@ def _get_json(url: str) -> object:
 
 
 @contextlib.contextmanager
-def api_server(real_node: RealNode, s3_on_bridge: str, tmp_path: Path,
-               extra_env: dict[str, str] | None = None) -> Iterator[str]:  # fmt: skip
-    """The API process (kubernetes backend), resolving names through the test bed's CoreDNS."""
+def api_server(real_node: RealNode, s3_on_bridge: str, tmp_path: Path, extra_env: dict[str, str] | None = None,
+               workers: int | None = None) -> Iterator[str]:  # fmt: skip
+    """The API process (kubernetes backend), resolving names through the test bed's CoreDNS: uvicorn, or with
+    ``workers`` the production server ``sless-api`` (gunicorn) with that many worker processes."""
     apply_crds(real_node)
     resolv = tmp_path / "resolv.conf"
     resolv.write_text(f"nameserver {real_node.node_ip}\n")
@@ -206,9 +207,13 @@ def api_server(real_node: RealNode, s3_on_bridge: str, tmp_path: Path,
     # a private mount namespace: only this process sees the other resolv.conf
     private_dns = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                    'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(resolv)]  # fmt: skip
-    uvicorn = [sys.executable, "-m", "uvicorn", "--factory", "sless_api.app:create_app", "--host", "127.0.0.1",
-               "--port", str(port), "--log-level", "info"]  # fmt: skip
-    argv = [*private_dns, *uvicorn]
+    if workers is None:
+        server = [sys.executable, "-m", "uvicorn", "--factory", "sless_api.app:create_app", "--host", "127.0.0.1",
+                  "--port", str(port), "--log-level", "info"]  # fmt: skip
+    else:
+        server = [sys.executable, "-m", "sless_api.serve"]
+        env |= {"SLESS_BIND": f"127.0.0.1:{port}", "SLESS_WORKERS": str(workers)}
+    argv = [*private_dns, *server]
     log_path = tmp_path / "api.log"
     with log_path.open("ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
