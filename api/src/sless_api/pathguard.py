@@ -68,6 +68,8 @@ def split_invoke(path: str) -> InvokeTarget | None:
 
 def reaches_runtime_internals(tail: str) -> bool:
     """Whether TAIL, as any runtime might decode and normalise it, names the runtime's ``/_/`` endpoints."""
+    if "_" not in tail and "%" not in tail:
+        return False  # no underscore, literal or escaped: nothing to decode or normalise into one (most calls)
     decoded = tail
     for _ in range(3):  # double-encoded spellings too (%255F -> %5F -> _)
         decoded = unquote(decoded)
