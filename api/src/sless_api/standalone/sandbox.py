@@ -198,14 +198,19 @@ class Prepared:
     _memory_limit_hits: int = 0
 
     def oom_kills(self) -> int:
-        if self.cgroup is None or self._cleaned:
-            return self._oom_kills
-        return self.cgroup.oom_kills()
+        # Under the lock: cleanup() (in a worker thread) keeps the counts and then removes the cgroup, so a
+        # read that checked _cleaned just before would find no file and report 0, and a call killed by its
+        # memory limit would get a bare 502 instead of the reason.
+        with self._lock:
+            if self.cgroup is None or self._cleaned:
+                return self._oom_kills
+            return self.cgroup.oom_kills()
 
     def memory_limit_hits(self) -> int:
-        if self.cgroup is None or self._cleaned:
-            return self._memory_limit_hits
-        return self.cgroup.memory_limit_hits()
+        with self._lock:
+            if self.cgroup is None or self._cleaned:
+                return self._memory_limit_hits
+            return self.cgroup.memory_limit_hits()
 
     def exit_note(self, returncode: int | None) -> str | None:
         """Why the process ended, when a limit ended it (for the call's or job's error message).
