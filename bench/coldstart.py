@@ -13,7 +13,9 @@ at start, the image at build), every cold start compiles the whole server again.
    (``bench/peers/threaded_server.py``) from a copy without bytecode (its smaller file compiles faster);
    and, precompiled, in the sandbox as ``sless up`` starts it (bwrap, and as root a tenant uid, cgroups
    and the port rule): what the sandbox adds;
-2. with ``sless up`` (sandboxed, as it runs tenants): the first call through the proxy after scale to
+2. through the supervisor (no sandbox): the runtime saying it listens on its readiness pipe against the
+   same runtime polled every 5 ms;
+3. with ``sless up`` (sandboxed, as it runs tenants): the first call through the proxy after scale to
    zero (trigger disabled and enabled, then a pause: scale to zero happens after minutes without calls, so
    whatever the platform prepares in the background has had its time), three platforms in the same run:
    the default (a warm spare per tenant, ``SLESS_WARM_SPARES=1``: the call takes over a pre-started
@@ -44,6 +46,8 @@ COMPILED = "compiled at start"
 PREVIOUS = "previous server, compiled at start"
 SANDBOXED = "precompiled, sandboxed"
 SPARE = "warm spare"
+READY_PIPE = "readiness byte"
+POLLED = "health polled every 5 ms"
 NO_SPARE = "no spare, precompiled"
 #: Pause between scale to zero and the call (see the module docstring).
 SETTLE_SEC = 0.5
@@ -154,6 +158,42 @@ def bench_process(table: Table, workdir: Path, rounds: int, sandboxed: bool) -> 
                   median(ms[PRECOMPILED]), f"{PRECOMPILED}, no sandbox")
 
 
+def bench_supervisor(table: Table, workdir: Path, rounds: int) -> None:
+    """Starts through the supervisor (no sandbox): the runtime's readiness byte against health polling."""
+    import asyncio
+
+    from sless_api.standalone.builder import python_interpreter
+    from sless_api.standalone.supervisor import ProcessSpec, Supervisor
+
+    code = workdir / "supervised"
+    code.mkdir()
+    (code / "handler.py").write_text(HANDLER)
+    env = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "SLESS_CODE_DIR": str(code)}
+    argv = [str(python_interpreter()), "-S", str(RUNTIME / "server.py")]
+    kinds = {READY_PIPE: "python3.11", POLLED: ""}  # the supervisor polls runtimes it knows no readiness pipe of
+
+    async def run() -> dict[str, list[float]]:
+        sup = Supervisor(log_dir=workdir / "supervised-logs")
+        times: dict[str, list[float]] = {kind: [] for kind in kinds}
+        try:
+            for r in range(rounds + 1):  # the first round warms the page cache
+                for kind, runtime in kinds.items():
+                    await sup.deploy(kind, ProcessSpec(argv=argv, env=env, cwd=code, version="1", runtime=runtime))
+                    started = time.perf_counter()
+                    await sup.endpoint(kind)
+                    if r:
+                        times[kind].append((time.perf_counter() - started) * 1000)
+                    await sup.remove(kind)
+        finally:
+            await sup.close()
+        return times
+
+    log("supervisor starts")
+    ms = asyncio.run(run())
+    table.add(f"supervisor start to healthy, readiness byte, p50 ({rounds} starts)", median(ms[READY_PIPE]), "ms",
+              median(ms[POLLED]), POLLED)
+
+
 def cold_start(tenant: Any, name: str) -> float:
     """Seconds of the first call after the function's process was stopped (trigger off and on, a pause)."""
     import requests
@@ -214,6 +254,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="sless-bench-coldstart-") as tmp:
         workdir = Path(tmp)
         bench_process(table, workdir, rounds, not args.no_platform)
+        bench_supervisor(table, workdir, rounds)
         if not args.no_platform:
             bench_platform(table, workdir, rounds)
     print(f"# sless Python cold start\n\n{os.cpu_count()} CPUs; load average at start {load_start:.2f}, "
