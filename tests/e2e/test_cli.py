@@ -14,20 +14,14 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.platform import REPO, SlessProcess, Tenant
+from tests.support.platform import REPO, SlessProcess, Tenant, sless_cli
 
 pytestmark = pytest.mark.e2e
 
 EXAMPLE = REPO / "examples" / "hello-python"
 
 
-def sless(tenant: Tenant, *argv: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SLESS_TOKEN": tenant.token, "SLESS_URL": tenant.url}
-    done = subprocess.run([sys.executable, "-m", "sless_api.cli", *argv], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=300, check=False)
-    assert done.returncode == expect, (argv, done.returncode, done.stdout[-2000:], done.stderr[-2000:])
-    assert "Traceback" not in done.stderr, done.stderr
-    return done
+sless = sless_cli
 
 
 def as_json(done: subprocess.CompletedProcess[str]) -> Any:

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from tests.support.platform import REPO, Tenant, make_zip
+from tests.support.platform import Tenant, make_zip, sless_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -21,13 +19,7 @@ ONE = "def handle(event):\n    return 'one'\n"
 TWO = "def handle(event):\n    return 'two'\n"
 
 
-def sless(tenant: Tenant, *argv: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SLESS_TOKEN": tenant.token, "SLESS_URL": tenant.url}
-    done = subprocess.run([sys.executable, "-m", "sless_api.cli", *argv], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=300, check=False)
-    assert done.returncode == expect, (argv, done.returncode, done.stdout[-2000:], done.stderr[-2000:])
-    assert "Traceback" not in done.stderr, done.stderr
-    return done
+sless = sless_cli
 
 
 def deploy(tenant: Tenant, folder: Path, source: str) -> None:

@@ -6,12 +6,10 @@ checking that no child process and no cgroup of a spare is left behind.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import aiohttp
 import pytest
@@ -22,6 +20,8 @@ from sless_api.standalone.builder import python_interpreter, toolchain_paths
 from sless_api.standalone.sandbox import JailSpec, Limits, Sandbox, inner_pid, tenant_uid
 from sless_api.standalone.spares import SPARE_SECRETS_DIR, SpareTemplate
 from sless_api.standalone.supervisor import ProcessSpec, Supervisor
+from tests.support.supervised import child_pids, eventually, get
+from tests.support.supervised import run_scenario as supervised_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER = REPO / "runtimes" / "python3.11" / "server.py"
@@ -82,20 +82,6 @@ def fn_spec(sandbox: Sandbox, code: Path, tenant: str, version: str = "v1", *, m
                        runtime="python3.11", spare=template if spares else None)
 
 
-def child_pids() -> set[int]:
-    me = str(os.getpid())
-    found: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if stat[stat.rindex(")") + 2 :].split()[1] == me:
-                found.add(int(entry.name))
-    return found
-
-
 def spare_cgroups(sandbox: Sandbox) -> list[Path]:
     assert sandbox.cgroups is not None
     return [p for base in sandbox.cgroups.bases.values() for p in base.glob("spare-*")]
@@ -103,35 +89,9 @@ def spare_cgroups(sandbox: Sandbox) -> list[Path]:
 
 def run_scenario(tmp_path: Path, sandbox: Sandbox, scenario: Callable[[Supervisor], Awaitable[T]],
                  warm_spares: int = 1) -> T:
-    before = child_pids()
-
-    async def main() -> T:
-        sup = Supervisor(log_dir=tmp_path / "logs", warm_spares=warm_spares)
-        try:
-            return await asyncio.wait_for(scenario(sup), 120)
-        finally:
-            await sup.close()
-
-    result = asyncio.run(main())
-    assert child_pids() - before == set(), "processes survived Supervisor.close()"
+    result = supervised_scenario(tmp_path, scenario, timeout=120, warm_spares=warm_spares)
     assert spare_cgroups(sandbox) == [], "a spare's cgroups survived Supervisor.close()"
     return result
-
-
-async def get(session: aiohttp.ClientSession, base_url: str, **query: str) -> dict[str, Any]:
-    async with session.get(base_url + "/", params=query) as response:
-        text = await response.text()
-        assert response.status == 200, f"{response.status}: {text}"
-        body: dict[str, Any] = await response.json()
-        return body
-
-
-async def eventually(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def log_text(tmp_path: Path, key: str) -> str:

@@ -15,7 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +26,7 @@ from sless_api.standalone import supervisor as supervisor_module
 from sless_api.standalone.builder import python_interpreter, toolchain_paths
 from sless_api.standalone.sandbox import JailSpec, Limits, Sandbox
 from sless_api.standalone.supervisor import NotDeployed, ProcessSpec, StartFailed, Supervisor
+from tests.support.supervised import child_pids, eventually, get, run_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER = REPO / "runtimes" / "python3.11" / "server.py"
@@ -94,59 +95,8 @@ def spec(code_dir: Path, version: str) -> ProcessSpec:
     return ProcessSpec(argv=[sys.executable, str(SERVER)], env=env, cwd=code_dir, version=version)
 
 
-def child_pids() -> set[int]:
-    """Live or unreaped children of this test process, from /proc."""
-    me = os.getpid()
-    found: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[1]) == me:
-            found.add(int(entry.name))
-    return found
-
-
 def is_child(pid: int) -> bool:
     return pid in child_pids()
-
-
-def run_scenario(
-    tmp_path: Path, scenario: Callable[[Supervisor], Awaitable[T]], timeout: float = 180.0, **options: Any
-) -> T:
-    """Run ``scenario`` with a fresh supervisor; close it and check no child process survives."""
-    before = child_pids()
-
-    async def main() -> T:
-        sup = Supervisor(log_dir=tmp_path / "logs", **options)
-        try:
-            return await asyncio.wait_for(scenario(sup), timeout)
-        finally:
-            await sup.close()
-
-    result = asyncio.run(main())
-    assert child_pids() - before == set(), "runtime processes survived Supervisor.close()"
-    return result
-
-
-async def get(session: aiohttp.ClientSession, base_url: str, **query: str) -> dict[str, Any]:
-    async with session.get(base_url + "/", params=query) as response:
-        text = await response.text()
-        assert response.status == 200, f"{response.status}: {text}"
-        body: dict[str, Any] = await response.json()
-        return body
-
-
-async def eventually(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def log_text(tmp_path: Path, key: str = "fn") -> str:

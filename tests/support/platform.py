@@ -188,3 +188,14 @@ def invocation_record(tenant: Tenant, name: str, request_id: str) -> dict[str, A
                 return item
         time.sleep(0.1)
     raise AssertionError(f"no record of {request_id}: {items}")
+
+
+def sless_cli(tenant: Tenant, *argv: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
+    """The ``sless`` command as a tenant runs it (token and URL from the environment); asserts its exit code and
+    that no traceback reached its stderr."""
+    env = {**os.environ, "SLESS_TOKEN": tenant.token, "SLESS_URL": tenant.url}
+    done = subprocess.run([sys.executable, "-m", "sless_api.cli", *argv], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == expect, (argv, done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    assert "Traceback" not in done.stderr, done.stderr
+    return done

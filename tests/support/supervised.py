@@ -1,0 +1,69 @@
+"""Helpers of the supervisor's integration tests: a fresh supervisor per scenario, checked to leave no child
+process behind, and the small async probes its scenarios use."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+
+from sless_api.standalone.supervisor import Supervisor
+
+T = TypeVar("T")
+
+
+def child_pids() -> set[int]:
+    """Live or unreaped children of this test process, from /proc."""
+    me = os.getpid()
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[1]) == me:
+            found.add(int(entry.name))
+    return found
+
+
+def run_scenario(
+    tmp_path: Path, scenario: Callable[[Supervisor], Awaitable[T]], timeout: float = 180.0, **options: Any
+) -> T:
+    """Run ``scenario`` with a fresh supervisor (``options`` are its own); close it and check no child process
+    survives."""
+    before = child_pids()
+
+    async def main() -> T:
+        sup = Supervisor(log_dir=tmp_path / "logs", **options)
+        try:
+            return await asyncio.wait_for(scenario(sup), timeout)
+        finally:
+            await sup.close()
+
+    result = asyncio.run(main())
+    assert child_pids() - before == set(), "runtime processes survived Supervisor.close()"
+    return result
+
+
+async def get(session: aiohttp.ClientSession, base_url: str, **query: str) -> dict[str, Any]:
+    async with session.get(base_url + "/", params=query) as response:
+        text = await response.text()
+        assert response.status == 200, f"{response.status}: {text}"
+        body: dict[str, Any] = await response.json()
+        return body
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
