@@ -32,9 +32,11 @@ class Scripted:
         self.connections = 0
         self.requests: list[bytes] = []
         self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        self.writers.append(writer)
         index = 0
         try:
             while True:
@@ -72,6 +74,8 @@ async def scripted(answer: Answerer) -> AsyncIterator[Scripted]:
         yield server
     finally:
         server.server.close()
+        for writer in server.writers:  # Server.close leaves accepted connections open
+            writer.close()
 
 
 def ok(body: bytes = b"ok", extra: bytes = b"") -> bytes:
@@ -259,5 +263,20 @@ def test_a_large_body_is_read_whole_with_reading_paused_in_between() -> None:
                 assert len(chunk) <= HIGH_WATER_BYTES + (1 << 18)
             pool.release("127.0.0.1", srv.port, connection)
             assert b"".join(parts) == big
+        pool.close()
+    run(main)
+
+
+def test_prune_forgets_closed_connections_and_addresses_nobody_uses() -> None:
+    async def main() -> None:
+        pool = UpstreamPool()
+        async with scripted(lambda req, i: ok()) as first, scripted(lambda req, i: ok()) as second:
+            await fetch(pool, first.port)
+            await fetch(pool, second.port)
+            assert (pool.addresses(), pool.idle_count()) == (2, 2)
+        # both servers closed their connections: the runtime's side of a stopped function process
+        await asyncio.sleep(0.2)
+        pool.prune()
+        assert (pool.addresses(), pool.idle_count()) == (0, 0)
         pool.close()
     run(main)

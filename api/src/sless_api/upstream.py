@@ -30,6 +30,8 @@ import httptools
 KEEPALIVE_SEC = 30.0
 #: Idle connections kept per address; more are closed when released.
 MAX_IDLE_PER_ADDRESS = 256
+#: Releases between two sweeps of the pool for expired, closed and forgotten connections.
+PRUNE_EVERY = 1000
 #: Body bytes buffered from the runtime before reading from it pauses (a client slower than the function).
 HIGH_WATER_BYTES = 1 << 20
 #: Methods a request may be repeated with (RFC 9110 9.2.2) when a reused connection dies under it.
@@ -293,6 +295,7 @@ class UpstreamPool:
 
     def __init__(self) -> None:
         self._idle: dict[tuple[str, int], list[UpstreamConnection]] = {}
+        self._releases = 0
 
     async def exchange(self, host: str, port: int, method: str, request: bytes,
                        limit: float) -> tuple[UpstreamConnection, UpstreamResponse]:
@@ -353,6 +356,31 @@ class UpstreamPool:
             return
         connection.idle_since = time.monotonic()
         idle.append(connection)
+        self._releases += 1
+        if self._releases % PRUNE_EVERY == 0:
+            self.prune()
+
+    def prune(self) -> None:
+        """Close idle connections past ``KEEPALIVE_SEC`` and forget closed ones and addresses left with none
+        (a stopped function process's port is not asked for again)."""
+        now = time.monotonic()
+        for address, idle in list(self._idle.items()):
+            kept = []
+            for connection in idle:
+                if connection.closed or now - connection.idle_since >= KEEPALIVE_SEC:
+                    connection.close()
+                else:
+                    kept.append(connection)
+            if kept:
+                self._idle[address] = kept
+            else:
+                del self._idle[address]
+
+    def idle_count(self) -> int:
+        return sum(len(idle) for idle in self._idle.values())
+
+    def addresses(self) -> int:
+        return len(self._idle)
 
     def close(self) -> None:
         for idle in self._idle.values():
