@@ -7,13 +7,16 @@ line written while the request is served (``logsetup.current_request_id``).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from sless_api import metrics
-from sless_api.logsetup import current_request_id
+from sless_api.logsetup import current_request_id, json_head, json_stream_handler
 from sless_api.pathguard import is_invoke_path, raw_path
 from sless_api.requestid import HEADER, SCOPE_KEY, accept_or_new
 
@@ -61,12 +64,31 @@ class AccessLog:
             metrics.count_request("fn" if is_invoke_path(raw_path(scope)) else "api", status)
             if self.enabled and access.isEnabledFor(logging.INFO):
                 client = scope.get("client")
-                method, path = scope["method"], scope.get("path", "")
-                # Logger.info would also walk the stack for the caller's file and line, which no format shows.
-                access.handle(access.makeRecord(access.name, logging.INFO, __file__, 0, "%s %s %d",
-                                                (method, path, status), None, extra={
-                    "method": method, "path": path, "status": status,
-                    "bytes": sent, "duration_ms": round((time.monotonic() - started) * 1000, 3),
-                    "client": client[0] if client else None,
-                }))  # fmt: skip
+                self._log(scope["method"], scope.get("path", ""), status, sent, started, client[0] if client else None,
+                          request_id)
             current_request_id.reset(token)
+
+    @staticmethod
+    def _log(method: str, path: str, status: int, sent: int, started: float, client: str | None,
+             request_id: str) -> None:
+        duration_ms = round((time.monotonic() - started) * 1000, 3)
+        fields = {"method": method, "path": path, "status": status, "bytes": sent, "duration_ms": duration_ms,
+                  "client": client}
+        handler = json_stream_handler(access)
+        if handler is not None:
+            # The line JsonFormatter would make of the record below, written as StreamHandler.emit would.
+            line = json_head(time.time(), "info", access.name, f"{method} {path} {status}", os.getpid())
+            line.update((k, v) for k, v in fields.items() if v is not None)
+            line["request_id"] = request_id
+            text = json.dumps(line, default=str, ensure_ascii=False) + handler.terminator
+            handler.acquire()
+            try:  # as logging does: a log line that cannot be written never fails the request
+                with contextlib.suppress(OSError, ValueError):
+                    handler.stream.write(text)
+                    handler.flush()
+            finally:
+                handler.release()
+            return
+        # Logger.info would also walk the stack for the caller's file and line, which no format shows.
+        access.handle(access.makeRecord(access.name, logging.INFO, __file__, 0, "%s %s %d", (method, path, status),
+                                        None, extra=fields))

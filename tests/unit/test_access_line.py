@@ -1,0 +1,90 @@
+"""The access log's direct JSON line is the line the logging chain writes for the same request, field for field and
+in the same order; any set-up other than ``configure_logging``'s JSON one takes the logging chain."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sless_api.accesslog import AccessLog, access
+from sless_api.logsetup import LogSettings, configure_logging, current_request_id, json_stream_handler
+
+
+@pytest.fixture
+def stderr_log() -> Iterator[io.StringIO]:
+    """Where the configured handler writes (pytest swaps sys.stderr between a fixture and its test)."""
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    yield io.StringIO()
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
+    access.filters.clear()
+
+
+def configure(out: io.StringIO, **settings: str) -> None:
+    configure_logging(LogSettings(**settings))
+    handler = logging.getLogger().handlers[0]
+    assert isinstance(handler, logging.StreamHandler)
+    handler.setStream(out)
+
+
+def logged_line(out: io.StringIO, client: str | None = "10.0.0.7") -> dict[str, Any]:
+    token = current_request_id.set("0123456789abcdef0123456789abcdef")
+    try:
+        AccessLog._log("POST", "/fn/sless-0123456789abcdef/hello/ünï", 201, 42, time.monotonic(), client,
+                       "0123456789abcdef0123456789abcdef")
+    finally:
+        current_request_id.reset(token)
+    lines = out.getvalue().splitlines()
+    out.seek(0)
+    out.truncate()
+    assert len(lines) == 1
+    parsed: dict[str, Any] = json.loads(lines[0])
+    return parsed
+
+
+class Veto(logging.Filter):
+    """Lets every record through; its presence alone must send lines through the logging chain."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("client", ["10.0.0.7", None])
+def test_the_direct_line_is_the_logging_chains_line(stderr_log: io.StringIO, client: str | None) -> None:
+    configure(stderr_log, format="json")
+    assert json_stream_handler(access) is not None
+    direct = logged_line(stderr_log, client)
+    access.addFilter(Veto())
+    assert json_stream_handler(access) is None
+    chained = logged_line(stderr_log, client)
+    assert list(direct) == list(chained)  # the same fields in the same order
+    for line in (direct, chained):
+        line.pop("ts"), line.pop("duration_ms")
+    assert direct == chained
+    assert direct["msg"] == "POST /fn/sless-0123456789abcdef/hello/ünï 201" and ("client" in direct) == bool(client)
+
+
+def test_the_timestamp_has_the_formatters_shape(stderr_log: io.StringIO) -> None:
+    configure(stderr_log, format="json")
+    ts = logged_line(stderr_log)["ts"]
+    assert len(ts) == len("2026-12-01T16:20:03.123Z") and ts.endswith("Z") and ts[19] == "."
+
+
+def test_text_format_and_extra_handlers_take_the_logging_chain(stderr_log: io.StringIO) -> None:
+    configure(stderr_log, format="text")
+    assert json_stream_handler(access) is None
+    configure(stderr_log, format="json")
+    extra = logging.StreamHandler(io.StringIO())
+    logging.getLogger().addHandler(extra)
+    assert json_stream_handler(access) is None
+    logging.getLogger().removeHandler(extra)
+    assert json_stream_handler(access) is not None
+    configure(stderr_log, format="json", level="WARNING")
+    assert json_stream_handler(access) is None
