@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 import threading
@@ -15,8 +16,9 @@ from sless_api.invocations.sink import COLUMNS
 
 _QUOTED = ", ".join(f'"{c}"' for c in COLUMNS)
 _PLACEHOLDERS = ", ".join("?" for _ in COLUMNS)
-_INSERT = f"INSERT INTO invocations ({_QUOTED}) VALUES ({_PLACEHOLDERS})"  # noqa: S608 - constant columns
 log = logging.getLogger(__name__)
+#: Rows per INSERT statement: their values stay within SQLite's oldest limit of 999 variables (raised in 3.32).
+_ROWS_PER_INSERT = max(1, 999 // len(COLUMNS))
 _SELECT = f"SELECT id, {_QUOTED} FROM invocations"  # noqa: S608 - constant columns
 
 
@@ -73,11 +75,16 @@ class SqliteSink:
         return f"SqliteSink({str(self.path)!r})"
 
     def write_batch(self, batch: Sequence[Invocation]) -> None:
+        """The batch in one transaction, as multi-row INSERTs: ``executemany`` steps SQLite once per row and lets
+        go of the GIL around each step, and on a busy proxy every one of those hand-offs makes the event loop's
+        thread wait to take the GIL back; one statement per ``_ROWS_PER_INSERT`` rows hands it over once."""
         rows = [sanitized_row(inv) for inv in batch]
         with self._write_lock:
             self._write_conn.execute("BEGIN IMMEDIATE")
             try:
-                self._write_conn.executemany(_INSERT, rows)
+                for start in range(0, len(rows), _ROWS_PER_INSERT):
+                    chunk = rows[start:start + _ROWS_PER_INSERT]
+                    self._write_conn.execute(_multi_insert(len(chunk)), [value for row in chunk for value in row])
                 self._write_conn.execute("COMMIT")
             except BaseException:
                 self._write_conn.execute("ROLLBACK")
@@ -123,3 +130,9 @@ class SqliteSink:
             self._write_conn.close()
         with self._read_lock:
             self._read_conn.close()
+
+
+@functools.lru_cache(maxsize=_ROWS_PER_INSERT + 1)
+def _multi_insert(rows: int) -> str:
+    """``INSERT ... VALUES (?, ...), (?, ...)`` for ``rows`` rows."""
+    return f"INSERT INTO invocations ({_QUOTED}) VALUES " + ", ".join([f"({_PLACEHOLDERS})"] * rows)  # noqa: S608
