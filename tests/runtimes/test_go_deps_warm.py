@@ -46,10 +46,17 @@ def module_proxy(root: Path) -> str:
     return f"file://{root}"
 
 
-def go_env(tmp_path: Path, proxy: str) -> dict[str, str]:
+@pytest.fixture(scope="module")
+def go_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One build cache for the module's tests: the standard library compiles once (about 30 s), not per test.
+    Each test's modules differ in content, so none finds another's packages compiled."""
+    return tmp_path_factory.mktemp("gocache")
+
+
+def go_env(tmp_path: Path, proxy: str, cache: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLESS_", "GO"))}
     env.update(GOTOOLCHAIN="local", CGO_ENABLED="0", GOFLAGS="-modcacherw", GOSUMDB="off", GOPROXY=proxy,
-               GOMODCACHE=str(tmp_path / "mod"), GOCACHE=str(tmp_path / "cache"), HOME=str(tmp_path))  # fmt: skip
+               GOMODCACHE=str(tmp_path / "mod"), GOCACHE=str(cache), HOME=str(tmp_path))  # fmt: skip
     return env
 
 
@@ -91,8 +98,8 @@ def function_code(tmp_path: Path) -> Path:
     return code
 
 
-def test_the_dependency_images_step_leaves_the_modules_compiled_for_build_sh(tmp_path: Path) -> None:
-    env = go_env(tmp_path, module_proxy(tmp_path / "proxy"))
+def test_the_dependency_images_step_leaves_the_modules_compiled_for_build_sh(tmp_path: Path, go_cache: Path) -> None:
+    env = go_env(tmp_path, module_proxy(tmp_path / "proxy"), go_cache)
     code = function_code(tmp_path)
     tidy = subprocess.run(["go", "mod", "tidy"], cwd=code, env=env, capture_output=True, text=True, timeout=120,
                           check=False)  # fmt: skip
@@ -104,7 +111,8 @@ def test_the_dependency_images_step_leaves_the_modules_compiled_for_build_sh(tmp
     assert compiled == [], compiled
 
 
-def test_a_go_mod_without_go_sum_and_its_indirect_requirements_compiles_offline(tmp_path: Path) -> None:
+def test_a_go_mod_without_go_sum_and_its_indirect_requirements_compiles_offline(tmp_path: Path,
+                                                                               go_cache: Path) -> None:
     """As users write it by hand: only the direct requirement, no go.sum. The dependency image (which has the
     network) downloads the whole module graph, so the compile Job finds the indirect module too."""
     proxy = tmp_path / "proxy"
@@ -113,7 +121,7 @@ def test_a_go_mod_without_go_sum_and_its_indirect_requirements_compiles_offline(
     add_module(proxy, DEP, f"module {DEP}\n\ngo 1.23\n\nrequire example.test/dep2 {VERSION}\n",
                {"dep.go": 'package dep\n\nimport "example.test/dep2"\n\n'
                           "func Answer() int { return 40 + dep2.Two() }\n"})  # fmt: skip
-    env = go_env(tmp_path, f"file://{proxy}")
+    env = go_env(tmp_path, f"file://{proxy}", go_cache)
     code = function_code(tmp_path)
     dependency_step(tmp_path, code, env)
     compile_offline(code, tmp_path / "out", env)
