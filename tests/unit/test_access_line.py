@@ -3,6 +3,7 @@ in the same order; any set-up other than ``configure_logging``'s JSON one takes 
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -88,3 +89,29 @@ def test_text_format_and_extra_handlers_take_the_logging_chain(stderr_log: io.St
     assert json_stream_handler(access) is not None
     configure(stderr_log, format="json", level="WARNING")
     assert json_stream_handler(access) is None
+
+
+class CountingStream(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def test_lines_of_one_loop_turn_leave_together_at_its_end(stderr_log: io.StringIO) -> None:
+    counting = CountingStream()
+    configure(counting, format="json")
+
+    async def main() -> tuple[str, str]:
+        for status in (200, 201, 202):
+            AccessLog._log("GET", "/fn/sless-0123456789abcdef/hello", status, 2, time.monotonic(), None, "r" * 32)
+        during = counting.getvalue()
+        await asyncio.sleep(0)  # the turn ends
+        return during, counting.getvalue()
+
+    during, after = asyncio.run(main())
+    assert during == "" and counting.writes == 1
+    assert [json.loads(line)["status"] for line in after.splitlines()] == [200, 201, 202]

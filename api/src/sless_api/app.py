@@ -17,7 +17,7 @@ from typing import Any, cast
 import falcon
 import falcon.asgi
 
-from sless_api.accesslog import AccessLog
+from sless_api.accesslog import AccessLog, flush_access_lines
 from sless_api.admission import Admission
 from sless_api.asynccalls.runner import AsyncRunner
 from sless_api.asynccalls.store import store_from_url as call_store_from_url
@@ -207,6 +207,7 @@ class SlessApp:
         await self.services.platform.close()
         if self.services.invocations is not None:
             self.services.invocations.close(5.0)
+        flush_access_lines()
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
