@@ -178,6 +178,18 @@ def test_a_stalled_body_is_cut_a_slow_one_is_not(sless_up: SlessProcess) -> None
         slow.close()
 
 
+def test_a_head_whose_body_never_starts_is_cut(sless_up: SlessProcess) -> None:
+    """The body deadline runs from the end of the head, even when not a byte of the body ever comes."""
+    tenant = Tenant(sless_up.url, "no-body")
+    tenant.api("POST", "/ensure", expect=(200, 201))
+    silent = _post_head(tenant, 100)
+    try:
+        still_open, _ = wait_closed([silent], HEADER_TIMEOUT + 3)
+        assert not still_open, "a head announcing a body that never came kept its connection"
+    finally:
+        silent.close()
+
+
 def test_idle_keep_alive_connections_are_evicted_before_new_clients_are_refused(sless_up: SlessProcess) -> None:
     """Cap full of idle keep-alive connections: a new client still gets in."""
     sessions = []

@@ -138,6 +138,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._waiting: _Waiting = waiting
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
+        self._awaiting_body = False
         self._head_bytes = 0
         self._head_started = False
         self._rejected = False
@@ -166,6 +167,10 @@ class GuardedProtocol(HttpToolsProtocol):
         super().data_received(data)
         if self._rejected and not self.transport.is_closing():
             self._reject(431, f"the request line and headers exceed {self.limits.max_header_bytes} bytes")
+        elif self._awaiting_body and self._body_timer is None:
+            # A head complete, its body not: from now on the body must keep coming. Armed here rather than
+            # with the head, since most requests (no body) complete in the same data_received: no timer at all.
+            self._arm_body_timer()
 
     def on_message_begin(self) -> None:
         self._head_bytes = 0
@@ -194,7 +199,7 @@ class GuardedProtocol(HttpToolsProtocol):
             cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
             extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
             extensions[ABORT_EXTENSION] = functools.partial(_abort, cycle)
-        self._arm_body_timer()  # on_message_complete follows at once for a request without a body
+        self._awaiting_body = True  # on_message_complete follows at once for a request without a body
 
     def on_body(self, body: bytes) -> None:
         if not self._rejected:
@@ -202,6 +207,7 @@ class GuardedProtocol(HttpToolsProtocol):
             super().on_body(body)
 
     def on_message_complete(self) -> None:
+        self._awaiting_body = False
         self._stop_body_timer()
         if not self._rejected:
             super().on_message_complete()
