@@ -7,12 +7,12 @@ trigger, a secret); trigger changes are announced to the listeners (cron, the ev
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sless_api.changes import ChangeListeners
 from sless_api.config import ApiConfig
@@ -24,7 +24,7 @@ from sless_api.standalone.failures import caller_reason
 from sless_api.standalone.sandbox import Limits, Sandbox
 from sless_api.standalone.spares import SpareTemplate
 from sless_api.standalone.state import StateStore, artifact_from_dict
-from sless_api.standalone.supervisor import LimitExceeded, NotDeployed, ProcessSpec, StartFailed, Supervisor
+from sless_api.standalone.supervisor import Lease, LimitExceeded, NotDeployed, ProcessSpec, StartFailed, Supervisor
 from sless_api.versions import Version, function_config, number_of
 from sless_core.models import FunctionSpec, Phase, TriggerType
 
@@ -203,15 +203,39 @@ class StandaloneRouter:
             await self.supervisor.deploy(key, await self.process_spec(rec, artifact_from_dict(artifact)))
         return Route(namespace, name, float(rec.spec.timeout_sec), "public")
 
-    @contextlib.asynccontextmanager
-    async def upstream(self, route: Route) -> AsyncIterator[str]:
+    def upstream(self, route: Route) -> _Upstream:
+        return _Upstream(self.supervisor.lease(route.target or process_key(route.namespace, route.function)), route)
+
+
+class _Upstream:
+    """``StandaloneRouter.upstream``: the process's lease, its failures as the platform's errors. A class rather
+    than a generator-based context manager, since every proxied call enters it."""
+
+    __slots__ = ("lease", "route")
+
+    def __init__(self, lease: Lease, route: Route) -> None:
+        self.lease = lease
+        self.route = route
+
+    async def __aenter__(self) -> str:
         try:
-            async with self.supervisor.lease(route.target or process_key(route.namespace, route.function)) as base_url:
-                yield base_url
-        except NotDeployed as exc:
-            raise NotFound(f"function {route.function!r} is not deployed") from exc
-        except StartFailed as exc:
+            return await self.lease.__aenter__()
+        except (NotDeployed, StartFailed, LimitExceeded) as exc:
+            raise self._platform_error(exc) from exc
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        try:
+            await self.lease.__aexit__(kind, exc, tb)
+        except (NotDeployed, StartFailed, LimitExceeded) as error:
+            raise self._platform_error(error) from error
+        if isinstance(exc, NotDeployed | StartFailed | LimitExceeded):  # from the call itself, as before
+            raise self._platform_error(exc) from exc
+
+    def _platform_error(self, exc: Exception) -> Exception:
+        route = self.route
+        if isinstance(exc, NotDeployed):
+            return NotFound(f"function {route.function!r} is not deployed")
+        if isinstance(exc, StartFailed):
             log.warning("function %s/%s failed to start: %s", route.namespace, route.function, exc)
-            raise Unavailable(f"function {route.function!r} failed to start: {caller_reason(str(exc))}") from exc
-        except LimitExceeded as exc:
-            raise Unavailable(f"function {route.function!r} was {str(exc).split(': ', 1)[-1]}") from exc
+            return Unavailable(f"function {route.function!r} failed to start: {caller_reason(str(exc))}")
+        return Unavailable(f"function {route.function!r} was {str(exc).split(': ', 1)[-1]}")
