@@ -227,18 +227,7 @@ class PostgresServer:
     def server_pids(self) -> list[int]:
         """The postmaster and every process it forked (backends, checkpointer, walwriter...)."""
         master = self.postmaster_pid()
-        pids = [master]
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[1]) == master:
-                pids.append(int(entry.name))
-        return pids
+        return [master, *sorted(children_of(master))]
 
     def _signal_all(self, sig: signal.Signals, pids: list[int]) -> None:
         for pid in pids:
@@ -451,3 +440,18 @@ def s3_endpoint() -> Iterator[S3Endpoint]:
         yield endpoint
     finally:
         cm.__exit__(None, None, None)
+
+
+def children_of(parent: int) -> set[int]:
+    """Live or unreaped children of process ``parent``, from /proc."""
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2 :].split()[1]) == parent:
+            found.add(int(entry.name))
+    return found

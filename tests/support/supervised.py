@@ -13,25 +13,14 @@ from typing import Any, TypeVar
 import aiohttp
 
 from sless_api.standalone.supervisor import Supervisor
+from tests.support.services import children_of
 
 T = TypeVar("T")
 
 
 def child_pids() -> set[int]:
-    """Live or unreaped children of this test process, from /proc."""
-    me = os.getpid()
-    found: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[1]) == me:
-            found.add(int(entry.name))
-    return found
+    """Live or unreaped children of this test process."""
+    return children_of(os.getpid())
 
 
 def run_scenario(
