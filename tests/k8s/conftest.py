@@ -51,8 +51,7 @@ def operator_command() -> list[str]:
 def sless_crds(k8s_testbed: Testbed) -> Testbed:
     """The CRDs of charts/sless/crds, applied and Established."""
     k8s_testbed.kubectl("apply", "-f", str(CRDS))
-    k8s_testbed.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                        *[f"crd/{kind}" for kind in SLESS_KINDS], timeout=90)  # fmt: skip
+    k8s_testbed.wait_established(*SLESS_KINDS)
     return k8s_testbed
 
 

@@ -184,8 +184,7 @@ class KubeApi:
 
 def apply_crds(bed: Testbed) -> None:
     bed.kubectl("apply", "-f", str(CRDS))
-    names = [f"crd/{p}.{crd.GROUP}" for p in (crd.FUNCTION_PLURAL, crd.TRIGGER_PLURAL, crd.JOB_PLURAL)]
-    bed.kubectl("wait", "--for=condition=established", "--timeout=60s", *names)
+    bed.wait_established(*[f"{p}.{crd.GROUP}" for p in (crd.FUNCTION_PLURAL, crd.TRIGGER_PLURAL, crd.JOB_PLURAL)])
 
 
 def start_api(bed: Testbed, s3: S3Endpoint, work: Path, extra_env: dict[str, str] | None = None,

@@ -123,8 +123,7 @@ def build_logs(real_node: RealNode, build_ns: str) -> str:
 def apply_crds(real_node: RealNode) -> None:
     bed = real_node.bed
     bed.kubectl("apply", "-f", str(CRDS))
-    bed.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{k}" for k in SLESS_KINDS],
-                timeout=90)  # fmt: skip
+    bed.wait_established(*SLESS_KINDS)
 
 
 def test_operator_builds_and_serves_a_hello_function(real_node: RealNode, s3_on_bridge: str, tmp_path: Path) -> None:

@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from tests.testbed.bedlib.kubectl import established
+
 TESTBED = Path(__file__).resolve().parent.parent / "testbed" / "testbed"
 NOT_BUILT = 3  # exit code of `testbed build --check` when the binaries are not in the cache
 FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"  # kwok's chaos stage: Running pod -> Failed
@@ -107,6 +109,12 @@ class Testbed:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{what} not reached within {timeout:.0f}s")
             time.sleep(interval)
+
+    def wait_established(self, *crds: str, timeout: float = 90) -> None:
+        """Until every named CRD (``functions.sless.dev``, no ``crd/`` prefix) is Established (polled: see
+        ``bedlib.kubectl.established`` for why not ``kubectl wait``)."""
+        self.wait(f"CRDs {', '.join(crds)} Established",
+                  lambda: all(established(self.get("crd", name)) for name in crds), timeout=timeout)
 
     @contextmanager
     def namespace(self, prefix: str = "t") -> Iterator[str]:

@@ -28,7 +28,7 @@ from typing import Any
 
 from . import kwokconf, ports, procs, realnode
 from .build import build, k8s_version
-from .kubectl import Kubectl, wait_for
+from .kubectl import Kubectl, established, wait_for
 from .pki import Pki, make_pki, write_kubeconfig
 
 NODE = "kwok-node-0"
@@ -345,8 +345,9 @@ def _start_kwok(opts: UpOptions, state: Path, bin_dir: Path, kubectl: Kubectl, a
     died = lambda: _died(state, started)  # noqa: E731
     with timed("kwok CRDs + stages", t):
         kubectl.apply(kwokconf.crds_manifest(bin_dir))
-        kubectl.check("wait", "--for=condition=Established", "--timeout=60s",
-                      "crd/stages.kwok.x-k8s.io", "crd/logs.kwok.x-k8s.io", timeout=90)  # fmt: skip
+        wait_for("kwok CRDs Established",
+                 lambda: all(established(kubectl.get_json("crd", name))
+                             for name in ("stages.kwok.x-k8s.io", "logs.kwok.x-k8s.io")), 90, abort=died)  # fmt: skip
         kubectl.apply(kwokconf.stages_manifest(bin_dir))
     with timed("node Ready", t):
         started.append(procs.start("kwok", argv, state))

@@ -80,3 +80,15 @@ def wait_for(
             detail = f" (last error: {last_error})" if last_error else ""
             raise TimeoutError(f"{what} not reached within {timeout:.0f}s{detail}")
         time.sleep(interval)
+
+
+def established(crd: Any) -> bool:
+    """Whether a CRD (``kubectl get crd NAME -o json``, None when absent) is Established.
+
+    Polled rather than ``kubectl wait --for=condition=Established``: right after the apply a CRD can have no
+    ``status.conditions`` yet, and kubectl wait then fails at once ("accessor error: <nil>") instead of waiting.
+    """
+    if not crd:
+        return False
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
