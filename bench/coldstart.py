@@ -194,24 +194,10 @@ def bench_supervisor(table: Table, workdir: Path, rounds: int) -> None:
               median(ms[POLLED]), POLLED)
 
 
-def cold_start(tenant: Any, name: str) -> float:
-    """Seconds of the first call after the function's process was stopped (trigger off and on, a pause)."""
-    import requests
-
-    tenant.api("PATCH", f"/triggers/{name}", json={"enabled": False}, expect=200)
-    tenant.api("PATCH", f"/triggers/{name}", json={"enabled": True}, expect=200)
-    time.sleep(SETTLE_SEC)
-    started = time.perf_counter()
-    resp = requests.get(tenant.fn_url(name), timeout=30)
-    elapsed = time.perf_counter() - started
-    if resp.status_code != 200:
-        raise SystemExit(f"{name}: cold call failed: {resp.status_code} {resp.text[:300]}")
-    return elapsed
-
-
 def bench_platform(table: Table, workdir: Path, rounds: int) -> None:
     import requests
 
+    from bench.sandbox import cold_start
     from tests.support.platform import SlessProcess, Tenant, start_sless
 
     blocked = runtime_copy(workdir / "blocked-runtimes" / "python3.11", cacheable=False).parent
@@ -231,7 +217,7 @@ def bench_platform(table: Table, workdir: Path, rounds: int) -> None:
         for r in range(rounds):
             log(f"sless up cold starts, round {r + 1}/{rounds}")
             for name, tenant in tenants.items():
-                cold[name].append(cold_start(tenant, "py") * 1000)
+                cold[name].append(cold_start(tenant, "py", SETTLE_SEC) * 1000)
         table.add(f"sless up: first call after scale to zero, p50 ({rounds})", median(cold[SPARE]), "ms",
                   median(cold[NO_SPARE]), NO_SPARE, "<= 50 ms", median(cold[SPARE]) <= 50)
         table.add(f"sless up: first call after scale to zero, p90 ({rounds})", percentile(cold[SPARE], 90), "ms",

@@ -37,10 +37,12 @@ FUNCTIONS: dict[str, dict[str, str | bytes]] = {
 NAMES = {"python3.11": "py", "nodejs20": "node", "go1.23": "go"}
 
 
-def cold_start(tenant: Tenant, name: str) -> float:
-    """Seconds of the first call after the process was stopped (trigger off and on again)."""
+def cold_start(tenant: Tenant, name: str, settle_sec: float = 0.0) -> float:
+    """Seconds of the first call after the process was stopped (trigger off and on again, then ``settle_sec``
+    for the platform's background work, such as a replacement warm spare, to finish first)."""
     tenant.api("PATCH", f"/triggers/{name}", json={"enabled": False}, expect=200)
     tenant.api("PATCH", f"/triggers/{name}", json={"enabled": True}, expect=200)
+    time.sleep(settle_sec)
     started = time.perf_counter()
     resp = requests.get(tenant.fn_url(name), timeout=30)
     elapsed = time.perf_counter() - started
