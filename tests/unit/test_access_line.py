@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sless_api.accesslog import AccessLog, access
+from sless_api.accesslog import access, log_access
 from sless_api.logsetup import LogSettings, configure_logging, current_request_id, json_stream_handler
 
 
@@ -35,14 +35,18 @@ def configure(out: io.StringIO, **settings: str) -> None:
     handler.setStream(out)
 
 
-def logged_line(out: io.StringIO, client: str | None = "10.0.0.7") -> dict[str, Any]:
+PATH = "/fn/sless-0123456789abcdef/hello/ünï"
+# A decoded path may hold anything a client percent-escaped: quotes, backslashes, line breaks, control characters.
+HOSTILE_PATH = '/fn/sless-0123456789abcdef/hello/a"b\\c\nd\re\x00f\x1fg\u2028h"}'
+
+
+def logged_line(out: io.StringIO, client: str | None = "10.0.0.7", path: str = PATH) -> dict[str, Any]:
     token = current_request_id.set("0123456789abcdef0123456789abcdef")
     try:
-        AccessLog._log("POST", "/fn/sless-0123456789abcdef/hello/ünï", 201, 42, time.monotonic(), client,
-                       "0123456789abcdef0123456789abcdef")
+        log_access("POST", path, 201, 42, time.monotonic(), client, "0123456789abcdef0123456789abcdef")
     finally:
         current_request_id.reset(token)
-    lines = out.getvalue().splitlines()
+    lines = out.getvalue().split("\n")[:-1]  # not splitlines: U+2028 in a path is no line break of the log
     out.seek(0)
     out.truncate()
     assert len(lines) == 1
@@ -57,19 +61,20 @@ class Veto(logging.Filter):
         return True
 
 
-@pytest.mark.parametrize("client", ["10.0.0.7", None])
-def test_the_direct_line_is_the_logging_chains_line(stderr_log: io.StringIO, client: str | None) -> None:
+@pytest.mark.parametrize(("client", "path"), [("10.0.0.7", PATH), (None, PATH), ("10.0.0.7", HOSTILE_PATH)])
+def test_the_direct_line_is_the_logging_chains_line(stderr_log: io.StringIO, client: str | None, path: str) -> None:
     configure(stderr_log, format="json")
     assert json_stream_handler(access) is not None
-    direct = logged_line(stderr_log, client)
+    direct = logged_line(stderr_log, client, path)
     access.addFilter(Veto())
     assert json_stream_handler(access) is None
-    chained = logged_line(stderr_log, client)
+    chained = logged_line(stderr_log, client, path)
     assert list(direct) == list(chained)  # the same fields in the same order
+    assert isinstance(direct["duration_ms"], float) and isinstance(direct["ts"], str)
     for line in (direct, chained):
         line.pop("ts"), line.pop("duration_ms")
     assert direct == chained
-    assert direct["msg"] == "POST /fn/sless-0123456789abcdef/hello/ünï 201" and ("client" in direct) == bool(client)
+    assert direct["msg"] == f"POST {path} 201" and direct["path"] == path and ("client" in direct) == bool(client)
 
 
 def test_the_timestamp_has_the_formatters_shape(stderr_log: io.StringIO) -> None:
@@ -107,7 +112,7 @@ def test_lines_of_one_loop_turn_leave_together_at_its_end(stderr_log: io.StringI
 
     async def main() -> tuple[str, str]:
         for status in (200, 201, 202):
-            AccessLog._log("GET", "/fn/sless-0123456789abcdef/hello", status, 2, time.monotonic(), None, "r" * 32)
+            log_access("GET", "/fn/sless-0123456789abcdef/hello", status, 2, time.monotonic(), None, "r" * 32)
         during = counting.getvalue()
         await asyncio.sleep(0)  # the turn ends
         return during, counting.getvalue()

@@ -171,17 +171,18 @@ class SlessApp:
         self.logged = AccessLog(self._dispatch)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
+        kind = scope["type"]
+        if kind == "http" and is_invoke_path(raw_path(scope)):
+            await self.proxy(scope, receive, send)  # request id and access line are the proxy's own
+        elif kind == "lifespan":
             await self._lifespan(receive, send)
-            return
-        await self.logged(scope, receive, send)
+        else:
+            await self.logged(scope, receive, send)
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         path = raw_path(scope)
-        if kind == "http" and is_invoke_path(path):
-            await self.proxy(scope, receive, send)
-        elif kind == "websocket" and is_invoke_path(path):
+        if kind == "websocket" and is_invoke_path(path):
             await self.ws_proxy(scope, receive, send)
         elif not is_canonical(path):
             await refuse_path(scope, receive, send)

@@ -57,10 +57,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str, ensure_ascii=False)
 
 
+def json_ts(created: float) -> str:
+    """The ``ts`` of a JSON line: UTC to the millisecond."""
+    return _second(int(created)) + f".{int((created - int(created)) * 1000):03d}Z"
+
+
 def json_head(created: float, level: str, logger: str, msg: str, pid: int | None) -> dict[str, Any]:
     """The fields every JSON line starts with, in this order."""
     return {
-        "ts": _second(int(created)) + f".{int((created - int(created)) * 1000):03d}Z",
+        "ts": json_ts(created),
         "level": level,
         "logger": logger,
         "msg": msg,

@@ -25,14 +25,17 @@ from typing import Any, Protocol
 import aiohttp
 
 from sless_api import calltiming, metrics
+from sless_api.accesslog import log_access
 from sless_api.admission import Admission, Throttled
 from sless_api.asynccalls.callback import CallbackRefused
 from sless_api.auth import AuthError, TokenVerifier, bearer_token
 from sless_api.calltiming import CallTiming
 from sless_api.invocations import Invocation, InvocationLog
+from sless_api.logsetup import current_request_id
 from sless_api.pathguard import raw_path, reaches_runtime_internals, split_invoke
 from sless_api.platform import PlatformError, Route, Router
-from sless_api.requestid import HEADER, new_request_id, scope_request_id
+from sless_api.replies import Reply, UnsafeHeader, reply_for
+from sless_api.requestid import HEADER, SCOPE_KEY, accept_or_new, new_request_id
 from sless_api.slowclients import ABORT_EXTENSION
 from sless_api.upstream import (
     UpstreamBroken,
@@ -300,8 +303,10 @@ CALLBACK_HEADER = "x-sless-callback-url"
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-sless-sub", CALLBACK_HEADER})
 FORWARDED = ("x-forwarded-for", "x-forwarded-proto", "x-forwarded-host")
 _NOT_UPSTREAM = HOP_BY_HOP | CREDENTIAL_HEADERS | {HEADER}
-# What a caller never gets of a function's response head (raw bytes, lower case); Content-Length is set again.
-_NOT_TO_CALLER = frozenset(h.encode() for h in HOP_BY_HOP | SERVER_OWNED | {calltiming.HANDLER_MS_HEADER})
+# What a caller never gets of a function's response head (raw bytes, lower case); Content-Length is set again, and
+# X-Request-Id is the platform's (the one the call was given).
+_NOT_TO_CALLER = frozenset(h.encode() for h in HOP_BY_HOP | SERVER_OWNED | {calltiming.HANDLER_MS_HEADER, HEADER})
+_REQUEST_ID = HEADER.encode()
 
 
 def caller_head(raw: Iterable[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
@@ -325,23 +330,27 @@ def upstream_headers(headers: list[tuple[str, str]], client: str | None, scheme:
     """What the function sees: end-to-end headers without credentials, ``X-Forwarded-*`` with the platform's
     values appended to whatever the client claimed, ``X-Sless-Sub`` only when the platform verified it, and
     the call's ``X-Request-Id`` (the one the platform accepted or made, never a second one)."""
-    named = connection_named(headers)
+    named = connection_named(headers) if any(k.lower() == "connection" for k, _ in headers) else ()
     kept: list[tuple[str, str]] = []
-    claimed: dict[str, list[str]] = {}
+    claimed: dict[str, list[str]] | None = None
     for k, v in headers:
         low = k.lower()
         if low in _NOT_UPSTREAM or low in named:
             continue
         if low in FORWARDED:
+            if claimed is None:
+                claimed = {}
             claimed.setdefault(low, []).append(v)
         else:
             kept.append((k, v))
-    for name, own in zip(FORWARDED, (client, scheme, host), strict=True):
-        values = claimed.get(name, [])
+    for name, title, own in (("x-forwarded-for", "X-Forwarded-For", client),
+                             ("x-forwarded-proto", "X-Forwarded-Proto", scheme),
+                             ("x-forwarded-host", "X-Forwarded-Host", host)):
+        values = claimed.get(name, []) if claimed is not None else []
         if own:
             values.append(own)
         if values:
-            kept.append((name.title(), ", ".join(values)))
+            kept.append((title, ", ".join(values)))
     if sub is not None:
         kept.append(("X-Sless-Sub", sub))
     kept.append(("X-Request-Id", request_id))
@@ -362,17 +371,34 @@ class ProxyApp:
         self.csp = [(b"content-security-policy", function_csp.encode("latin-1"))] if function_csp else []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One call; its access line, request count and request id are this handler's own (``/fn`` does not go
+        through ``accesslog.AccessLog``: its wrapping of every message was a measurable share of a call)."""
         started = time.monotonic()
         method: str = scope["method"]
+        reply = reply_for(send, method, scope.get("extensions", {}).get(ABORT_EXTENSION))
+        request_id = accept_or_new(v.decode("latin-1") for k, v in scope["headers"] if k == _REQUEST_ID)
+        scope[SCOPE_KEY] = request_id
+        token = current_request_id.set(request_id)
+        try:
+            await self._serve(scope, receive, reply, started, request_id)
+        finally:
+            metrics.count_request("fn", reply.status)
+            client = scope.get("client")
+            log_access(method, scope.get("path", ""), reply.status, reply.sent, started,
+                       client[0] if client else None, request_id)
+            current_request_id.reset(token)
+
+    async def _serve(self, scope: Scope, receive: Receive, reply: Reply, started: float, request_id: str) -> None:
+        method: str = scope["method"]
+        answer_id = (_REQUEST_ID, request_id.encode())
         target = split_invoke(raw_path(scope))
         if target is None or reaches_runtime_internals(target.tail):
-            await self._send(send, error_body(404, "use /fn/{namespace}/{function}[/path]"))
+            await self._answer(reply, error_body(404, "use /fn/{namespace}/{function}[/path]"), answer_id)
             return
         ns, name, sub = target.namespace, target.function, target.tail
         query = scope.get("query_string", b"").decode("latin-1")
         path_qs = sub + ("?" + query if query else "")
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
-        request_id = scope_request_id(scope)
         req_bytes, status, error, resp_bytes = 0, 500, None, 0
         timing: CallTiming | None = None
         version: int | None = None
@@ -384,32 +410,30 @@ class ProxyApp:
             req_bytes = len(body)
             timing = CallTiming(ready=time.monotonic())
             forwarded = upstream_headers(headers, (scope.get("client") or [None])[0], scope.get("scheme", "http"),
-                                         next((v for k, v in headers if k.lower() == "host"), None), caller,
-                                         request_id)
-            callback = next((v for k, v in headers if k.lower() == CALLBACK_HEADER), None)
+                                         next((v for k, v in headers if k == "host"), None), caller, request_id)
+            callback = next((v for k, v in headers if k == CALLBACK_HEADER), None)
             if self.queue is not None and wants_async(headers):
-                await self._send(send, await self._accept(ns, name, method, path_qs, forwarded, body, request_id,
-                                                          headers, callback))
+                await self._answer(reply, await self._accept(ns, name, method, path_qs, forwarded, body, request_id,
+                                                             headers, callback), answer_id)
                 return  # recorded when it runs
             if callback is not None:
                 raise _Reply(error_body(400, "X-Sless-Callback-Url needs an asynchronous call "
                                              "(Prefer: respond-async or X-Sless-Async: 1)"))
             async with self.admission.admit(ns, name, route.max_concurrency):
-                abort = scope.get("extensions", {}).get(ABORT_EXTENSION)
-                status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, send,
-                                                                receive, timing, abort)
-        except _Reply as reply:
-            status, error = reply.result.status, reply.result.error
-            await self._send(send, reply.result)
+                status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, reply,
+                                                                receive, timing, answer_id)
+        except _Reply as refused:
+            status, error = refused.result.status, refused.result.error
+            await self._answer(reply, refused.result, answer_id)
         except PlatformError as exc:
             status, error = exc.status, exc.message
-            await self._send(send, error_body(exc.status, exc.message))
+            await self._answer(reply, error_body(exc.status, exc.message), answer_id)
         except Throttled as exc:
             status, error = 429, exc.message
             metrics.THROTTLED.labels(ns, name).inc()
-            refused = error_body(429, exc.message)
-            refused.headers.append(("retry-after", str(exc.retry_after)))
-            await self._send(send, refused)
+            throttled = error_body(429, exc.message)
+            throttled.headers.append(("retry-after", str(exc.retry_after)))
+            await self._answer(reply, throttled, answer_id)
         if status != 404 or error is None:
             self.invoker.record(ns, name, method, sub, status, started, req_bytes, resp_bytes, "http", error,
                                 request_id, timing, version)
@@ -444,7 +468,7 @@ class ProxyApp:
         return claims.sub
 
     async def _read_body(self, receive: Receive, headers: list[tuple[str, str]]) -> bytes:
-        declared = next((v for k, v in headers if k.lower() == "content-length"), None)
+        declared = next((v for k, v in headers if k == "content-length"), None)
         if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > self.max_body:
             raise _Reply(error_body(413, f"request body exceeds {self.max_body} bytes"))
         chunks, size = [], 0
@@ -461,51 +485,40 @@ class ProxyApp:
                 return b"".join(chunks)
 
     async def _forward(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
-                       body: bytes, send: Send, receive: Receive, timing: CallTiming,
-                       abort: Callable[[], None] | None = None) -> tuple[int, int, str | None]:
-        started, sent, streamed, progress = False, 0, False, _Progress()
+                       body: bytes, reply: Reply, receive: Receive, timing: CallTiming,
+                       answer_id: tuple[bytes, bytes]) -> tuple[int, int, str | None]:
         try:
             async with self.invoker.request(route, method, path_qs, headers, body, timing) as resp:
                 out, length = caller_head(resp.raw_headers)
                 out.extend(self.csp)
+                out.append(answer_id)
                 if length is not None:
                     out.append((b"content-length", length))
                 elif method != "HEAD" and resp.status not in (204, 304):
-                    streamed = True
-                    await send({"type": "http.response.start", "status": resp.status, "headers": out})
-                    started = True
-                    return await self._relay(resp, send, receive, progress)
+                    await reply.start(resp.status, out, more=True)
+                    return await self._relay(resp, reply, receive)
+                # A whole small answer, head and body, leaves in one write: read on until its end or a second part.
                 chunk = await resp.readany() if method != "HEAD" else b""
-                await send({"type": "http.response.start", "status": resp.status, "headers": out})
-                started = True
-                while chunk:
-                    following = await resp.readany()
-                    await send({"type": "http.response.body", "body": chunk, "more_body": bool(following)})
-                    sent += len(chunk)
-                    chunk = following
-                if sent == 0:
-                    await send({"type": "http.response.body", "body": b""})
-                return resp.status, sent, None if resp.status < 500 else f"function answered {resp.status}"
+                following = await resp.readany() if chunk else b""
+                await reply.start(resp.status, out, chunk, more=bool(following))
+                while following:
+                    chunk, following = following, await resp.readany()
+                    await reply.more(chunk, bool(following))
+                return resp.status, reply.sent, None if resp.status < 500 else f"function answered {resp.status}"
+        except UnsafeHeader as exc:
+            raise _Reply(error_body(502, f"function's answer refused: {exc}")) from None
         except UpstreamError as exc:
-            if not started:
+            if not reply.status:
                 raise _Reply(error_body(exc.status, exc.message)) from None
-            if streamed:
-                # no final chunk: the client's connection closes under the response (where the server offers
-                # no way to say so, returning with it incomplete does the same), so the client sees a cut
-                # stream, never a clean end
-                if abort is not None:
-                    abort()
-                return exc.status, progress.sent, exc.message
-            # the status line is gone already: end the body early; the client sees a short response
-            await send({"type": "http.response.body", "body": b""})
-            return exc.status, sent, exc.message
+            # The status line is gone already: the connection closes under the answer, so the client sees it cut
+            # (a short body, or a stream without its final chunk), never a clean end.
+            reply.abort()
+            return exc.status, reply.sent, exc.message
 
     @staticmethod
-    async def _relay(resp: Answer, send: Send, receive: Receive,
-                     progress: _Progress) -> tuple[int, int, str | None]:
+    async def _relay(resp: Answer, reply: Reply, receive: Receive) -> tuple[int, int, str | None]:
         """Pass a streamed body on chunk by chunk as it arrives, until it ends or the client leaves (then the
         upstream connection is closed, which ends the function's stream)."""
-        sent = 0
         gone = asyncio.ensure_future(client_gone(receive))
         try:
             while True:
@@ -514,23 +527,21 @@ class ProxyApp:
                 if not read.done():
                     read.cancel()
                     resp.close()
-                    return resp.status, sent, f"client disconnected after {sent} bytes of the stream"
+                    return resp.status, reply.sent, f"client disconnected after {reply.sent} bytes of the stream"
                 chunk = read.result()  # a broken or idle stream raises here (UpstreamError once out of request())
                 if not chunk:
-                    await send({"type": "http.response.body", "body": b""})
-                    return resp.status, sent, None if resp.status < 500 else f"function answered {resp.status}"
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                sent += len(chunk)
-                progress.sent = sent
+                    await reply.more(b"", False)
+                    return resp.status, reply.sent, None if resp.status < 500 else f"function answered {resp.status}"
+                await reply.more(chunk, True)
         finally:
             gone.cancel()
 
     @staticmethod
-    async def _send(send: Send, result: InvokeResult) -> None:
-        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in result.headers]
+    async def _answer(reply: Reply, result: InvokeResult, answer_id: tuple[bytes, bytes]) -> None:
+        headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in result.headers]
         headers.append((b"content-length", str(len(result.body)).encode()))
-        await send({"type": "http.response.start", "status": result.status, "headers": headers})
-        await send({"type": "http.response.body", "body": result.body})
+        headers.append(answer_id)
+        await reply.start(result.status, headers, result.body)
 
 
 class AsyncQueue(Protocol):
@@ -549,13 +560,6 @@ def wants_async(headers: list[tuple[str, str]]) -> bool:
         if name == "x-sless-async" and value.strip() in ("1", "true"):
             return True
     return False
-
-
-@dataclass
-class _Progress:
-    """How much of a streamed body reached the client (recorded even when the stream breaks)."""
-
-    sent: int = 0
 
 
 class _Reply(Exception):

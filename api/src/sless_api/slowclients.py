@@ -27,8 +27,9 @@ and under each ``sless-api`` (gunicorn) worker.
 
 The same protocol also sends a response's head and the first part of its body in one write: uvicorn
 writes the head on ``http.response.start`` and the body on ``http.response.body``, two system calls and
-two wake-ups of the client for every small answer (the invoke proxy's common case). The head is held
-until the body's first write, the connection's close or the event loop's next turn, whichever is first.
+two wake-ups of the client for every small answer. The head is held until the body's first write, the
+connection's close or the event loop's next turn, whichever is first. (Not on ``/fn``: the invoke proxy joins
+head and body itself, ``replies.CycleReply``.)
 """
 
 from __future__ import annotations
@@ -195,7 +196,8 @@ class GuardedProtocol(HttpToolsProtocol):
         self._waiting.discard(self)
         super().on_headers_complete()
         cycle = self.cycle
-        if cycle is not None and cycle.transport is self.transport and cycle.scope is self.scope:
+        if cycle is not None and cycle.transport is self.transport and cycle.scope is self.scope \
+                and not self.url.startswith(b"/fn/"):  # the invoke proxy writes head and body at once itself
             cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
             extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
             extensions[ABORT_EXTENSION] = functools.partial(_abort, cycle)
