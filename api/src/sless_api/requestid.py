@@ -7,8 +7,8 @@ the id is written to logs, headers and the invocation record and must not carry 
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
@@ -19,7 +19,8 @@ SCOPE_KEY = "sless.request_id"
 
 
 def new_request_id() -> str:
-    return uuid.uuid4().hex
+    """32 random hex digits: the look of a uuid4's hex, without building a UUID on every call's path."""
+    return os.urandom(16).hex()
 
 
 def is_request_id(value: str) -> bool:

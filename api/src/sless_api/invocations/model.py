@@ -74,6 +74,8 @@ def _int(value: object, low: int, high: int) -> int:
 
 
 def _float(value: object, low: float, high: float) -> float:
+    if type(value) is float and low <= value <= high:
+        return value  # the common case (NaN and infinities fail the comparison and are caught below)
     if not isinstance(value, int | float | str):
         return 0.0
     try:
