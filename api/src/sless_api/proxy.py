@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
@@ -144,7 +145,7 @@ class Invoker:
             version=version if reached else None))
 
     @contextlib.asynccontextmanager
-    async def request(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
+    async def request(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]] | bytes,
                       body: bytes, timing: CallTiming | None = None) -> AsyncIterator[Answer]:
         """One upstream exchange on a pooled connection; timeouts and connection failures become UpstreamError.
 
@@ -357,6 +358,50 @@ def upstream_headers(headers: list[tuple[str, str]], client: str | None, scheme:
     return kept
 
 
+_NOT_UPSTREAM_RAW = frozenset(name.encode() for name in _NOT_UPSTREAM)
+_FORWARDED_RAW = {name.encode(): (name.title().encode(), index) for index, name in enumerate(FORWARDED)}
+_LINE_BREAKING = re.compile(b"[\r\n\0]")
+
+
+def upstream_lines(headers: list[tuple[bytes, bytes]], client: str | None, scheme: str, sub: str | None,
+                   request_id: str) -> bytes:
+    """``upstream_headers`` of an ASGI head (lower-case names, raw values), as the header lines of the runtime's
+    request, made in one pass without decoding. UpstreamBroken when a value would break its line."""
+    named: frozenset[bytes] | set[bytes] = frozenset()
+    if any(k == b"connection" for k, _ in headers):
+        named = {t.strip().lower() for k, v in headers if k == b"connection" for t in v.split(b",")}
+    parts: list[bytes] = []
+    claimed: list[list[bytes]] | None = None
+    host: bytes | None = None
+    for k, v in headers:
+        if k in _NOT_UPSTREAM_RAW or k in named:
+            if k == b"host" and host is None:
+                host = v
+            continue
+        forwarded = _FORWARDED_RAW.get(k)
+        if forwarded is not None:
+            if claimed is None:
+                claimed = [[], [], []]
+            claimed[forwarded[1]].append(v)
+            continue
+        parts += (k, b": ", v, b"\r\n")
+    own = (client.encode("latin-1") if client else None, scheme.encode("latin-1") if scheme else None, host)
+    for title, index in _FORWARDED_RAW.values():
+        values = claimed[index] if claimed is not None else []
+        mine = own[index]
+        if mine:
+            values.append(mine)
+        if values:
+            parts += (title, b": ", b", ".join(values), b"\r\n")
+    if sub is not None:
+        parts += (b"X-Sless-Sub", b": ", sub.encode("latin-1"), b"\r\n")
+    parts += (b"X-Request-Id", b": ", request_id.encode("latin-1"), b"\r\n")
+    # Lines of four parts each: the values are every fourth (the names came through the server's parser).
+    if _LINE_BREAKING.search(b"".join(parts[2::4])):
+        raise UpstreamBroken("request not sent: a line break or NUL in a header")
+    return b"".join(parts)
+
+
 class ProxyApp:
     """The ASGI handler for ``/fn/...``."""
 
@@ -398,27 +443,37 @@ class ProxyApp:
         ns, name, sub = target.namespace, target.function, target.tail
         query = scope.get("query_string", b"").decode("latin-1")
         path_qs = sub + ("?" + query if query else "")
-        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        raw: list[tuple[bytes, bytes]] = scope["headers"]
+        client = (scope.get("client") or [None])[0]
+        scheme: str = scope.get("scheme", "http")
         req_bytes, status, error, resp_bytes = 0, 500, None, 0
         timing: CallTiming | None = None
         version: int | None = None
         try:
             route = (await self.invoker.platform.route(ns, name)).served()
             version = route.version
-            caller = await self.authorize(route, headers) if route.auth == "token" else None
-            body = await self._read_body(receive, headers)
+            declared, framed, asks = _scan(raw)
+            # Decoded headers only where something reads them by name: a token to check, an async wish, a callback.
+            headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw] \
+                if asks or route.auth == "token" else None
+            caller = await self.authorize(route, headers or []) if route.auth == "token" else None
+            body = await self._read_body(receive, declared) if framed else b""  # neither header: no body (RFC 9112)
             req_bytes = len(body)
             timing = CallTiming(ready=time.monotonic())
-            forwarded = upstream_headers(headers, (scope.get("client") or [None])[0], scope.get("scheme", "http"),
-                                         next((v for k, v in headers if k == "host"), None), caller, request_id)
-            callback = next((v for k, v in headers if k == CALLBACK_HEADER), None)
-            if self.queue is not None and wants_async(headers):
-                await self._answer(reply, await self._accept(ns, name, method, path_qs, forwarded, body, request_id,
-                                                             headers, callback), answer_id)
-                return  # recorded when it runs
-            if callback is not None:
-                raise _Reply(error_body(400, "X-Sless-Callback-Url needs an asynchronous call "
-                                             "(Prefer: respond-async or X-Sless-Async: 1)"))
+            forwarded: list[tuple[str, str]] | bytes
+            if headers is None:
+                forwarded = self._lines(raw, client, scheme, caller, request_id)
+            else:
+                host = next((v for k, v in headers if k == "host"), None)
+                forwarded = upstream_headers(headers, client, scheme, host, caller, request_id)
+                callback = next((v for k, v in headers if k == CALLBACK_HEADER), None)
+                if self.queue is not None and wants_async(headers):
+                    await self._answer(reply, await self._accept(ns, name, method, path_qs, forwarded, body,
+                                                                 request_id, headers, callback), answer_id)
+                    return  # recorded when it runs
+                if callback is not None:
+                    raise _Reply(error_body(400, "X-Sless-Callback-Url needs an asynchronous call "
+                                                 "(Prefer: respond-async or X-Sless-Async: 1)"))
             async with self.admission.admit(ns, name, route.max_concurrency):
                 status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, reply,
                                                                 receive, timing, answer_id)
@@ -467,8 +522,15 @@ class ProxyApp:
             raise _Reply(error_body(403, "this token belongs to another tenant"))
         return claims.sub
 
-    async def _read_body(self, receive: Receive, headers: list[tuple[str, str]]) -> bytes:
-        declared = next((v for k, v in headers if k == "content-length"), None)
+    @staticmethod
+    def _lines(raw: list[tuple[bytes, bytes]], client: str | None, scheme: str, caller: str | None,
+               request_id: str) -> bytes:
+        try:
+            return upstream_lines(raw, client, scheme, caller, request_id)
+        except UpstreamBroken:
+            raise _Reply(error_body(400, "a request header holds a line break or NUL")) from None
+
+    async def _read_body(self, receive: Receive, declared: str | None) -> bytes:
         if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > self.max_body:
             raise _Reply(error_body(413, f"request body exceeds {self.max_body} bytes"))
         chunks, size = [], 0
@@ -484,7 +546,7 @@ class ProxyApp:
             if not message.get("more_body"):
                 return b"".join(chunks)
 
-    async def _forward(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
+    async def _forward(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]] | bytes,
                        body: bytes, reply: Reply, receive: Receive, timing: CallTiming,
                        answer_id: tuple[bytes, bytes]) -> tuple[int, int, str | None]:
         try:
@@ -542,6 +604,27 @@ class ProxyApp:
         headers.append((b"content-length", str(len(result.body)).encode()))
         headers.append(answer_id)
         await reply.start(result.status, headers, result.body)
+
+
+#: Request headers that change how a call is handled; the rest are only passed on.
+_NOTABLE = frozenset({b"content-length", b"transfer-encoding", b"prefer", b"x-sless-async", CALLBACK_HEADER.encode()})
+
+
+def _scan(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bool, bool]:
+    """One look at a request head: its declared Content-Length, whether it has a body at all (a Content-Length or
+    a Transfer-Encoding), and whether it asks for more than a plain call (an async wish, a callback)."""
+    declared, framed, asks = None, False, False
+    for k, v in headers:
+        if k in _NOTABLE:
+            if k == b"content-length":
+                framed = True
+                if declared is None:
+                    declared = v.decode("latin-1")
+            elif k == b"transfer-encoding":
+                framed = True
+            else:
+                asks = True
+    return declared, framed, asks
 
 
 class AsyncQueue(Protocol):

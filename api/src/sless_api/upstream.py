@@ -271,9 +271,19 @@ class UpstreamConnection(asyncio.Protocol):
             self.transport.close()
 
 
-def request_head(method: str, target: str, host: str, headers: Iterable[tuple[str, str]], body: bytes) -> bytes:
+def request_head(method: str, target: str, host: str, headers: Iterable[tuple[str, str]] | bytes,
+                 body: bytes) -> bytes:
     """The request's bytes; a line break or NUL in the method, target or a header is refused (it would smuggle a
-    second request or header into the runtime)."""
+    second request or header into the runtime).
+
+    ``headers`` as bytes: header lines made and checked already (``proxy.upstream_lines``).
+    """
+    if isinstance(headers, bytes):
+        if _UNSAFE.search(method + target + host):
+            raise UpstreamBroken("request not sent: a line break or NUL in its method, path or a header")
+        length = b"Content-Length: %d\r\n" % len(body) if body or method not in BODILESS else b""
+        return b"".join((f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n".encode("latin-1"), headers, length,
+                         b"\r\n", body))
     fields = [method, target, host]
     parts = [method, " ", target, " HTTP/1.1\r\nHost: ", host, "\r\n"]
     for name, value in headers:
