@@ -7,13 +7,14 @@ import asyncio
 import io
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from sless_api.accesslog import access, log_access
+from sless_api.accesslog import access, flush_access_lines, log_access
 from sless_api.logsetup import LogSettings, configure_logging, current_request_id, json_stream_handler
 
 
@@ -120,3 +121,25 @@ def test_lines_of_one_loop_turn_leave_together_at_its_end(stderr_log: io.StringI
     during, after = asyncio.run(main())
     assert during == "" and counting.writes == 1
     assert [json.loads(line)["status"] for line in after.splitlines()] == [200, 201, 202]
+
+
+def test_a_forked_worker_writes_its_own_pid(stderr_log: io.StringIO) -> None:
+    """gunicorn forks its workers after the app's modules were imported: the pid the line carries is the worker's."""
+    configure(stderr_log, format="json")
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: one line to the pipe, then out without running the parent's cleanup
+        try:
+            configure(io.StringIO(), format="json")
+            out = io.StringIO()
+            logging.getLogger().handlers[0].setStream(out)  # type: ignore[attr-defined]
+            log_access("GET", "/fn/sless-0123456789abcdef/hello", 200, 2, time.monotonic(), None, "r" * 32)
+            flush_access_lines()
+            os.write(write_end, out.getvalue().encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        line = json.loads(pipe.read())
+    os.waitpid(child, 0)
+    assert line["pid"] == child != os.getpid()

@@ -32,6 +32,9 @@ access = logging.getLogger("sless.access")
 _DIRECT = ('{"ts": "%s", "level": "info", "logger": "sless.access", "msg": %s, "pid": %d, "method": %s, "path": %s, '
            '"status": %d, "bytes": %d, "duration_ms": %r, %s"request_id": %s}')
 _quoted = encode_basestring  # json's string escaping with ensure_ascii=False (C when available)
+# os.getpid() is a system call each time (glibc keeps no copy); a forked worker learns its own at the fork.
+_pid = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 _HEADER = HEADER.encode()
 
 
@@ -86,7 +89,7 @@ def log_access(method: str, path: str, status: int, sent: int, started: float, c
         # The line JsonFormatter would make of the record below (json.dumps's separators, field order and float
         # repr), written as StreamHandler.emit would; formatted here, since a dict and an encoder per line were most
         # of the line's cost. Every string that is not the platform's own constant goes through JSON's escaping.
-        text = _DIRECT % (json_ts(time.time()), _quoted(f"{method} {path} {status}"), os.getpid(), _quoted(method),
+        text = _DIRECT % (json_ts(time.time()), _quoted(f"{method} {path} {status}"), _pid[0], _quoted(method),
                           _quoted(path), status, sent, duration_ms,
                           "" if client is None else f'"client": {_quoted(client)}, ', _quoted(request_id))
         _turn_lines.add(handler, text + handler.terminator)

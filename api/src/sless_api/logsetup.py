@@ -58,8 +58,17 @@ class JsonFormatter(logging.Formatter):
 
 
 def json_ts(created: float) -> str:
-    """The ``ts`` of a JSON line: UTC to the millisecond."""
-    return _second(int(created)) + f".{int((created - int(created)) * 1000):03d}Z"
+    """The ``ts`` of a JSON line: UTC to the millisecond (lines of the same millisecond share the string)."""
+    global _ts_key, _ts_text
+    whole = int(created)
+    key = (whole, int((created - whole) * 1000))
+    if key != _ts_key:
+        _ts_key, _ts_text = key, _second(whole) + f".{key[1]:03d}Z"
+    return _ts_text
+
+
+_ts_key: tuple[int, int] | None = None
+_ts_text = ""
 
 
 def json_head(created: float, level: str, logger: str, msg: str, pid: int | None) -> dict[str, Any]:
