@@ -26,6 +26,8 @@ def handle(event):
         return {'statusCode': 200, 'headers': {'Content-Type': 'text/plain'}, 'body': parts()}
     if path == '/nothing':
         return {'statusCode': 204, 'body': ''}
+    if path == '/length':
+        return 'body of ' + str(len(event.get('body') or ''))
     return 'answer to ' + path
 """
 
@@ -139,6 +141,15 @@ def test_a_stream_is_chunked_and_ends_with_the_last_chunk(wired: Tenant) -> None
     assert (status, body) == (200, b"one;two;") and headers["content-type"].startswith("text/plain")
     wire.send(wire.request("GET", "/next"))
     assert wire.answer()[2] == b"answer to /next"
+
+
+def test_a_chunked_request_body_reaches_the_function_whole(wired: Tenant) -> None:
+    wire = Wire(wired.fn_url("wire"))
+    head = wire.request("POST", "/length", extra="Content-Type: text/plain\r\nTransfer-Encoding: chunked\r\n")
+    wire.send(head + b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+    assert wire.answer()[2] == b"body of 11"
+    wire.send(wire.request("POST", "/length", extra="Content-Length: 3\r\n") + b"abc")
+    assert wire.answer()[2] == b"body of 3"
 
 
 def test_the_caller_gets_the_platforms_request_id_not_the_functions(wired: Tenant) -> None:
