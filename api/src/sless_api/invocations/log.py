@@ -10,7 +10,6 @@ always add up: ``recorded == written + dropped + queued``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -70,17 +69,20 @@ class InvocationLog:
 
     def record(self, inv: Invocation) -> None:
         """Queue INV for writing; drop it (counted) if the queue is full or the log closed."""
-        with contextlib.suppress(Exception), self._lock:  # never let bookkeeping break an invocation
-            self._recorded += 1
-            # Not an Invocation: dropped here, or it would fail a whole batch later.
-            if self._closing or len(self._buffer) >= self.max_queue or not isinstance(inv, Invocation):
-                self._dropped += 1
-                RECORDS_DROPPED.inc()
-                return
-            self._buffer.append(inv)
-            # Wake the writer only when it waits for exactly this: a first record or a full batch.
-            if self._writer_waiting and (len(self._buffer) == 1 or len(self._buffer) >= self.batch):
-                self._has_work.notify()
+        try:  # never let bookkeeping break an invocation (a try, not contextlib.suppress: this runs per call)
+            with self._lock:
+                self._recorded += 1
+                # Not an Invocation: dropped here, or it would fail a whole batch later.
+                if self._closing or len(self._buffer) >= self.max_queue or not isinstance(inv, Invocation):
+                    self._dropped += 1
+                    RECORDS_DROPPED.inc()
+                    return
+                self._buffer.append(inv)
+                # Wake the writer only when it waits for exactly this: a first record or a full batch.
+                if self._writer_waiting and (len(self._buffer) == 1 or len(self._buffer) >= self.batch):
+                    self._has_work.notify()
+        except Exception:  # noqa: S110
+            pass
 
     # -- reading
 

@@ -14,7 +14,7 @@ _INT32 = 2**31 - 1
 _INT64 = 2**63 - 1
 
 
-@dataclass
+@dataclass(slots=True)  # one is made per call on the invoke proxy's path: slots make that cheaper
 class Invocation:
     """A finished invocation. ``id`` is set by the store when read back (keyset cursor)."""
 
@@ -91,6 +91,9 @@ def sanitized_row(inv: Invocation) -> Row:
     Done by the writer, not by ``record()``, so the caller's hot path stays a queue append;
     done at all so that one odd record cannot make a whole batch fail again and again.
     """
+    row = _plain_row(inv)
+    if row is not None:
+        return row
     return (
         _text(inv.namespace, 253),
         _text(inv.function, 253),
@@ -110,6 +113,33 @@ def sanitized_row(inv: Invocation) -> Row:
         _optional_ms(inv.handler_ms),
         None if inv.version is None else _int(inv.version, 0, _INT32),
     )
+
+
+def _plain_row(inv: Invocation) -> Row | None:
+    """The row as it is when every value is already what its column takes (a proxied call's record, nearly
+    always): one check of it all instead of a function call per field. None: some value needs sanitizing."""
+    namespace, function, method, path, trigger = inv.namespace, inv.function, inv.method, inv.path, inv.trigger
+    error, request_id, status, duration, started = inv.error, inv.request_id, inv.status, inv.duration_ms, \
+        inv.started_at
+    texts = (namespace, function, method, path, trigger, error or "", request_id or "")
+    if not (all(type(t) is str for t in texts) and len(namespace) <= 253 and len(function) <= 253
+            and len(method) <= 16 and len(path) <= MAX_PATH_CHARS and len(trigger) <= 32
+            and (error is None or len(error) <= MAX_ERROR_CHARS) and (request_id is None or len(request_id) <= 128)
+            and "\x00" not in "".join(texts)):
+        return None
+    numbers_plain = (type(status) is int and -_INT32 <= status <= _INT32
+                     and type(duration) is float and 0.0 <= duration <= 1e12
+                     and type(started) is float and 0.0 <= started <= 1e11
+                     and type(inv.request_bytes) is int and 0 <= inv.request_bytes <= _INT64
+                     and type(inv.response_bytes) is int and 0 <= inv.response_bytes <= _INT64
+                     and (inv.cold is None or type(inv.cold) is bool)
+                     and all(v is None or (type(v) is float and 0.0 <= v <= 1e12)
+                             for v in (inv.queue_ms, inv.start_ms, inv.handler_ms))
+                     and (inv.version is None or (type(inv.version) is int and 0 <= inv.version <= _INT32)))
+    if not numbers_plain:
+        return None
+    return (namespace, function, method, path, status, duration, inv.request_bytes, inv.response_bytes, trigger,
+            error, started, request_id, inv.cold, inv.queue_ms, inv.start_ms, inv.handler_ms, inv.version)
 
 
 def _optional_ms(value: object) -> float | None:
