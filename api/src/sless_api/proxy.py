@@ -13,13 +13,12 @@ the upstream connection, which ends the function's stream.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import re
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -144,10 +143,10 @@ class Invoker:
             handler_ms=timing.handler_ms if timing is not None else None,
             version=version if reached else None))
 
-    @contextlib.asynccontextmanager
-    async def request(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]] | bytes,
-                      body: bytes, timing: CallTiming | None = None) -> AsyncIterator[Answer]:
-        """One upstream exchange on a pooled connection; timeouts and connection failures become UpstreamError.
+    def request(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]] | bytes,
+                body: bytes, timing: CallTiming | None = None) -> Exchange:
+        """One upstream exchange on a pooled connection (``async with``, giving the ``Answer``); timeouts and
+        connection failures become UpstreamError.
 
         The answer's head must come within the function's timeout plus the margin; then its body may take
         as long as it keeps coming: the same limit applies to each wait for more of it (a stream's idle
@@ -156,40 +155,7 @@ class Invoker:
         ``timing`` (when given) learns whether a process had to start, how long the call waited in the
         platform, and the handler's time the runtime reported.
         """
-        token = calltiming.CURRENT.set(timing)
-        limit = route.timeout_sec + self.margin
-        began, head = time.monotonic(), False
-        try:
-            async with self.platform.upstream(route) as base_url:
-                if timing is not None:
-                    timing.forwarded = True
-                    timing.queue_sec = max(0.0, time.monotonic() - timing.ready - timing.start_sec)
-                host, port, host_header = upstream_address(base_url)
-                request = request_head(method, path_qs, host_header, headers, body)
-                connection, resp = await self._open(host, port, method, request, limit)
-                try:
-                    head = True
-                    if timing is not None:
-                        timing.handler_ms = calltiming.handler_ms(resp.header(HANDLER_MS_RAW))
-                    yield Answer(resp, limit, began + self.stream_max)
-                finally:
-                    self.pool.release(host, port, connection)
-        except TimeoutError:
-            metrics.UPSTREAM_ERRORS.labels("timeout").inc()
-            if not head:
-                message = f"function did not answer within {route.timeout_sec:g}s"
-            elif time.monotonic() - began >= self.stream_max:
-                message = f"function's response cut after {self.stream_max:g}s (the longest a response may last)"
-            else:
-                message = f"function's response idle for more than {route.timeout_sec:g}s"
-            raise UpstreamError(504, message) from None
-        except UpstreamBroken as exc:
-            metrics.UPSTREAM_ERRORS.labels("unreachable").inc()
-            if head:
-                raise UpstreamError(502, f"function's response broke off: {exc}") from None
-            raise UpstreamError(502, f"function unreachable: {exc}") from None
-        finally:
-            calltiming.CURRENT.reset(token)
+        return Exchange(self, route, method, path_qs, headers, body, timing)
 
     async def _open(self, host: str, port: int, method: str, request: bytes,
                     limit: float) -> tuple[UpstreamConnection, UpstreamResponse]:  # fmt: skip
@@ -286,6 +252,86 @@ async def client_gone(receive: Receive) -> None:
     """Return once the client has disconnected (its request body was read already)."""
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+class Exchange:
+    """``Invoker.request``: a class rather than a generator-based context manager, since every proxied call enters
+    one, and an async generator's machinery was several microseconds of it."""
+
+    __slots__ = ("_address", "_began", "_body", "_connection", "_headers", "_invoker", "_method", "_path_qs",
+                 "_route", "_timing", "_token", "_upstream")
+
+    def __init__(self, invoker: Invoker, route: Route, method: str, path_qs: str,
+                 headers: list[tuple[str, str]] | bytes, body: bytes, timing: CallTiming | None) -> None:
+        self._invoker, self._route, self._method, self._path_qs = invoker, route, method, path_qs
+        self._headers, self._body, self._timing = headers, body, timing
+        self._connection: UpstreamConnection | None = None  # set once the answer's head came
+        self._address: tuple[str, int] = ("", 0)
+
+    async def __aenter__(self) -> Answer:
+        invoker, route, timing = self._invoker, self._route, self._timing
+        self._token = calltiming.CURRENT.set(timing)
+        limit = route.timeout_sec + invoker.margin
+        self._began = time.monotonic()
+        upstream = self._upstream = invoker.platform.upstream(route)
+        try:
+            base_url = await upstream.__aenter__()
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        try:
+            if timing is not None:
+                timing.forwarded = True
+                timing.queue_sec = max(0.0, time.monotonic() - timing.ready - timing.start_sec)
+            host, port, host_header = upstream_address(base_url)
+            request = request_head(self._method, self._path_qs, host_header, self._headers, self._body)
+            connection, resp = await invoker._open(host, port, self._method, request, limit)
+        except BaseException as exc:
+            try:
+                await upstream.__aexit__(type(exc), exc, exc.__traceback__)
+            except BaseException as replaced:  # the platform's own account of the failure (a process killed)
+                self._fail(replaced)
+                raise
+            self._fail(exc)
+            raise
+        self._connection, self._address = connection, (host, port)
+        if timing is not None:
+            timing.handler_ms = calltiming.handler_ms(resp.header(HANDLER_MS_RAW))
+        return Answer(resp, limit, self._began + invoker.stream_max)
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        assert self._connection is not None
+        self._invoker.pool.release(*self._address, self._connection)
+        try:
+            await self._upstream.__aexit__(kind, exc, tb)
+        except BaseException as replaced:
+            self._fail(replaced)
+            raise
+        if exc is not None:
+            self._fail(exc)  # raises the UpstreamError it stands for, if it is one; else EXC goes on
+        else:
+            calltiming.CURRENT.reset(self._token)
+
+    def _fail(self, exc: BaseException) -> None:
+        """The call ends with EXC: the UpstreamError for a timeout or a broken exchange (raised here), else EXC
+        itself is left to propagate."""
+        calltiming.CURRENT.reset(self._token)
+        route, head = self._route, self._connection is not None
+        if isinstance(exc, TimeoutError):
+            metrics.UPSTREAM_ERRORS.labels("timeout").inc()
+            if not head:
+                message = f"function did not answer within {route.timeout_sec:g}s"
+            elif time.monotonic() - self._began >= self._invoker.stream_max:
+                message = (f"function's response cut after {self._invoker.stream_max:g}s "
+                           "(the longest a response may last)")
+            else:
+                message = f"function's response idle for more than {route.timeout_sec:g}s"
+            raise UpstreamError(504, message) from None
+        if isinstance(exc, UpstreamBroken):
+            metrics.UPSTREAM_ERRORS.labels("unreachable").inc()
+            if head:
+                raise UpstreamError(502, f"function's response broke off: {exc}") from None
+            raise UpstreamError(502, f"function unreachable: {exc}") from None
 
 
 class UpstreamError(Exception):
