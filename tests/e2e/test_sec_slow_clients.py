@@ -240,3 +240,59 @@ def test_only_a_server_busy_on_every_connection_refuses_new_ones(tmp_path: Path)
         for sock in busy:
             sock.close()
         sp.stop()
+
+
+KEEPALIVE = 1.0
+
+
+@pytest.fixture(scope="module")
+def short_keepalive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlessProcess]:
+    """Keep-alive shorter than the head deadline, so each one's effect is told apart."""
+    sp = start_sless(Path(tmp_path_factory.mktemp("sless-keepalive")),
+                     {**LIMITS, "SLESS_KEEPALIVE_SEC": str(int(KEEPALIVE)), "SLESS_HEADER_TIMEOUT_SEC": "3"})
+    yield sp
+    assert sp.stop() == 0, sp.log_tail()
+
+
+def _health_on(sock: socket.socket) -> bytes:
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    return answer
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_its_limit(short_keepalive: SlessProcess) -> None:
+    host, port = short_keepalive.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        _health_on(sock)
+        answered = time.monotonic()
+        time.sleep(KEEPALIVE / 2)
+        _health_on(sock)  # still open at half the limit, and the limit starts again from this answer
+        answered = time.monotonic()
+        still_open, closed = wait_closed([sock], KEEPALIVE + 2)
+        assert not still_open and closed == [b""]
+        assert time.monotonic() - answered >= KEEPALIVE - 0.3
+
+
+def test_a_busy_keep_alive_connection_is_never_closed(short_keepalive: SlessProcess) -> None:
+    host, port = short_keepalive.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        for _ in range(7):  # 4 s of requests 0.6 s apart: several keep-alive limits, never one of idleness
+            _health_on(sock)
+            time.sleep(0.6 * KEEPALIVE)
+        _health_on(sock)
+
+
+def test_a_head_begun_on_a_keep_alive_connection_gets_the_head_deadline(short_keepalive: SlessProcess) -> None:
+    """A next request's head that started keeps the connection past the keep-alive limit, until the head
+    deadline: then it is answered 408, as on a fresh connection."""
+    host, port = short_keepalive.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        _health_on(sock)
+        sock.sendall(b"GET /hea")
+        begun = time.monotonic()
+        still_open, _ = wait_closed([sock], KEEPALIVE + 0.5)
+        assert still_open, "a head in progress was closed at the keep-alive limit"
+        still_open, closed = wait_closed([sock], 5)
+        assert not still_open and closed[0].startswith(b"HTTP/1.1 408"), closed
+        assert time.monotonic() - begun >= 3 - 0.3

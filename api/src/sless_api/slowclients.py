@@ -17,6 +17,9 @@ descriptors. Its ``limit_concurrency`` does not help either: it is checked only 
 - a body stall deadline: once a head is complete, the body must keep coming: a gap longer than
   ``header_timeout_sec`` between two of its chunks closes the connection (a slow upload that makes
   progress is fine; one that stops is not held for ever);
+- a keep-alive limit: a connection idle between requests for ``timeout_keep_alive`` (``SLESS_KEEPALIVE_SEC``) is
+  closed, as uvicorn does, but by the same per-connection timer as the head deadline rather than uvicorn's own,
+  which it arms and cancels for every request;
 - a connection cap: a connection beyond ``max_connections`` first evicts the connection that has
   been waiting longest for a request head (idle, slow or keep-alive: none of them is being served),
   and is refused with 503 only when every connection is busy with a request. A flood of slow clients
@@ -124,6 +127,11 @@ class _HeadWithBody:
         return getattr(self._transport, name)
 
 
+# A connection's phases, for its deadline (GuardedProtocol._enter): open without a byte of a request, inside a
+# request head, serving a request, idle between requests (keep-alive).
+_FRESH, _HEAD, _BUSY, _IDLE = range(4)
+
+
 class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a head deadline, a head size cap and a connection cap."""
 
@@ -137,7 +145,10 @@ class GuardedProtocol(HttpToolsProtocol):
             waiting = _Waiting()
             state.sless_waiting = waiting  # type: ignore[attr-defined]
         self._waiting: _Waiting = waiting
-        self._head_timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None  # the connection's one deadline timer: see _enter
+        self._due = 0.0  # when it fires (loop time)
+        self._phase = _FRESH
+        self._since = 0.0  # when the connection entered its phase (loop time)
         self._body_timer: asyncio.TimerHandle | None = None
         self._awaiting_body = False
         self._head_bytes = 0
@@ -156,7 +167,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_head_timer()
+        self._stop_timer()
         self._stop_body_timer()
         self._waiting.discard(self)
         super().connection_lost(exc)
@@ -176,8 +187,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         self._head_bytes = 0
         self._head_started = True
-        if self._head_timer is None:
-            self._arm_head_timer()
+        self._enter(_HEAD)
         super().on_message_begin()
 
     def on_url(self, url: bytes) -> None:
@@ -191,7 +201,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         if self._rejected:
             return  # the app never sees a head that was cut short
-        self._stop_head_timer()
+        self._enter(_BUSY)
         self._head_started = False
         self._waiting.discard(self)
         super().on_headers_complete()
@@ -215,25 +225,67 @@ class GuardedProtocol(HttpToolsProtocol):
             super().on_message_complete()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if not self.transport.is_closing() and not self.pipeline and self.cycle is not None \
-                and self.cycle.response_complete:
-            # Idle again (uvicorn's keep-alive timer runs): evictable until the next head is complete.
-            self._waiting.add(self)
+        # uvicorn's own, but for its keep-alive timer (armed and cancelled again for every request): the
+        # connection's one timer closes an idle connection after ``timeout_keep_alive`` instead.
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._unset_keepalive_if_required()
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        if not self._head_started:  # (a next head begun already keeps its own deadline)
+            self._enter(_IDLE)
+        if self.cycle is not None and self.cycle.response_complete:
+            self._waiting.add(self)  # idle again: evictable until the next head is complete
 
     # Helpers
     def _await_head(self) -> None:
         self._waiting.add(self)
-        self._arm_head_timer()
+        self._enter(_FRESH)
 
-    def _arm_head_timer(self) -> None:
-        self._stop_head_timer()
-        self._head_timer = self.loop.call_later(self.limits.header_timeout_sec, self._head_timed_out)
+    def _enter(self, phase: int) -> None:
+        """The connection is now in PHASE (since now), and its deadline follows from it.
 
-    def _stop_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+        One timer per connection, not one made and cancelled per request (two per request were a measurable
+        part of a proxied call): it is moved only to fire earlier; when it fires it finds the phase the
+        connection is in by then, and acts, or waits on for what is left of that phase's limit.
+        """
+        now = self.loop.time()
+        self._phase, self._since = phase, now
+        if phase == _BUSY:
+            return  # serving: nothing is late (a stalled body has its own timer)
+        due = now + self._limit(phase)
+        if self._timer is not None:
+            if self._due <= due:
+                return
+            self._timer.cancel()
+        self._due = due
+        self._timer = self.loop.call_at(due, self._deadline)
+
+    def _limit(self, phase: int) -> float:
+        return float(self.timeout_keep_alive) if phase == _IDLE else self.limits.header_timeout_sec
+
+    def _deadline(self) -> None:
+        self._timer = None
+        phase = self._phase
+        if phase == _BUSY or self._rejected or self.transport.is_closing():
+            return
+        left = self._since + self._limit(phase) - self.loop.time()
+        if left > 0:
+            self._due = self.loop.time() + left
+            self._timer = self.loop.call_at(self._due, self._deadline)
+        elif phase == _IDLE:
+            self._close()  # uvicorn's keep-alive timeout
+        else:
+            self._head_timed_out()
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _arm_body_timer(self) -> None:
         self._stop_body_timer()
@@ -255,7 +307,6 @@ class GuardedProtocol(HttpToolsProtocol):
         self._close()
 
     def _head_timed_out(self) -> None:
-        self._head_timer = None
         if not self._head_started:
             # Not a byte of a request yet (a client's pre-opened connection): close like an idle
             # keep-alive connection, since a 408 would be read as the answer to its next request.
@@ -275,7 +326,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def _reject(self, status: int, message: str) -> None:
         self._rejected = True
-        self._stop_head_timer()
+        self._stop_timer()
         self._stop_body_timer()
         self._waiting.discard(self)
         if not self.transport.is_closing():
@@ -284,7 +335,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def _close(self) -> None:
         self._rejected = True
-        self._stop_head_timer()
+        self._stop_timer()
         self._stop_body_timer()
         self._waiting.discard(self)
         if not self.transport.is_closing():
