@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
 
 from sless_api.backendconfig import KubeSettings
 from sless_api.kube.client import KubeClient
@@ -76,6 +75,6 @@ class KubeRouter:
             raise Unavailable(f"function {name!r} is not ready (phase {fn.phase})")
         return Route(namespace, name, fn.timeout_sec, "public", fn.max_concurrency)
 
-    @contextlib.asynccontextmanager
-    async def upstream(self, route: Route) -> AsyncIterator[str]:
-        yield self.settings.service_url(route.namespace, route.target or route.function)
+    def upstream(self, route: Route) -> contextlib.nullcontext[str]:
+        """The function's Service; nothing to hold (a plain context, not a generator's: it is entered per call)."""
+        return contextlib.nullcontext(self.settings.service_url(route.namespace, route.target or route.function))
