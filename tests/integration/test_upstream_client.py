@@ -13,6 +13,7 @@ import pytest
 
 from sless_api.upstream import (
     HIGH_WATER_BYTES,
+    SWEEP_SEC,
     UpstreamBroken,
     UpstreamPool,
     UpstreamRefused,
@@ -231,6 +232,44 @@ def test_refused_connection_and_silent_runtime() -> None:
         with pytest.raises(TimeoutError):
             await pool.exchange("127.0.0.1", silent.sockets[0].getsockname()[1], "GET", request, 0.3)
         silent.close()
+        pool.close()
+    run(main)
+
+
+def test_limits_of_a_second_or_more_are_kept_by_the_pools_sweep() -> None:
+    """Waits of a second or more share one periodic check instead of a timer each: still on time (within the
+    sweep's period), for the head and for the body's idle time, and the check stops once nothing waits."""
+    async def main() -> None:
+        pool = UpstreamPool()
+
+        async def head_only(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")  # and the rest never comes
+            await asyncio.sleep(5)
+            writer.close()
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await asyncio.sleep(5)
+            writer.close()
+
+        loop = asyncio.get_running_loop()
+        for handler in (silent, head_only):
+            server = await asyncio.start_server(handler, "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            request = request_head("GET", "/", "x", [], b"")
+            began, response = loop.time(), None
+            with pytest.raises(TimeoutError):
+                _, response = await pool.exchange("127.0.0.1", port, "GET", request, 1.2)
+                assert await response.readany(1.2, loop.time() + 60) == b"abc"
+                began = loop.time()
+                await response.readany(1.2, loop.time() + 60)
+            waited = loop.time() - began
+            assert 1.2 <= waited < 1.2 + 0.4, waited
+            if response is not None:
+                response.close()
+            server.close()
+        await asyncio.sleep(2 * SWEEP_SEC)
+        assert pool._deadlines is not None and pool._deadlines.timer is None and not pool._deadlines.due
         pool.close()
     run(main)
 

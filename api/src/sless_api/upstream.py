@@ -57,6 +57,44 @@ def _timeout_waiter(waiter: asyncio.Future[None]) -> None:
         waiter.set_exception(TimeoutError())
 
 
+#: How often the pool's deadlines are checked, and the shortest limit they serve (a shorter one gets its own timer).
+SWEEP_SEC = 0.05
+SWEPT_FROM_SEC = 1.0
+
+
+class _Deadlines:
+    """The time limits of a pool's waits for answers, checked by one sweep every ``SWEEP_SEC`` while any is
+    pending, instead of a timer made and cancelled for every wait (one per proxied call, a measurable part of
+    it). A limit of a second or more is kept to within ``SWEEP_SEC``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.due: dict[asyncio.Future[None], float] = {}
+        self.timer: asyncio.TimerHandle | None = None
+
+    def add(self, waiter: asyncio.Future[None], limit: float) -> None:
+        self.due[waiter] = self.loop.time() + limit
+        if self.timer is None:
+            self.timer = self.loop.call_later(SWEEP_SEC, self.sweep)
+
+    def discard(self, waiter: asyncio.Future[None]) -> None:
+        self.due.pop(waiter, None)
+
+    def sweep(self) -> None:
+        self.timer = None
+        now = self.loop.time()
+        for waiter in [waiter for waiter, due in self.due.items() if due <= now]:
+            del self.due[waiter]
+            _timeout_waiter(waiter)
+        if self.due:
+            self.timer = self.loop.call_later(SWEEP_SEC, self.sweep)
+
+    def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
 class UpstreamResponse:
     """One answer from a runtime: its status and raw head once it came, then its body through ``readany``."""
 
@@ -115,6 +153,15 @@ class UpstreamResponse:
         if limit <= 0:
             raise TimeoutError
         waiter = self._waiter = self._loop.create_future()
+        deadlines = self._connection.deadlines
+        if deadlines is not None and limit >= SWEPT_FROM_SEC:
+            deadlines.add(waiter, limit)
+            try:
+                await waiter
+            finally:
+                deadlines.discard(waiter)
+                self._waiter = None
+            return
         timer = self._loop.call_later(limit, _timeout_waiter, waiter)
         try:
             await waiter
@@ -199,8 +246,9 @@ class UpstreamResponse:
 class UpstreamConnection(asyncio.Protocol):
     """One keep-alive connection to a runtime; it carries one exchange at a time."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, deadlines: _Deadlines | None = None) -> None:
         self.loop = loop
+        self.deadlines = deadlines  # the pool's, for its waits' limits; None: a timer per wait
         self.transport: asyncio.Transport | None = None
         self.response: UpstreamResponse | None = None
         self.parser = httptools.HttpResponseParser(self)
@@ -306,6 +354,7 @@ class UpstreamPool:
     def __init__(self) -> None:
         self._idle: dict[tuple[str, int], list[UpstreamConnection]] = {}
         self._releases = 0
+        self._deadlines: _Deadlines | None = None  # made with the first connection, on the loop that uses the pool
 
     async def exchange(self, host: str, port: int, method: str, request: bytes,
                        limit: float) -> tuple[UpstreamConnection, UpstreamResponse]:
@@ -342,12 +391,15 @@ class UpstreamPool:
             connection.close()
         return None
 
-    @staticmethod
-    async def _connect(host: str, port: int, deadline: float) -> UpstreamConnection:
+    async def _connect(self, host: str, port: int, deadline: float) -> UpstreamConnection:
         loop = asyncio.get_running_loop()
+        if self._deadlines is None:
+            self._deadlines = _Deadlines(loop)
+        deadlines = self._deadlines
         try:
             _, protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: UpstreamConnection(loop), host, port), deadline - time.monotonic())
+                loop.create_connection(lambda: UpstreamConnection(loop, deadlines), host, port),
+                deadline - time.monotonic())
         except ConnectionRefusedError:
             raise UpstreamRefused("connection refused") from None
         except OSError as exc:
@@ -397,3 +449,5 @@ class UpstreamPool:
             for connection in idle:
                 connection.close()
         self._idle.clear()
+        if self._deadlines is not None:
+            self._deadlines.close()
