@@ -59,16 +59,22 @@ class JsonFormatter(logging.Formatter):
 
 def json_ts(created: float) -> str:
     """The ``ts`` of a JSON line: UTC to the millisecond (lines of the same millisecond share the string)."""
-    global _ts_key, _ts_text
     whole = int(created)
     key = (whole, int((created - whole) * 1000))
-    if key != _ts_key:
-        _ts_key, _ts_text = key, _second(whole) + f".{key[1]:03d}Z"
-    return _ts_text
+    last = _last_ts.value  # one reference, read and replaced whole: threads that log at once never mix two
+    if last[0] != key:
+        last = _last_ts.value = (key, _second(whole) + f".{key[1]:03d}Z")
+    return last[1]
 
 
-_ts_key: tuple[int, int] | None = None
-_ts_text = ""
+class _LastTs:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value: tuple[tuple[int, int], str] = ((-1, -1), "")
+
+
+_last_ts = _LastTs()
 
 
 def json_head(created: float, level: str, logger: str, msg: str, pid: int | None) -> dict[str, Any]:

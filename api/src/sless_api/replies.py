@@ -51,7 +51,7 @@ class Reply(Protocol):
 def reply_for(send: Send, method: str, abort: Callable[[], None] | None = None) -> Reply:
     """The fastest writer this server allows: ``CycleReply`` under uvicorn's httptools protocol, else ASGI."""
     cycle = getattr(send, "__self__", None)
-    if type(cycle) is RequestResponseCycle or isinstance(cycle, RequestResponseCycle):
+    if isinstance(cycle, RequestResponseCycle):
         return CycleReply(cycle, method)
     return AsgiReply(send, abort)
 
