@@ -5,8 +5,8 @@
 # and then the Molecule scenarios (default, e2e, stress with a 15 s storm, functions, and as root e2e-real: the
 # platform as pods on the real node, the stress functions too; SLESS_SKIP_MOLECULE=1 skips them,
 # SLESS_MOLECULE_SCENARIOS names others).
-# Without arguments three lanes run at once (lane A: pytest but the real node; lane B: the real-node tests;
-# lane C: the Molecule scenarios). Extra arguments go to one pytest run instead, e.g. `scripts/test.sh -m "not k8s" -x`.
+# Without arguments three lanes run at once (lane A: pytest but the real node and the runtimes; lane B: the
+# real-node tests, then the runtimes' contract tests; lane C: the Molecule scenarios). Extra arguments go to one pytest run instead, e.g. `scripts/test.sh -m "not k8s" -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { echo "[test $(date +%T)] $*" >&2; }
@@ -54,6 +54,7 @@ SCENARIOS=${SLESS_MOLECULE_SCENARIOS:-default e2e stress functions}
 # e2e-real (the platform as pods on the real node, then the stress functions on it with the same short storm)
 # last: it waits for the node's lock, which lane B holds meanwhile
 [ -z "${SLESS_MOLECULE_SCENARIOS:-}" ] && [ "$REALNODE" = 1 ] && SCENARIOS="$SCENARIOS e2e-real"
+LANE_B_TESTS=tests/runtimes  # run in lane B after the real-node tests (see the lanes below)
 REALNODE_LOCK=/tmp/sless-realnode.lock  # one real node per machine: lane B's tests and e2e-real take turns
 # Every lane and scenario also writes a log here; the results section at the end repeats what failed, so the
 # last lines of the output say what went wrong even when the lanes' lines are interleaved or cut.
@@ -84,6 +85,9 @@ report_results() {  # the results section: each lane's outcome, then the failure
   log "results"
   [ -f "$results/lane-a.log" ] && { echo "lane A (pytest -m 'not realnode'):"; pytest_summary "$results/lane-a.log" | tail -25; }
   if [ -f "$results/lane-b.log" ]; then echo "lane B (pytest -m realnode):"; pytest_summary "$results/lane-b.log" | tail -25; fi
+  if [ -f "$results/lane-b-runtimes.log" ]; then
+    echo "lane B ($LANE_B_TESTS):"; pytest_summary "$results/lane-b-runtimes.log" | tail -25
+  fi
   [ -f "$results/molecule.txt" ] || return 0
   while read -r scenario c secs; do
     echo "molecule scenario $scenario: exit $c in ${secs}s"
@@ -109,8 +113,10 @@ if [ $# -gt 0 ]; then
   molecule_scenarios || scenarios=1
 else
   # Three lanes at once: the tests mostly wait (processes, pods, builds), so the wall time is what counts.
-  # Lane A: every test but the real node's. Lane B ([B] lines): the real-node tests (one node per machine).
-  # Lane C ([C] lines): the Molecule scenarios, one after the other. Every server binds its own free port.
+  # Lane A: every test but the real node's and the runtimes'. Lane B ([B] lines): the real-node tests (one node
+  # per machine), then the runtimes' contract tests (their own processes only: they need neither a test bed nor
+  # the services; here, lane A would be the longest lane by their few minutes). Lane C ([C] lines): the Molecule
+  # scenarios, one after the other. Every server binds its own free port.
   codes=$(mktemp -d)
   (
     b=0
@@ -120,6 +126,9 @@ else
       ( exec 9>"$REALNODE_LOCK"; flock 9; pytest_run -m realnode 9>&- ) 2>&1 | tee "$results/lane-b.log"
       [ "${PIPESTATUS[0]}" = 0 ] || b=1
     fi
+    log "lane B: pytest -m 'not realnode' $LANE_B_TESTS"
+    pytest_run -m "not realnode" "$LANE_B_TESTS" 2>&1 | tee "$results/lane-b-runtimes.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || b=1
     echo "$b" > "$codes/realnode"
   ) 2>&1 | sed -u 's/^/[B] /' &
   lane_b=$!
@@ -128,14 +137,14 @@ else
     echo "$m" > "$codes/molecule"
   ) 2>&1 | sed -u 's/^/[C] /' &
   lane_c=$!
-  log "lane A: pytest -m 'not realnode'"
-  pytest_run -m "not realnode" 2>&1 | tee "$results/lane-a.log"
+  log "lane A: pytest -m 'not realnode' --ignore=$LANE_B_TESTS"
+  pytest_run -m "not realnode" --ignore="$LANE_B_TESTS" 2>&1 | tee "$results/lane-a.log"
   code=${PIPESTATUS[0]}
   log "lane A done in $((SECONDS - T0))s; waiting for lanes B and C"
   wait "$lane_b"
   log "lane B done by $((SECONDS - T0))s"
   wait "$lane_c"
-  [ "$(cat "$codes/realnode" 2>/dev/null)" = 0 ] || { log "lane B: the real-node tests failed (see [B] lines)"; [ "$code" = 0 ] && code=1; }
+  [ "$(cat "$codes/realnode" 2>/dev/null)" = 0 ] || { log "lane B: the real-node or the runtimes' tests failed (see [B] lines)"; [ "$code" = 0 ] && code=1; }
   [ "$(cat "$codes/molecule" 2>/dev/null)" = 0 ] || scenarios=1
   rm -rf "$codes"
 fi
