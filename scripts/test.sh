@@ -83,7 +83,7 @@ pytest_summary() {  # the end of a pytest log: its short summary when it has one
 report_results() {  # the results section: each lane's outcome, then the failures' own lines
   local scenario c secs
   log "results"
-  [ -f "$results/lane-a.log" ] && { echo "lane A (pytest -m 'not realnode'):"; pytest_summary "$results/lane-a.log" | tail -25; }
+  [ -f "$results/lane-a.log" ] && { echo "lane A (pytest -m 'not realnode', without $LANE_B_TESTS):"; pytest_summary "$results/lane-a.log" | tail -25; }
   if [ -f "$results/lane-b.log" ]; then echo "lane B (pytest -m realnode):"; pytest_summary "$results/lane-b.log" | tail -25; fi
   if [ -f "$results/lane-b-runtimes.log" ]; then
     echo "lane B ($LANE_B_TESTS):"; pytest_summary "$results/lane-b-runtimes.log" | tail -25
