@@ -19,7 +19,6 @@ from typing import Any
 
 from sless_api import metrics
 from sless_api.logsetup import current_request_id, json_stream_handler, json_ts
-from sless_api.pathguard import is_invoke_path, raw_path
 from sless_api.requestid import HEADER, SCOPE_KEY, accept_or_new
 
 Scope = MutableMapping[str, Any]
@@ -69,7 +68,7 @@ class AccessLog:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            metrics.count_request("fn" if is_invoke_path(raw_path(scope)) else "api", status)
+            metrics.count_request("api", status)  # /fn's requests are the invoke proxy's to count
             if self.enabled:
                 client = scope.get("client")
                 log_access(scope["method"], scope.get("path", ""), status, sent, started,
