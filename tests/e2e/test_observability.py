@@ -143,6 +143,9 @@ def test_metrics_count_calls_cold_starts_and_builds(observed: SlessProcess, echo
     after = scrape(observed.url)
     labels = {"namespace": echo.ns, "function": "echo", "trigger": "http", "status": "200"}
     assert sample(after, "sless_invocations_total", **labels) == sample(before, "sless_invocations_total", **labels) + 3
+    fn_answers = {"area": "fn", "status": "200"}  # counted by the invoke proxy itself, not the REST access log
+    assert sample(after, "sless_http_requests_total", **fn_answers) == \
+        sample(before, "sless_http_requests_total", **fn_answers) + 3
     assert sample(after, "sless_invocation_duration_seconds_count", namespace=echo.ns, function="echo") >= 3
     assert sample(after, "sless_builds_total", runtime="python3.11", result="ready") >= 1
     assert sample(after, "sless_cold_starts_total", runtime="python3.11") >= 1
