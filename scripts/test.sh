@@ -55,6 +55,9 @@ SCENARIOS=${SLESS_MOLECULE_SCENARIOS:-default e2e stress functions}
 # last: it waits for the node's lock, which lane B holds meanwhile
 [ -z "${SLESS_MOLECULE_SCENARIOS:-}" ] && [ "$REALNODE" = 1 ] && SCENARIOS="$SCENARIOS e2e-real"
 LANE_B_TESTS=tests/runtimes  # run in lane B after the real-node tests (see the lanes below)
+# Run in lane B under the real node's lock, before its tests: their iptables chains (the port guard of a sandbox
+# as root) would be wiped by the real node's kube-router, which restores the whole filter table on every sync.
+LANE_B_LOCKED_TESTS=(tests/integration/test_spares.py tests/integration/test_supervisor.py)
 REALNODE_LOCK=/tmp/sless-realnode.lock  # one real node per machine: lane B's tests and e2e-real take turns
 # Every lane and scenario also writes a log here; the results section at the end repeats what failed, so the
 # last lines of the output say what went wrong even when the lanes' lines are interleaved or cut.
@@ -84,7 +87,9 @@ report_results() {  # the results section: each lane's outcome, then the failure
   local scenario c secs
   log "results"
   [ -f "$results/lane-a.log" ] && { echo "lane A (pytest -m 'not realnode', without $LANE_B_TESTS):"; pytest_summary "$results/lane-a.log" | tail -25; }
-  if [ -f "$results/lane-b.log" ]; then echo "lane B (pytest -m realnode):"; pytest_summary "$results/lane-b.log" | tail -25; fi
+  if [ -f "$results/lane-b.log" ]; then
+    echo "lane B (${LANE_B_LOCKED_TESTS[*]}, then pytest -m realnode):"; pytest_summary "$results/lane-b.log" | tail -25
+  fi
   if [ -f "$results/lane-b-runtimes.log" ]; then
     echo "lane B ($LANE_B_TESTS):"; pytest_summary "$results/lane-b-runtimes.log" | tail -25
   fi
@@ -121,9 +126,15 @@ else
   (
     b=0
     if [ "$REALNODE" = 1 ]; then
-      log "lane B: pytest -m realnode"
+      log "lane B: pytest -m 'not realnode' ${LANE_B_LOCKED_TESTS[*]}, then pytest -m realnode"
       # the lock is the subshell's fd 9, closed for pytest (no node process keeps it after the tests)
-      ( exec 9>"$REALNODE_LOCK"; flock 9; pytest_run -m realnode 9>&- ) 2>&1 | tee "$results/lane-b.log"
+      ( exec 9>"$REALNODE_LOCK"; flock 9; c=0
+        pytest_run -m "not realnode" "${LANE_B_LOCKED_TESTS[@]}" 9>&- || c=1
+        pytest_run -m realnode 9>&- || c=1
+        exit "$c" ) 2>&1 | tee "$results/lane-b.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || b=1
+    else
+      pytest_run -m "not realnode" "${LANE_B_LOCKED_TESTS[@]}" 2>&1 | tee "$results/lane-b.log"
       [ "${PIPESTATUS[0]}" = 0 ] || b=1
     fi
     log "lane B: pytest -m 'not realnode' $LANE_B_TESTS"
@@ -137,8 +148,9 @@ else
     echo "$m" > "$codes/molecule"
   ) 2>&1 | sed -u 's/^/[C] /' &
   lane_c=$!
-  log "lane A: pytest -m 'not realnode' --ignore=$LANE_B_TESTS"
-  pytest_run -m "not realnode" --ignore="$LANE_B_TESTS" 2>&1 | tee "$results/lane-a.log"
+  log "lane A: pytest -m 'not realnode' without lane B's"
+  pytest_run -m "not realnode" --ignore="$LANE_B_TESTS" "${LANE_B_LOCKED_TESTS[@]/#/--ignore=}" 2>&1 \
+    | tee "$results/lane-a.log"
   code=${PIPESTATUS[0]}
   log "lane A done in $((SECONDS - T0))s; waiting for lanes B and C"
   wait "$lane_b"
