@@ -65,7 +65,18 @@ def raw_exchange(port: int, data: bytes, timeout: float = 10.0) -> bytes:
 # --------------------------------------------------------------------------- async handlers
 
 
-ASYNC_SOURCE = """
+#: Handlers write their marker whole (a temporary file renamed into place): a test polling for the marker must
+#: never find it created but still empty.
+PUBLISH = """
+    import os
+
+    def publish(path, text):
+        with open(path + ".tmp", "w") as out:
+            out.write(text)
+        os.replace(path + ".tmp", path)
+"""
+
+ASYNC_SOURCE = PUBLISH + """
     import asyncio
 
     async def handle(event):
@@ -73,7 +84,7 @@ ASYNC_SOURCE = """
         try:
             await asyncio.sleep(seconds)
         except asyncio.CancelledError:
-            open(event["_query"]["marker"], "w").write("cancelled")
+            publish(event["_query"]["marker"], "cancelled")
             raise
         return {"slept": seconds}
 """
@@ -122,14 +133,15 @@ def test_runner_awaits_async_handler(run_runner: RunnerFactory, tmp_path: Path) 
 def test_timed_out_sync_handler_keeps_running(start_server: ServerFactory, tmp_path: Path) -> None:
     code = write_function(
         tmp_path,
-        """
-        import time
+        PUBLISH
+        + """
+    import time
 
-        def handle(event):
-            time.sleep(2.5)
-            open(event["_query"]["marker"], "w").write("finished")
-            return "late"
-        """,
+    def handle(event):
+        time.sleep(2.5)
+        publish(event["_query"]["marker"], "finished")
+        return "late"
+""",
     )
     server = start_server(PY, code, env={"SLESS_TIMEOUT_SEC": "1"})
     marker = tmp_path / "finished"
