@@ -87,10 +87,16 @@ class InvokeResult:
 
 #: The most a buffered call (cron, events, async calls) reads of an answer: an endless stream stops there.
 BUFFERED_MAX_BYTES = 64 * 1024 * 1024
-#: A connection the function's address refused is tried once more after this pause: nothing was sent, so the
-#: retry is safe for any method, and an address that just stopped listening (a pod leaving its Service before
-#: the node's rules follow, a process being replaced) usually leads somewhere that listens a moment later.
-CONNECT_RETRY_PAUSE_SEC = 0.2
+#: A connection the function's address refused is tried again, at once and then after each of these pauses
+#: (2.75 s in all, never past the call's own limit): nothing was sent, so any method may be. An address that
+#: refuses is mostly a pod that got its SIGTERM (and closed its listener) before every node's Service rules
+#: dropped it: the rules follow the endpoint's removal only at kube-proxy's next sync (at least a second apart,
+#: later on a loaded node, and a rollout's new pod has just caused one), and until then each new connection
+#: to the Service picks an endpoint anew, the leaving pod among them. One retry after 0.2 s was not enough:
+#: a rollout under load saw it refused twice. Else a process being replaced, ready a moment later.
+CONNECT_RETRY_PAUSES_SEC = (0.0, 0.05, 0.1, 0.2, 0.4, 0.5, 0.5, 0.5, 0.5)
+#: An address that could not be resolved or reached is tried once more, after this pause (no Service yet).
+UNREACHABLE_RETRY_PAUSES_SEC = (0.2,)
 
 
 def error_body(status: int, message: str) -> InvokeResult:
@@ -159,12 +165,30 @@ class Invoker:
 
     async def _open(self, host: str, port: int, method: str, request: bytes,
                     limit: float) -> tuple[UpstreamConnection, UpstreamResponse]:  # fmt: skip
-        """The upstream answer's head, connecting a second time when the first connection was refused."""
+        """The upstream answer's head within ``limit`` seconds; a refused connection is tried again."""
+        deadline = time.monotonic() + limit
         try:
             return await self.pool.exchange(host, port, method, request, limit)
-        except UpstreamRefused:
-            await asyncio.sleep(CONNECT_RETRY_PAUSE_SEC)
-        return await self.pool.exchange(host, port, method, request, limit - CONNECT_RETRY_PAUSE_SEC)
+        except UpstreamRefused as refused:
+            return await self._reconnect(host, port, method, request, deadline, refused)
+
+    async def _reconnect(self, host: str, port: int, method: str, request: bytes, deadline: float,
+                         refused: UpstreamRefused) -> tuple[UpstreamConnection, UpstreamResponse]:  # fmt: skip
+        """Connect again after each pause (``CONNECT_RETRY_PAUSES_SEC`` for a refusal, else
+        ``UNREACHABLE_RETRY_PAUSES_SEC``) until a connection is made, the pauses run out (the last failure is
+        raised, saying how often it was tried) or the next pause would pass ``deadline``."""
+        started, tries = time.monotonic(), 1
+        for pause in CONNECT_RETRY_PAUSES_SEC if refused.refused else UNREACHABLE_RETRY_PAUSES_SEC:
+            if time.monotonic() + pause >= deadline:
+                break
+            await asyncio.sleep(pause)
+            tries += 1
+            try:
+                return await self.pool.exchange(host, port, method, request, deadline - time.monotonic())
+            except UpstreamRefused as again:
+                refused = again
+        elapsed = time.monotonic() - started
+        raise UpstreamRefused(f"{refused} ({tries} tries in {elapsed:.1f}s)", refused.refused) from None
 
     async def call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
                    body: bytes, trigger: str, request_id: str | None = None, waited_sec: float = 0.0) -> InvokeResult:

@@ -13,8 +13,8 @@ when the runtime closes them. A connection goes back to the pool only after its 
 answer allowed keep-alive; a call that stops early (a client gone, a capped read, an error) closes it.
 
 A reused connection that the runtime closed before a byte of the answer came is retried once on a new
-connection for idempotent methods only (the request may have been processed); a refused connection is
-retried by the caller, since nothing was sent.
+connection for idempotent methods only (the request may have been processed); a connection that could not be
+made is retried by the caller (``proxy.Invoker``), since nothing was sent.
 """
 
 from __future__ import annotations
@@ -45,7 +45,15 @@ class UpstreamBroken(Exception):
 
 
 class UpstreamRefused(UpstreamBroken):
-    """No connection could be made: nothing was sent, so trying again is safe for any method."""
+    """No connection could be made: nothing was sent, so trying again is safe for any method.
+
+    ``refused``: the address refused the connection (nothing listens there now: a pod that has stopped
+    listening, a Service without ready endpoints), rather than it could not be resolved or reached.
+    """
+
+    def __init__(self, message: str, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 class _Stale(UpstreamBroken):
@@ -401,7 +409,7 @@ class UpstreamPool:
                 loop.create_connection(lambda: UpstreamConnection(loop, deadlines), host, port),
                 deadline - time.monotonic())
         except ConnectionRefusedError:
-            raise UpstreamRefused("connection refused") from None
+            raise UpstreamRefused("connection refused", refused=True) from None
         except OSError as exc:
             raise UpstreamRefused(f"cannot connect: {exc.strerror or exc}") from None
         return protocol
