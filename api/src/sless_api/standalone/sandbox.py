@@ -59,10 +59,12 @@ HOST_DEFAULTS = SandboxSettings()
 #: First uid of the per-tenant range; the span keeps collisions between tenants rare.
 UID_BASE = 100_000
 UID_SPAN = 1 << 30
-#: /etc entries a function may need (DNS, TLS roots, time zone); the rest of /etc stays out.
+#: /etc entries a function or a build may need (DNS, TLS roots, time zone, and the alternatives that Debian's
+#: /usr/bin/awk and friends point through); the rest of /etc stays out.
 ETC_FILES = (
     "resolv.conf", "hosts", "nsswitch.conf", "host.conf", "gai.conf", "services", "protocols",
     "localtime", "ssl", "ca-certificates", "ca-certificates.conf", "pki", "mime.types", "pip.conf", "npmrc",
+    "alternatives",
 )
 #: Top-level folders that are either symlinks into /usr (merged /usr) or toolchain folders.
 SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
