@@ -44,6 +44,8 @@ from sless_core.naming import DNS1123_LABEL
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?\Z")
 _IMAGE = re.compile(r"^[a-z0-9][a-z0-9._\-/:@]*\Z")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
 
 
 _FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*(=[\x21-\x7e]+)?\Z")
@@ -83,6 +85,14 @@ class OperatorConfig:
     tenant_quota_pods: int = 50
     tenant_quota_cpu: str = "8"
     tenant_quota_memory: str = "16Gi"
+    tenant_quota_functions: int = 100
+    tenant_quota_triggers: int = 200
+    tenant_quota_jobs: int = 200
+    tenant_quota_secrets: int = 200  # the tenant's own and one sless-code-<fn> per function
+    tenant_quota_storage: str = "0"  # requests.storage of PersistentVolumeClaims: the platform makes none
+    dns_namespace: str = "kube-system"
+    dns_pod_labels: tuple[tuple[str, str], ...] = (("k8s-app", "kube-dns"),)
+    dns_cidrs: tuple[str, ...] = ()
     watch_timeout_sec: int = 60
     api_concurrency: int = 32
     metrics_token: str = ""  # empty: no metrics endpoint
@@ -126,6 +136,15 @@ class OperatorConfig:
             tenant_quota_pods=reader.integer("SLESS_TENANT_QUOTA_PODS", cls.tenant_quota_pods, 1, 100000),
             tenant_quota_cpu=reader.quantity("SLESS_TENANT_QUOTA_CPU", cls.tenant_quota_cpu),
             tenant_quota_memory=reader.quantity("SLESS_TENANT_QUOTA_MEMORY", cls.tenant_quota_memory),
+            tenant_quota_functions=reader.integer("SLESS_TENANT_QUOTA_FUNCTIONS", cls.tenant_quota_functions, 0,
+                                                  100000),
+            tenant_quota_triggers=reader.integer("SLESS_TENANT_QUOTA_TRIGGERS", cls.tenant_quota_triggers, 0, 100000),
+            tenant_quota_jobs=reader.integer("SLESS_TENANT_QUOTA_JOBS", cls.tenant_quota_jobs, 0, 100000),
+            tenant_quota_secrets=reader.integer("SLESS_TENANT_QUOTA_SECRETS", cls.tenant_quota_secrets, 0, 100000),
+            tenant_quota_storage=reader.quantity("SLESS_TENANT_QUOTA_STORAGE", cls.tenant_quota_storage),
+            dns_namespace=reader.label("SLESS_DNS_NAMESPACE", cls.dns_namespace),
+            dns_pod_labels=reader.labels("SLESS_DNS_POD_LABELS", cls.dns_pod_labels),
+            dns_cidrs=reader.cidrs("SLESS_DNS_CIDRS"),
             watch_timeout_sec=reader.integer("SLESS_OPERATOR_WATCH_TIMEOUT", cls.watch_timeout_sec, 1, 3600),
             api_concurrency=reader.integer("SLESS_OPERATOR_API_CONCURRENCY", cls.api_concurrency, 1, 1000),
             metrics_token=reader.text("SLESS_METRICS_TOKEN", ""),
@@ -170,6 +189,19 @@ class _Reader(EnvReader):
             if flag.split("=", 1)[0] in reserved:
                 raise ConfigError(f"{name}: {flag.split('=', 1)[0]} is set by the operator itself")
         return found
+
+    def labels(self, name: str, default: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        """``key=value,key=value`` (a label selector's equality terms)."""
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        found = []
+        for item in raw.split(","):
+            key, sep, value = item.strip().partition("=")
+            if not sep or not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+                raise ConfigError(f"{name}: {item.strip()!r} is not key=value with a label's key and value")
+            found.append((key, value))
+        return tuple(found)
 
     def cidrs(self, name: str) -> tuple[str, ...]:
         raw = self.raw(name)

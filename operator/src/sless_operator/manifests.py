@@ -794,12 +794,41 @@ def s3_address(config: OperatorConfig) -> tuple[str, int] | None:
     return str(ip), port
 
 
+def tenant_quota(config: OperatorConfig) -> dict[str, str]:
+    """The tenant namespace's ResourceQuota: compute, and object counts of what a tenant can make through
+    the API (functions, triggers, jobs, secrets; the API answers a create beyond it with a 403 naming the
+    quota), of pods, and of persistent storage (the platform makes none)."""
+    return {
+        "pods": str(config.tenant_quota_pods),
+        "requests.cpu": config.tenant_quota_cpu,
+        "requests.memory": config.tenant_quota_memory,
+        "limits.memory": config.tenant_quota_memory,
+        f"count/{crd.FUNCTION_PLURAL}.{crd.GROUP}": str(config.tenant_quota_functions),
+        f"count/{crd.TRIGGER_PLURAL}.{crd.GROUP}": str(config.tenant_quota_triggers),
+        f"count/{crd.JOB_PLURAL}.{crd.GROUP}": str(config.tenant_quota_jobs),
+        "secrets": str(config.tenant_quota_secrets),
+        "requests.storage": config.tenant_quota_storage,
+    }
+
+
+def dns_peers(config: OperatorConfig) -> list[dict[str, Any]]:
+    """Where tenant pods may send DNS queries: the cluster DNS's pods (namespace and labels) and the
+    listed addresses (a node-local cache, a DNS server outside the pods' network), never any resolver:
+    a function resolves names only through the cluster DNS, which a query cannot bypass."""
+    peers: list[dict[str, Any]] = [{
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": config.dns_namespace}},
+        "podSelector": {"matchLabels": dict(config.dns_pod_labels)},
+    }]  # fmt: skip
+    peers.extend({"ipBlock": {"cidr": cidr}} for cidr in config.dns_cidrs)
+    return peers
+
+
 def tenant_objects(config: OperatorConfig, namespace: str) -> list[dict[str, Any]]:
     """ResourceQuota, LimitRange and NetworkPolicies of a tenant namespace.
 
     Traffic: everything denied, then ingress to the functions' port only from the platform's
-    namespace (invoke proxy, event dispatcher), egress to DNS, and egress to the configured
-    CIDRs (e.g. a database) when the provider lists any.
+    namespace (invoke proxy, event dispatcher), egress to the cluster DNS only (``dns_peers``),
+    and egress to the configured CIDRs (e.g. a database) when the provider lists any.
     """
     labels = {crd.LABEL_MANAGED: crd.MANAGED_BY}
 
@@ -807,12 +836,8 @@ def tenant_objects(config: OperatorConfig, namespace: str) -> list[dict[str, Any
         return {"name": name, "namespace": namespace, "labels": dict(labels)}
 
     objects: list[dict[str, Any]] = [
-        {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta(QUOTA_NAME), "spec": {"hard": {
-            "pods": str(config.tenant_quota_pods),
-            "requests.cpu": config.tenant_quota_cpu,
-            "requests.memory": config.tenant_quota_memory,
-            "limits.memory": config.tenant_quota_memory,
-        }}},
+        {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta(QUOTA_NAME),
+         "spec": {"hard": tenant_quota(config)}},
         {"apiVersion": "v1", "kind": "LimitRange", "metadata": meta(LIMITS_NAME), "spec": {"limits": [{
             "type": "Container",
             "default": {"memory": "256Mi"},
@@ -835,7 +860,8 @@ def tenant_objects(config: OperatorConfig, namespace: str) -> list[dict[str, Any
          "spec": {
              "podSelector": {},
              "policyTypes": ["Egress"],
-             "egress": [{"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}],
+             "egress": [{"to": dns_peers(config),
+                         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}],
          }},
     ]  # fmt: skip
     address = s3_address(config)
