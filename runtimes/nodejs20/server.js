@@ -387,9 +387,12 @@ function createServer(config, handler, wsHandler) {
   });
 
   /**
-   * SIGTERM: stop accepting, let in-flight requests finish (each answered with
-   * `Connection: close`), close idle keep-alive connections, exit 0 — at the
-   * latest after SLESS_DRAIN_SEC.
+   * SIGTERM: close idle keep-alive connections, keep accepting new ones for
+   * SLESS_DRAIN_LISTEN_SEC (a pod sets it: the nodes' Service rules still send
+   * it connections a while after it was told to stop, and a closed listener
+   * would refuse them), then stop accepting; every answer from now on says
+   * `Connection: close`; exit 0 once in-flight requests finished, at the latest
+   * after SLESS_DRAIN_SEC (from the signal).
    * @param {string} signal
    */
   function drain(signal) {
@@ -404,11 +407,17 @@ function createServer(config, handler, wsHandler) {
       clearTimeout(deadline);
       process.exit(0);
     };
-    // Exit once every connection is closed; in-flight ones close after their response.
-    server.close(finish);
     server.closeIdleConnections();
-    onIdle = () => server.closeIdleConnections();
-    if (inFlight === 0) onIdle();
+    const stopListening = () => {
+      // Exit once every connection is closed; in-flight ones close after their response.
+      server.close(finish);
+      server.closeIdleConnections();
+      onIdle = () => server.closeIdleConnections();
+      if (inFlight === 0) onIdle();
+    };
+    const listenMs = Math.min(config.drainListenSec, config.drainSec) * 1000;
+    if (listenMs > 0) setTimeout(stopListening, Math.min(listenMs, MAX_TIMER_MS));
+    else stopListening();
   }
 
   return { server, drain };

@@ -26,6 +26,8 @@ const { pathToFileURL } = require('node:url');
  * @property {number} timeoutSec
  * @property {number} maxBodyBytes
  * @property {number} drainSec
+ * @property {number} drainListenSec how long after SIGTERM new connections are still accepted (a pod's address
+ *   stays in the nodes' Service rules a while after it was told to stop)
  */
 
 /**
@@ -73,6 +75,7 @@ function loadConfig(env = process.env) {
     timeoutSec: numberFromEnv(env, 'SLESS_TIMEOUT_SEC', 30, false),
     maxBodyBytes: numberFromEnv(env, 'SLESS_MAX_BODY_BYTES', 6291456, true),
     drainSec: numberFromEnv(env, 'SLESS_DRAIN_SEC', 25, false),
+    drainListenSec: numberFromEnv(env, 'SLESS_DRAIN_LISTEN_SEC', 0, false),
   };
 }
 

@@ -44,13 +44,13 @@ class InvalidResponse(Exception):
 class Config:
     """The runtime's settings; every field comes from one documented environment variable."""
 
-    __slots__ = ("code_dir", "deps_dir", "drain_sec", "entrypoint", "handler_threads", "host", "max_abandoned",
-                 "max_body_bytes", "max_handler_threads", "port", "timeout_sec")
+    __slots__ = ("code_dir", "deps_dir", "drain_listen_sec", "drain_sec", "entrypoint", "handler_threads", "host",
+                 "max_abandoned", "max_body_bytes", "max_handler_threads", "port", "timeout_sec")
 
     def __init__(self, port: int = 8080, host: str = "0.0.0.0", code_dir: str = "/app/function",
                  entrypoint: str = "handler.handle", deps_dir: str | None = None, timeout_sec: float = 30.0,
                  max_body_bytes: int = 6291456, drain_sec: float = 25.0, max_abandoned: int = 8,
-                 handler_threads: int = 32, max_handler_threads: int = 1000) -> None:
+                 handler_threads: int = 32, max_handler_threads: int = 1000, drain_listen_sec: float = 0.0) -> None:
         self.port = port
         self.host = host
         self.code_dir = code_dir
@@ -59,6 +59,9 @@ class Config:
         self.timeout_sec = timeout_sec
         self.max_body_bytes = max_body_bytes
         self.drain_sec = drain_sec
+        #: how long after SIGTERM new connections are still accepted (and answered without keep-alive): a pod's
+        #: address stays in the nodes' Service rules a while after it was told to stop
+        self.drain_listen_sec = drain_listen_sec
         self.max_abandoned = max_abandoned
         #: handlers that run at once while they keep finishing (the HTTP server's thread pool).
         self.handler_threads = handler_threads
@@ -93,6 +96,7 @@ class Config:
             timeout_sec=number("SLESS_TIMEOUT_SEC", "30", float, 0.001),
             max_body_bytes=number("SLESS_MAX_BODY_BYTES", "6291456", int, 0),
             drain_sec=number("SLESS_DRAIN_SEC", "25", float, 0),
+            drain_listen_sec=number("SLESS_DRAIN_LISTEN_SEC", "0", float, 0),
             max_abandoned=number("SLESS_MAX_ABANDONED_HANDLERS", "8", int, 1),
             handler_threads=number("SLESS_HANDLER_THREADS", "32", int, 1),
             max_handler_threads=number("SLESS_MAX_HANDLER_THREADS", "1000", int, 1),

@@ -17,9 +17,12 @@ Design (why it looks like this):
   SLESS_TIMEOUT_SEC and closes that connection; Python cannot stop a thread, so
   the handler keeps running in the background until it returns on its own.
   ``async def`` handlers run on one shared event loop and are cancelled instead.
-- SIGTERM: close the listening socket (new connections are refused), close
-  idle keep-alive connections, let in-flight requests finish up to
-  SLESS_DRAIN_SEC, exit 0.
+- SIGTERM: close idle keep-alive connections (the rest close after their
+  answer), keep accepting new connections for SLESS_DRAIN_LISTEN_SEC (0 by
+  default; a pod sets it: the nodes' Service rules still send it connections
+  a while after it was told to stop, and a closed listener would refuse them),
+  then close the listening socket (new connections are refused), let in-flight
+  requests finish up to SLESS_DRAIN_SEC (from the signal), exit 0.
 - Linux only (epoll), like the platform's images.
 """
 
@@ -446,7 +449,7 @@ class Server:
         listen_fd, wake_fd = self.listener.fileno(), wake_r.fileno()
         connections = self.connections
         next_sweep = time.monotonic() + 1.0
-        drain_deadline = 0.0
+        drain_deadline = listen_until = 0.0
         while True:
             timeout = 0.02 if self.draining else (0.1 if self.lingering or self._accept_paused_until else 1.0)
             for fd, _ in self.main_epoll.poll(timeout):
@@ -459,8 +462,12 @@ class Server:
             if self.draining:
                 if not drain_deadline:
                     drain_deadline = now + self.config.drain_sec
-                    self._begin_drain()
-                if not self._in_flight():
+                    listen_until = now + min(self.config.drain_listen_sec, self.config.drain_sec)
+                    self._close_idle()
+                if listen_until and now >= listen_until:
+                    listen_until = 0.0
+                    self._stop_listening()
+                if not listen_until and not self._in_flight():
                     return
                 if now >= drain_deadline:
                     rt.log(f"drain deadline of {rt.format_seconds(self.config.drain_sec)}s reached; exiting")
@@ -470,7 +477,7 @@ class Server:
                     if now >= conn.linger_until:
                         self.lingering.discard(conn)
                         _shutdown(conn.sock)  # wakes the loop with EOF, which closes it
-            if self._accept_paused_until and now >= self._accept_paused_until and not self.draining:
+            if self._accept_paused_until and now >= self._accept_paused_until and self.listener.fileno() != -1:
                 self._accept_paused_until = 0.0
                 self.main_epoll.register(listen_fd, select.EPOLLIN)
             if now >= next_sweep:
@@ -502,11 +509,19 @@ class Server:
             self.connections[conn.fd] = conn
             self.conn_epoll.register(conn.fd, _ARMED)
 
-    def _begin_drain(self) -> None:
-        """Refuse new connections and close idle ones; a request that arrived just before SIGTERM is served."""
+    def _stop_listening(self) -> None:
+        """Refuse new connections from now on (those already in the backlog are taken: closing the listener
+        would reset them), and close the idle ones."""
         if not self._accept_paused_until:
+            self._accept()
+        if not self._accept_paused_until:  # (a failed accept has paused it: unregistered already)
             self.main_epoll.unregister(self.listener.fileno())
+        self._accept_paused_until = 0.0
         self.listener.close()
+        self._close_idle()
+
+    def _close_idle(self) -> None:
+        """Close the connections waiting for a request; one whose request arrived just now is served."""
         for conn in list(self.connections.values()):
             if conn.state == READ and not conn.buf and not conn.busy:
                 if _has_pending_input(conn.sock):

@@ -513,6 +513,33 @@ def test_sigterm_drains_in_flight_request(runtime: str, start_server: ServerFact
     assert _refused(server.port)
 
 
+def test_sigterm_keeps_accepting_for_the_drain_listen_time(runtime: str, start_server: ServerFactory) -> None:
+    """With SLESS_DRAIN_LISTEN_SEC (a pod's: the nodes' Service rules lead to it a while after it was told to stop)
+    idle keep-alive connections still close at SIGTERM, but new connections are accepted and answered, without
+    keep-alive, for that long; then new connections are refused and the process exits 0."""
+    server = start_server(runtime, env={"SLESS_DRAIN_SEC": "20", "SLESS_DRAIN_LISTEN_SEC": "2"})
+    idle = server.connection()
+    idle.request("GET", "/text")
+    assert idle.getresponse().read() == b"hello"
+    started = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    assert idle.sock is not None
+    idle.sock.settimeout(5)
+    assert idle.sock.recv(1) == b"", "the idle keep-alive connection was not closed at SIGTERM"
+    answered = []
+    while time.monotonic() - started < 1.5:  # well inside the 2 s of listening
+        conn = server.connection(timeout=5)
+        conn.request("GET", "/text")
+        resp = conn.getresponse()
+        answered.append((resp.status, (resp.getheader("connection") or "").lower(), resp.read()))
+        conn.close()
+    assert answered and set(answered) == {(200, "close", b"hello")}, answered[:3]
+    assert server.proc.wait(timeout=15) == 0
+    assert time.monotonic() - started >= 2.0
+    assert _refused(server.port)
+    idle.close()
+
+
 def test_sigterm_with_idle_keep_alive_exits_promptly(runtime: str, start_server: ServerFactory) -> None:
     server = start_server(runtime, env={"SLESS_DRAIN_SEC": "20"})
     conn = server.connection()

@@ -19,6 +19,7 @@ type Config struct {
 	TimeoutText  string        // the timeout as seconds, for the "timed out after <N>s" message
 	MaxBodyBytes int64         // SLESS_MAX_BODY_BYTES, larger request bodies get 413
 	Drain        time.Duration // SLESS_DRAIN_SEC, how long SIGTERM waits for in-flight requests
+	DrainListen  time.Duration // SLESS_DRAIN_LISTEN_SEC, how long after SIGTERM new connections are still accepted
 	MaxAbandoned int           // SLESS_MAX_ABANDONED_HANDLERS, timed-out handlers still running before a recycle
 	Event        string        // SLESS_EVENT, runner only
 	ResultFile   string        // SLESS_RESULT_FILE, runner only: where the result goes instead of stdout
@@ -68,6 +69,14 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		return cfg, fmt.Errorf("SLESS_DRAIN_SEC must not be negative")
 	}
 	cfg.Drain = toDuration(drain)
+	drainListen, err := secondsVar(getenv, "SLESS_DRAIN_LISTEN_SEC", 0)
+	if err != nil {
+		return cfg, err
+	}
+	if drainListen < 0 {
+		return cfg, fmt.Errorf("SLESS_DRAIN_LISTEN_SEC must not be negative")
+	}
+	cfg.DrainListen = min(toDuration(drainListen), cfg.Drain)
 	maxAbandoned, err := intVar(getenv, "SLESS_MAX_ABANDONED_HANDLERS", 8)
 	if err != nil {
 		return cfg, err

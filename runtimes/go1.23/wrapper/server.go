@@ -162,8 +162,8 @@ func writeError(w http.ResponseWriter, status int, message, kind string) {
 	_, _ = w.Write(body)
 }
 
-// serve listens until SIGTERM (or SIGINT), then stops accepting, waits up to
-// cfg.Drain for in-flight requests and returns the exit code.
+// serve listens until SIGTERM (or SIGINT), then drains (see drain) and returns
+// the exit code.
 func serve(cfg Config, h Handler) int {
 	tags, err := startTagging()
 	if err != nil {
@@ -201,12 +201,24 @@ func serve(cfg Config, h Handler) int {
 		code = recycleExit
 		log.Printf("sless: draining in-flight requests for up to %v before the recycle", cfg.Drain)
 	}
+	drain(srv, cfg)
+	log.Printf("sless: stopped")
+	return code
+}
+
+// drain closes idle keep-alive connections and answers every request from now
+// on with Connection: close, keeps accepting new connections for
+// cfg.DrainListen (a pod sets it: the nodes' Service rules still send it
+// connections a while after it was told to stop, and a closed listener would
+// refuse them), then stops accepting and waits for in-flight requests, all
+// within cfg.Drain from the signal.
+func drain(srv *http.Server, cfg Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Drain)
 	defer cancel()
+	srv.SetKeepAlivesEnabled(false)
+	time.Sleep(cfg.DrainListen) // still accepting meanwhile
 	if err := srv.Shutdown(ctx); err != nil {
 		log.Printf("sless: drain deadline passed, closing the remaining connections")
 		_ = srv.Close()
 	}
-	log.Printf("sless: stopped")
-	return code
 }
