@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +61,85 @@ def test_allowed_networks_are_parsed_strictly() -> None:
 
 def test_the_record_shows_the_url_without_its_query() -> None:
     assert shown_url("https://hooks.example.com:8443/a/b?token=secret#x") == "https://hooks.example.com:8443/a/b"
+
+
+# IPv6 spellings that carry an IPv4 address are judged by it (the tunnel forms also as IPv6).
+EMBEDDED = [
+    # IPv4-mapped
+    ("::ffff:127.0.0.1", False), ("::FFFF:7F00:1", False), ("0:0:0:0:0:ffff:a9fe:a9fe", False),
+    ("::ffff:8.8.8.8", True),
+    # IPv4-compatible (deprecated, RFC 4291)
+    ("::127.0.0.1", False), ("::7f00:1", False), ("::0:7F00:0001", False), ("::10.0.0.1", False),
+    ("::169.254.169.254", False), ("::8.8.8.8", True), ("::", False), ("::1", False),
+    # IPv4-translated (RFC 2765)
+    ("::ffff:0:127.0.0.1", False), ("::ffff:0:8.8.8.8", True),
+    # NAT64 well-known prefix: the last 32 bits
+    ("64:ff9b::127.0.0.1", False), ("64:ff9b::7f00:1", False), ("64:FF9B::A9FE:A9FE", False),
+    ("64:ff9b::10.0.0.1", False), ("64:ff9b::192.168.1.1", False), ("64:ff9b::100.64.0.1", False),
+    ("0064:ff9b:0000:0000:0000:0000:0808:0808", True), ("64:ff9b::8.8.8.8", True),
+    # NAT64 local use (RFC 8215): refused whole, whatever it seems to embed
+    ("64:ff9b:1::8.8.8.8", False), ("64:ff9b:1:ffff::1", False), ("64:FF9B:1:0808:0800::", False),
+    # 6to4: bits 16-48
+    ("2002:7f00:1::1", False), ("2002:7F00:0001::", False), ("2002:a9fe:a9fe::1", False),
+    ("2002:c0a8:101:1::1", False), ("2002:0a00:0001:ffff::", False), ("2002:808:808::1", True),
+    # Teredo: server bits 32-64, client the last 32 bits inverted; 2001::/32 itself is not globally reachable
+    ("2001:0:4136:e378:8000:63bf:3fff:fdd2", False),  # client 192.0.2.45 (documentation)
+    ("2001:0:808:808::80ff:fffe", False),  # client 127.0.0.1
+    ("2001:0:a00:1::f7f7:fbfb", False),  # server 10.0.0.1
+    ("2001:0:808:808::f7f7:fbfb", False),  # both public: still refused, as 2001::/32
+    # plain IPv6 for comparison
+    ("2001:4860:4860::8888", True), ("fd00::7f00:1", False), ("fe80::7f00:1", False),
+]
+
+
+@pytest.mark.parametrize(("address", "allowed"), EMBEDDED)
+def test_ipv6_forms_embedding_ipv4_are_judged_by_the_embedded_address(address: str, allowed: bool) -> None:
+    url = f"http://[{address}]:8080/hook"
+    if allowed:
+        assert check_url(url, OPEN) == url
+    else:
+        with pytest.raises(CallbackRefused, match="not a public address"):
+            check_url(url, OPEN)
+    assert OPEN.allows(ipaddress.ip_address(address)) is allowed
+
+
+@pytest.mark.parametrize(("address", "allowed"), [
+    ("64:ff9b::10.9.1.1", True), ("::10.9.1.1", True), ("::ffff:0:10.9.1.1", True), ("2002:a09:101::1", True),
+    ("64:ff9b::10.8.1.1", False), ("2002:a08:101::1", False), ("64:ff9b:1::a09:101", False),
+])  # fmt: skip
+def test_an_allowed_network_opens_the_embedded_spellings_of_its_addresses(address: str, allowed: bool) -> None:
+    policy = CallbackPolicy(allowed_nets=CallbackPolicy.parse_nets("10.9.0.0/16"))
+    assert policy.allows(ipaddress.ip_address(address)) is allowed
+    local_use = CallbackPolicy(allowed_nets=CallbackPolicy.parse_nets("64:ff9b:1::/48"))
+    assert local_use.allows(ipaddress.ip_address("64:ff9b:1::a09:101"))  # the operator named the prefix
+
+
+def test_a_name_resolving_to_an_embedded_form_is_judged_by_the_embedded_address(tmp_path: Path) -> None:
+    """Names resolved by the check (getaddrinfo) through a private /etc/hosts: bwrap binds one over the host's
+    for a child process only, so no DNS server and no change to this machine's files."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        pytest.skip("bwrap is not installed")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("64:ff9b::7f00:1 nat64-loopback.test\n2002:a9fe:a9fe::1 sixtofour-metadata.test\n"
+                     "::ffff:0:a00:1 translated-private.test\n64:ff9b::808:808 nat64-public.test\n")
+    script = (
+        "from sless_api.asynccalls.callback import CallbackPolicy, CallbackRefused, check_url\n"
+        "for name in ('nat64-loopback.test', 'sixtofour-metadata.test', 'translated-private.test',"
+        " 'nat64-public.test'):\n"
+        "    try:\n"
+        "        check_url(f'http://{name}/hook', CallbackPolicy())\n"
+        "        print(name, 'allowed')\n"
+        "    except CallbackRefused as exc:\n"
+        "        print(name, 'refused', exc)\n"
+    )
+    argv = [bwrap, "--dev-bind", "/", "/", "--ro-bind", str(hosts), "/etc/hosts", "--", sys.executable, "-c", script]
+    if os.geteuid() != 0:
+        argv[1:1] = ["--unshare-user"]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert run.returncode == 0, run.stderr[-2000:]
+    verdicts = {line.split()[0]: line.split()[1] for line in run.stdout.splitlines()}
+    assert verdicts == {"nat64-loopback.test": "refused", "sixtofour-metadata.test": "refused",
+                        "translated-private.test": "refused", "nat64-public.test": "allowed"}, run.stdout
+    assert "64:ff9b::7f00:1" in run.stdout  # the refusal names the address the name resolved to

@@ -8,6 +8,15 @@ public one, unless it lies in a network the operator allowed (``SLESS_CALLBACK_A
 again when connecting (a resolver that drops refused addresses, and IP literals checked before the request), so
 a name that resolved to a public address when the call was submitted and to a private one later (DNS rebinding)
 reaches nothing. Redirects are never followed: a 3xx is a failed delivery.
+
+IPv6 addresses that carry an IPv4 address are judged by it, since a packet to them ends up there: the
+IPv4-mapped ``::ffff:a.b.c.d``, IPv4-compatible ``::a.b.c.d`` and IPv4-translated ``::ffff:0:a.b.c.d`` forms
+and the NAT64 well-known prefix ``64:ff9b::/96`` stand for their last 32 bits (a NAT64 gateway in the
+platform's network translates ``64:ff9b::10.0.0.1`` to 10.0.0.1); the tunnel forms must pass both as IPv6
+and by what they embed: 6to4 ``2002:AABB:CCDD::/48`` (its relay sends to AA.BB.CC.DD) and Teredo
+``2001::/32`` (its server, bits 32-63, and its client, the last 32 bits inverted). The NAT64 local-use prefix
+``64:ff9b:1::/48`` (RFC 8215) is refused whole unless an allowed network names it: the operator's
+translator may embed the IPv4 address at any of RFC 6052's positions, so no position can be read reliably.
 """
 
 from __future__ import annotations
@@ -26,6 +35,31 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 MAX_URL_LENGTH = 2048
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: IPv6 forms that stand for the IPv4 address in their last 32 bits: IPv4-compatible (RFC 4291, deprecated),
+#: IPv4-translated (RFC 2765) and the NAT64 well-known prefix (RFC 6052). IPv4-mapped is Python's ipv4_mapped.
+IPV4_IN_LAST_32_BITS = (ipaddress.IPv6Network("::/96"), ipaddress.IPv6Network("::ffff:0:0:0/96"),
+                        ipaddress.IPv6Network("64:ff9b::/96"))
+#: NAT64 for local use (RFC 8215): where it puts the IPv4 address is the operator's choice.
+NAT64_LOCAL_USE = ipaddress.IPv6Network("64:ff9b:1::/48")
+
+
+def stands_for(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address that ADDRESS is another spelling of (mapped, compatible, translated, NAT64), if any."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if any(address in net for net in IPV4_IN_LAST_32_BITS):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
+def tunnelled_to(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 addresses a tunnel address (6to4, Teredo) sends its packets through or to."""
+    if address.sixtofour is not None:
+        return (address.sixtofour,)
+    if address.teredo is not None:
+        return address.teredo  # (server, client): Python already inverts the client's bits
+    return ()
 
 
 class CallbackRefused(ValueError):
@@ -53,8 +87,20 @@ class CallbackPolicy:
         return tuple(nets)
 
     def allows(self, address: IPAddress) -> bool:
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped  # ::ffff:10.0.0.1 is 10.0.0.1
+        """Whether a callback may go to ADDRESS: by the IPv4 address it carries, if it carries one."""
+        if isinstance(address, ipaddress.IPv6Address):
+            if address.scope_id is not None:  # fe80::1%eth0: the networks compare the address alone
+                address = ipaddress.IPv6Address(int(address))
+            ipv4 = stands_for(address)
+            if ipv4 is not None:
+                return self._allows_plain(ipv4)  # ::ffff:10.0.0.1 and 64:ff9b::10.0.0.1 are 10.0.0.1
+            if address in NAT64_LOCAL_USE:
+                return any(address in net for net in self.allowed_nets)
+            if not all(self._allows_plain(ipv4) for ipv4 in tunnelled_to(address)):
+                return False
+        return self._allows_plain(address)
+
+    def _allows_plain(self, address: IPAddress) -> bool:
         if any(address in net for net in self.allowed_nets):
             return True
         return address.is_global and not address.is_multicast
