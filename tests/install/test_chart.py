@@ -17,6 +17,7 @@ from sless_operator.config import OperatorConfig
 from tests.install.helm import CHART, NAMESPACE, HelmError, by_kind, helm, one, pod_specs, render
 
 API = "sless-api"
+API_TENANT = "sless-api-tenant"
 OPERATOR = "sless-operator"
 EVENTS = "sless-events"
 
@@ -175,8 +176,26 @@ def test_rbac_grants_secrets_to_the_api_and_code_url_writes_to_the_operator(defa
     for name, rule in _rules(default):
         if "" in rule.get("apiGroups", []) and "secrets" in rule.get("resources", []):
             granted[name] = set(rule["verbs"])
-    assert granted == {"sless-api": {"get", "list", "create", "update", "delete"},
+    assert granted == {API_TENANT: {"get", "list", "create", "update", "delete"},
                        "sless-operator": {"create", "patch"}}, granted  # fmt: skip
+
+
+def test_the_apis_tenant_rights_are_bound_per_namespace_never_cluster_wide(default: list[dict[str, Any]]) -> None:
+    """The API's ClusterRole holds no Secret and no pod log; it may bind its tenant role (and no other role) with
+    RoleBindings it creates, and nothing in the chart binds that role cluster-wide."""
+    api = _grants(default, API)
+    assert not any(resource in ("secrets", "pods", "pods/log") for _, resource, _ in api), api
+    assert ("rbac.authorization.k8s.io", "rolebindings", "create") in api
+    [bind] = [rule for rule in one(default, "ClusterRole", API)["rules"] if "bind" in rule["verbs"]]
+    assert bind == {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"],
+                    "resourceNames": [API_TENANT]}  # fmt: skip
+    assert not any("escalate" in rule["verbs"] for _, rule in _rules(default))
+    bound = [o["roleRef"]["name"] for o in default if o["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+    assert API_TENANT not in bound, bound
+    env = {e["name"]: e.get("value") for e in one(default, "Deployment", API)["spec"]["template"]["spec"]
+           ["containers"][0]["env"]}  # fmt: skip
+    assert env["SLESS_KUBE_TENANT_ROLE"] == API_TENANT
+    assert env["SLESS_KUBE_SERVICE_ACCOUNT"] == f"{NAMESPACE}:{API}"
 
 
 def test_rbac_binds_each_role_to_its_own_service_account(default: list[dict[str, Any]]) -> None:
@@ -202,14 +221,14 @@ def _grants(objects: list[dict[str, Any]], role: str) -> set[tuple[str, str, str
 
 
 def test_api_reads_pod_logs_and_nothing_more_of_pods(default: list[dict[str, Any]]) -> None:
-    pods = {g for g in _grants(default, API) if g[0] == "" and g[1].startswith("pods")}
+    pods = {g for g in _grants(default, API_TENANT) if g[0] == "" and g[1].startswith("pods")}
     assert pods == {("", "pods", "list"), ("", "pods/log", "get")}
 
 
 def test_call_logs_off_grants_no_pod_access(default: list[dict[str, Any]]) -> None:
     off = render({"api.callLogs.enabled": False})
-    assert not any(g[1].startswith("pods") for g in _grants(off, API))
-    assert _grants(off, API) == {g for g in _grants(default, API) if not g[1].startswith("pods")}
+    assert not any(g[1].startswith("pods") for role in (API, API_TENANT) for g in _grants(off, role))
+    assert _grants(off, API_TENANT) == {g for g in _grants(default, API_TENANT) if not g[1].startswith("pods")}
 
 
 def test_call_logs_setting_is_a_boolean() -> None:
@@ -614,6 +633,49 @@ def test_admission_policy_follows_the_build_namespace_and_names() -> None:
         one(objects, "ValidatingAdmissionPolicyBinding", "fx-operator-scope")["spec"]["policyName"]
         == policy["metadata"]["name"]
     )
+
+
+API_POLICY = "sless-api-scope"
+
+
+def test_the_apis_admission_policy_matches_every_write_of_its_service_account(default: list[dict[str, Any]]) -> None:
+    policy = one(default, "ValidatingAdmissionPolicy", API_POLICY)
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    [condition] = policy["spec"]["matchConditions"]
+    assert condition["expression"] == f"request.userInfo.username == 'system:serviceaccount:{NAMESPACE}:{API}'"
+    assert _matched(policy) == {("*", "*"): {"CREATE", "UPDATE", "DELETE", "CONNECT"},
+                                ("*", "*/*"): {"CREATE", "UPDATE", "DELETE", "CONNECT"}}  # fmt: skip
+    rolebinding = policy["spec"]["validations"][-1]["expression"]
+    for part in (f"object.roleRef.name == '{API_TENANT}'", f"object.subjects[0].name == '{API}'",
+                 f"object.subjects[0].namespace == '{NAMESPACE}'", "size(object.subjects) == 1"):
+        assert part in rolebinding, part
+    binding = one(default, "ValidatingAdmissionPolicyBinding", API_POLICY)
+    assert binding["spec"] == {"policyName": API_POLICY, "validationActions": ["Deny"]}
+
+
+def test_tenant_guard_rails_reach_the_operator_through_the_configmap() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["functions"]
+    values["quota"] = {**values["quota"], "functions": 7, "secrets": 9, "storage": "1Gi"}
+    values["dns"] = {"namespace": "dns", "podLabels": "app=coredns,tier=node", "cidrs": ["169.254.20.10/32"]}
+    data = one(render({"functions": values}), "ConfigMap", "sless-config")["data"]
+    config = OperatorConfig.from_env(data)
+    assert (config.tenant_quota_functions, config.tenant_quota_secrets, config.tenant_quota_storage) == (7, 9, "1Gi")
+    assert config.dns_namespace == "dns" and dict(config.dns_pod_labels) == {"app": "coredns", "tier": "node"}
+    assert config.dns_cidrs == ("169.254.20.10/32",)
+    defaults = OperatorConfig.from_env(one(render({}), "ConfigMap", "sless-config")["data"])
+    assert manifests.tenant_quota(defaults) == manifests.tenant_quota(OperatorConfig())
+    assert manifests.dns_peers(defaults) == manifests.dns_peers(OperatorConfig())
+
+
+@pytest.mark.parametrize("bad", [{"quota": {"functions": -1}}, {"quota": {"storage": "lots"}},
+                                 {"dns": {"podLabels": ""}}, {"dns": {"podLabels": "k8s-app"}},
+                                 {"dns": {"cidrs": ["8.8.8.8"]}}, {"dns": {"namespace": "Kube_System"}}])  # fmt: skip
+def test_bad_guard_rail_values_are_refused(bad: dict[str, Any]) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["functions"]
+    for key, part in bad.items():
+        values[key] = {**values[key], **part}
+    with pytest.raises(HelmError):
+        render({"functions": values})
 
 
 def test_admission_policy_is_optional() -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import secrets as random
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -124,52 +123,3 @@ def test_a_written_secret_rolls_the_functions_pods(kube_api: KubeApi, served: tu
             lambda: template()["metadata"]["annotations"].get(crd.ANNOTATION_SECRETS) not in (None, version))
     assert NEW_VALUE not in json.dumps(bed.get("deployment", "hello", "-n", t.ns))
     assert NEW_VALUE not in op.log_path.read_text(errors="replace") and NEW_VALUE not in kube_api.log_path.read_text()
-
-
-API_DENIED = "the sless API may write only Secrets named sless-secret-*"
-
-
-def test_the_charts_policy_confines_the_apis_secret_writes(k8s_testbed: Testbed) -> None:
-    """The chart's API identity, RBAC and Secret policy on the real API server: the API's ServiceAccount may
-    write sless-secret-* in labelled tenant namespaces and nothing else, though RBAC grants it all Secrets."""
-    from tests.install.helm import render
-
-    bed = k8s_testbed
-    tag = random.token_hex(4)
-    fullname, release_ns = f"sec-{tag}", f"sec-system-{tag}"
-    picked = [o for o in render({"fullnameOverride": fullname}, "-n", release_ns)
-              if (o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
-                  and o["metadata"]["name"] == f"{fullname}-api")
-              or o["metadata"]["name"] == f"{fullname}-api-secrets-scope"]
-    assert sorted(o["kind"] for o in picked) == ["ClusterRole", "ClusterRoleBinding", "ServiceAccount",
-                                                  "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
-    user = f"system:serviceaccount:{release_ns}:{fullname}-api"
-    tenant, unlabelled = f"sless-{random.token_hex(8)}", f"sless-{random.token_hex(8)}"
-    bed.kubectl("create", "namespace", release_ns)
-    for ns in (tenant, unlabelled):
-        bed.kubectl("create", "namespace", ns)
-    bed.kubectl("label", "namespace", tenant, "sless.dev/tenant=true")
-
-    def create(ns: str, name: str) -> subprocess.CompletedProcess[str]:
-        return bed.kubectl(f"--as={user}", "create", "secret", "generic", name, "--from-literal=k=v", "-n", ns,
-                           "--dry-run=server", check=False)
-
-    try:
-        bed.apply(*picked)
-        bed.wait("the policy is in force", lambda: API_DENIED in create("default", "sless-secret-x").stderr, 60)
-        assert create(tenant, "sless-secret-db").returncode == 0, create(tenant, "sless-secret-db").stderr
-        for ns, name in ((tenant, "other"), (unlabelled, "sless-secret-db"), ("kube-system", "sless-secret-db"),
-                         ("default", "db")):
-            denied = create(ns, name)
-            assert denied.returncode != 0 and API_DENIED in denied.stderr, (ns, name, denied.stderr)
-        bed.kubectl("create", "secret", "generic", "victim", "--from-literal=k=v", "-n", tenant)
-        deleted = bed.kubectl(f"--as={user}", "delete", "secret", "victim", "-n", tenant, "--dry-run=server",
-                              check=False)
-        assert deleted.returncode != 0 and API_DENIED in deleted.stderr, deleted.stderr
-    finally:
-        for obj in picked:
-            if "namespace" not in obj["metadata"]:
-                bed.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", "--wait=false",
-                            check=False)
-        bed.kubectl("delete", "namespace", release_ns, tenant, unlabelled, "--wait=false", "--ignore-not-found",
-                    check=False)

@@ -16,6 +16,8 @@ Kubernetes backend:
 | ``SLESS_RUNTIME_IMAGE_TAG`` | ``latest`` | tag of those base images |
 | ``SLESS_GO_RUN_IMAGE`` | ``gcr.io/distroless/static-debian12:nonroot`` | image a Go function's binary runs on |
 | ``SLESS_KUBE_CODE_FETCH`` | ``true`` | pods fetch Python/Node code at start; ``false``: an image per change |
+| ``SLESS_KUBE_TENANT_ROLE`` | (none) | ClusterRole the API binds to itself per tenant namespace |
+| ``SLESS_KUBE_SERVICE_ACCOUNT`` | (none) | ``<namespace>:<name>``: the API's own, bound there |
 
 Standalone backend: ``SLESS_SANDBOX``, ``SLESS_SANDBOX_*`` (:class:`SandboxSettings`),
 ``SLESS_CODE_VERSIONS_KEPT``, ``SLESS_TENANT_CODE_QUOTA_BYTES`` (:class:`RetentionPolicy`).
@@ -47,6 +49,10 @@ class KubeSettings:
     runtime_image_tag: str = "latest"
     go_run_image: str = GO_RUN_IMAGE
     code_fetch: bool = True
+    #: The ClusterRole bound per tenant namespace (``sless_api.kube.access``); empty: no binding is made.
+    tenant_role: str = ""
+    #: ``(namespace, name)`` of the API's own ServiceAccount, the subject of those bindings.
+    service_account: tuple[str, str] | None = None
     #: In a pod (``KUBERNETES_SERVICE_HOST`` set): without ``KUBECONFIG`` the service account is used.
     in_cluster: bool = False
 
@@ -63,6 +69,7 @@ class KubeSettings:
                            ("SLESS_GO_RUN_IMAGE", go_run)):
             if not _IMAGE_PART.match(value):
                 raise ValueError(f"{key} must be part of an image reference, got {value!r}")
+        tenant_role, service_account = _tenant_binding(source)
         return cls(
             kubeconfig=source.get("KUBECONFIG") or None,
             context=source.get("SLESS_KUBE_CONTEXT") or None,
@@ -74,6 +81,8 @@ class KubeSettings:
             go_run_image=go_run,
             code_fetch=reader.boolean("SLESS_KUBE_CODE_FETCH", cls.code_fetch),
             in_cluster=bool(reader.optional("KUBERNETES_SERVICE_HOST")),
+            tenant_role=tenant_role,
+            service_account=service_account,
         )
 
     def base_image(self, runtime: str) -> str:
@@ -85,6 +94,27 @@ class KubeSettings:
     def service_url(self, namespace: str, name: str) -> str:
         """Where the operator's Service of a function answers inside the cluster."""
         return f"http://{name}.{namespace}.{self.service_domain}:{FUNCTION_PORT}"
+
+
+_ROLE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+
+
+def _tenant_binding(source: Mapping[str, str]) -> tuple[str, tuple[str, str] | None]:
+    """``SLESS_KUBE_TENANT_ROLE`` and ``SLESS_KUBE_SERVICE_ACCOUNT``: both or neither, since a binding needs
+    the role and the subject it binds it to."""
+    role = (source.get("SLESS_KUBE_TENANT_ROLE") or "").strip()
+    account = (source.get("SLESS_KUBE_SERVICE_ACCOUNT") or "").strip()
+    if not role and not account:
+        return "", None
+    if not role or not account:
+        raise ConfigError("SLESS_KUBE_TENANT_ROLE and SLESS_KUBE_SERVICE_ACCOUNT must be set together")
+    if not _ROLE.match(role):
+        raise ConfigError(f"SLESS_KUBE_TENANT_ROLE must be a ClusterRole name, got {role!r}")
+    namespace, sep, name = account.partition(":")
+    if not sep or not _LABEL.match(namespace) or not _ROLE.match(name):
+        raise ConfigError(f"SLESS_KUBE_SERVICE_ACCOUNT must be <namespace>:<name>, got {account!r}")
+    return role, (namespace, name)
 
 
 MODES = ("auto", "bwrap", "off")

@@ -3,8 +3,9 @@
 Every call goes through :meth:`KubeClient.call`, which runs the blocking client in a worker thread
 with a bounded request time and turns whatever the API server (or the network) says into the
 platform's errors. So an ``ApiException`` or a urllib3 error never reaches a client as a 500: a
-missing object is a 404, a name clash a 409, a schema rejection a 400, and anything the tenant
-cannot fix (refused credentials, a server down or overloaded) a 503.
+missing object is a 404, a name clash a 409, a schema rejection a 400, a create beyond the tenant's
+quota a 403 naming the quota (``kube.quota``), and anything the tenant cannot fix (refused
+credentials, a server down or overloaded) a 503.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from sless_api.backendconfig import KubeSettings
+from sless_api.kube import quota
+from sless_api.kube.access import TenantAccess
 from sless_api.platform import Conflict, NotFound, PlatformError, Unavailable
 from sless_core.errors import ValidationError
 
@@ -79,6 +82,8 @@ def translate(exc: BaseException, what: str) -> PlatformError | ValidationError:
         return KubeConflict(f"{what}: {message}", reason=body.get("reason"))
     if status in (400, 422):
         return ValidationError(f"{what} rejected by the cluster: {message}")
+    if status == 403 and (beyond := quota.refusal(message, what)) is not None:
+        return beyond
     if status in (401, 403):
         log.error("the API server refused the platform's credentials for %s: %s", what, message)
         return Unavailable(f"the platform is not allowed to manage {what}; ask the operator of this installation")
@@ -95,6 +100,9 @@ class KubeClient:
         self.api_client = k8s.ApiClient(self.configuration)
         self.custom = k8s.CustomObjectsApi(self.api_client)
         self.core = k8s.CoreV1Api(self.api_client)
+        self.rbac = k8s.RbacAuthorizationV1Api(self.api_client)
+        #: the API's rights inside tenant namespaces (a RoleBinding per namespace, see kube.access)
+        self.access = TenantAccess(self)
 
     def new_api_client(self) -> k8s.ApiClient:
         """A separate connection pool (a watch holds its connection for minutes)."""

@@ -3,7 +3,8 @@
 The API writes desired state (the CRs' ``spec``) and reads what the operator reports (``status``);
 it never writes status and never imports the operator. Code goes to object storage and reaches the
 operator as ``spec.codeHash`` + ``spec.contextKey``. Functions live in the tenant namespace itself
-(``sless-<hash>``), which the API creates with the tenant label.
+(``sless-<hash>``), which the API creates with the tenant label and its own RoleBinding there
+(``kube.access``: the API's Secret and pod-log rights exist in tenant namespaces only).
 
 Writes that depend on what was read (update, upload, trigger patch, job re-run) carry the object's
 resourceVersion, so a concurrent change makes the API server answer 409 and the write is retried
@@ -184,6 +185,7 @@ class KubernetesPlatform:
         what = f"namespace {namespace!r}"
         try:
             await self.kube.call(what, self.kube.core.create_namespace, body)
+            await asyncio.to_thread(self.kube.access.grant, namespace)
             return True
         except KubeConflict:
             pass
@@ -195,6 +197,7 @@ class KubernetesPlatform:
         if any(have.get(k) != v for k, v in mark.items()):
             patch = {"metadata": {"labels": mark}}
             await self.kube.call(what, self.kube.core.patch_namespace, namespace, patch)
+        await asyncio.to_thread(self.kube.access.grant, namespace)
         return False
 
     # functions

@@ -3,14 +3,16 @@
 The runtimes tag each line a handler writes during a call with the call's request id
 (sless_api.calllines); the pod log keeps them, so a call's lines are those of its function's pods
 that carry its id. This needs ``list`` on pods and ``get`` on ``pods/log`` in tenant namespaces
-(the chart grants both with ``api.callLogs.enabled``); where the cluster refuses, the answer is a
-501 that says so. Bounded: only the log since shortly before the call, at most ``MAX_READ_BYTES``
-per pod, at most ``MAX_CALL_BYTES`` of a call's text. What the log no longer holds (a pod gone,
-its log rotated) is not there: the kubelet's log, not the platform, decides how long it is kept.
+(the chart's tenant role holds both with ``api.callLogs.enabled``, bound in each tenant namespace
+only: ``sless_api.kube.access``); where the cluster refuses, the answer is a 501 that says so.
+Bounded: only the log since shortly before the call, at most ``MAX_READ_BYTES`` per pod, at most
+``MAX_CALL_BYTES`` of a call's text. What the log no longer holds (a pod gone, its log rotated) is not
+there: the kubelet's log, not the platform, decides how long it is kept.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import datetime
 from typing import Any
@@ -71,6 +73,8 @@ async def read_call_logs(kube: KubeClient, namespace: str, function: str, call: 
     since = max(1, int(time.time() - call.started_at + call.duration_sec) + SLACK_SEC)
     selector = f"{crd.LABEL_FUNCTION}={function},{crd.LABEL_COMPONENT}={COMPONENT_FUNCTION}"
     found: dict[str, Any] = {"lines": [], "truncated": False, "_size": 0}
+    if not await asyncio.to_thread(kube.access.ensure, namespace):
+        return {"lines": [], "truncated": False}  # the namespace is gone, and its pods with it
     try:
         pods = await kube.call_raw(kube.core.list_namespaced_pod, namespace, label_selector=selector,
                                    limit=MAX_PODS)

@@ -5,6 +5,8 @@ Secrets are listed, so other Secrets in the namespace (an image pull secret) are
 touched, and a name a tenant picks never collides with one the platform uses. Function pods read them
 through ``secretKeyRef`` and projected volumes; the operator needs no Secret permission at all.
 Writes carry the resourceVersion they read, so two concurrent replaces cannot both count as version N+1.
+The API may touch Secrets only in tenant namespaces where it holds its RoleBinding (``sless_api.kube.access``):
+every method makes sure of it first.
 """
 
 from __future__ import annotations
@@ -66,8 +68,14 @@ class KubeSecretStore:
     def close(self) -> None:
         """The client is the platform's, closed by it."""
 
+    def _enter(self, namespace: str) -> None:
+        """The API's rights in NAMESPACE (its RoleBinding); a namespace that does not exist holds no secret."""
+        if not self.kube.access.ensure(namespace):
+            raise KubeNotFound(f"namespace {namespace!r} not found", kind="namespaces")
+
     def _read(self, namespace: str, name: str) -> k8s.V1Secret:
         try:
+            self._enter(namespace)
             obj = self.kube.call_sync(f"secret {name!r}", self.kube.core.read_namespaced_secret,
                                       secret_object_name(name), namespace)
         except KubeNotFound:
@@ -78,6 +86,7 @@ class KubeSecretStore:
 
     def list(self, namespace: str) -> list[SecretMeta]:
         try:
+            self._enter(namespace)
             found = self.kube.call_sync("secrets", self.kube.core.list_namespaced_secret, namespace,
                                         label_selector=f"{crd.LABEL_MANAGED}={crd.MANAGED_BY},{LABEL_SECRET}")
         except KubeNotFound:
@@ -98,6 +107,7 @@ class KubeSecretStore:
         return out
 
     def create(self, namespace: str, name: str, data: SecretValues) -> SecretMeta:
+        self._enter(namespace)
         try:
             obj = self.kube.call_sync(f"secret {name!r}", self.kube.core.create_namespaced_secret, namespace,
                                       _body(namespace, name, data, 1))
