@@ -276,9 +276,11 @@ def test_deployment_pod_is_restricted_probed_and_sized() -> None:
     assert c["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     for probe in ("readinessProbe", "livenessProbe"):
         assert c[probe]["httpGet"] == {"path": "/_/health", "port": "http"}
-    # a pause before SIGTERM while the pod leaves the Service, then the drain up to the timeout
+    # a pause before SIGTERM while the pod leaves the Service, 3 s more of accepting connections after it
+    # (until every node's rules have dropped the pod), then the drain up to the timeout
     assert c["lifecycle"] == {"preStop": {"sleep": {"seconds": manifests.PRESTOP_SLEEP_SEC}}}
-    assert pod["terminationGracePeriodSeconds"] == manifests.PRESTOP_SLEEP_SEC + 65
+    assert {"name": "SLESS_DRAIN_LISTEN_SEC", "value": "3"} in c["env"]
+    assert pod["terminationGracePeriodSeconds"] == manifests.PRESTOP_SLEEP_SEC + 3 + 65
     assert "command" not in c  # the image's CMD is the server
     selector = dep["spec"]["selector"]["matchLabels"]
     assert selector.items() <= dep["spec"]["template"]["metadata"]["labels"].items()
@@ -326,6 +328,7 @@ def test_run_job_runs_the_runner_with_the_event(runtime: str, command: list[str]
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
     # the runner writes its result there, apart from what the handler prints
     assert {"name": "SLESS_RESULT_FILE", "value": "/dev/termination-log"} in c["env"]
+    assert "SLESS_DRAIN_LISTEN_SEC" not in {e["name"] for e in c["env"]}  # a runner has no listener
     assert "ports" not in c and "readinessProbe" not in c
     assert pod_spec(job)["restartPolicy"] == "Never"
     assert_restricted(pod_spec(job))

@@ -411,8 +411,15 @@ def code_secret(fn: FunctionRef, url: str, expires: int) -> dict[str, Any]:
 def _function_pod(config: OperatorConfig, fn: FunctionRef, image: str, *, runner: bool,
                   extra_env: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     runtime = RUNTIMES[fn.spec.runtime]
+    # A server keeps accepting this long after its SIGTERM (answering without keep-alive): until kube-proxy's
+    # next sync on every node drops the pod's endpoint, new connections to the Service may still be sent here,
+    # and a listener closed at SIGTERM refused them (a rollout answered some calls 502). The preStop pause
+    # covers the usual second; a busy node, or a sync the new pod has just caused, takes longer.
+    drain_listen_sec = 3
     if runner:  # the result goes where the handler's own prints cannot reach (the termination message)
         extra_env = {**(extra_env or {}), "SLESS_RESULT_FILE": TERMINATION_LOG}
+    else:
+        extra_env = {"SLESS_DRAIN_LISTEN_SEC": str(drain_listen_sec), **(extra_env or {})}
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
@@ -452,9 +459,10 @@ def _function_pod(config: OperatorConfig, fn: FunctionRef, image: str, *, runner
     if runner:
         pod["restartPolicy"] = "Never"
     else:
-        # SIGTERM (after the preStop pause, which the grace period includes) drains in-flight requests up to
-        # the function's timeout.
-        pod["terminationGracePeriodSeconds"] = min(PRESTOP_SLEEP_SEC + fn.spec.timeout_sec + 5, MAX_GRACE_SEC)
+        # SIGTERM (after the preStop pause, which the grace period includes) still accepts for a while, then
+        # drains in-flight requests up to the function's timeout.
+        grace = PRESTOP_SLEEP_SEC + drain_listen_sec + fn.spec.timeout_sec + 5
+        pod["terminationGracePeriodSeconds"] = min(grace, MAX_GRACE_SEC)
     if fn.fetched:
         pod["initContainers"] = [fetch_code_container(config, fn)]
         pod["volumes"].append({"name": CODE_VOLUME, "emptyDir": {"sizeLimit": CODE_VOLUME_SIZE}})
