@@ -89,16 +89,31 @@ user_directives() {
     $1 == "replace" || $1 == "exclude" { print }
   ' "$work/function/go.mod"
 }
+# A local replacement must stay inside the upload: one pointing elsewhere ("../x", "/", a path that climbs
+# out through "..") would read the build host's files and quote them back in compiler errors.
+local_replacement() {  # prints the replacement's folder inside the copy, or fails with a message
+  local rel=$1 inside
+  if [[ $rel == /* ]]; then
+    echo "build.sh: go.mod replaces a module with the absolute path $rel: only folders inside the function's code may replace modules" >&2
+    return 1
+  fi
+  inside=$(realpath -m "$work/function/$rel")
+  if [[ $inside != "$work/function" && $inside != "$work/function/"* ]]; then
+    echo "build.sh: go.mod replaces a module with $rel, outside the function's code: only folders inside it may replace modules" >&2
+    return 1
+  fi
+  printf '%s\n' "$inside"
+}
 while read -r verb a b c d e; do
   if [ "$verb" = exclude ]; then
     go mod edit -exclude="$a@$b" "$work/go.mod"
     continue
   fi
   old=$a; [ "$b" = "=>" ] || { old="$a@$b"; c=$d; d=$e; }
+  c=${c#[\"\`]}; c=${c%[\"\`]}  # go.mod may quote a path
   new=$c
   if [ -n "$d" ]; then new="$c@$d"
-  elif [[ $c == ./* ]]; then new="$work/function/$c"
-  elif [[ $c == ../* ]]; then new="$code_dir/$c"; fi
+  elif [[ $c == ./* || $c == ../* || $c == /* || $c == . || $c == .. ]]; then new=$(local_replacement "$c") || exit 1; fi
   go mod edit -replace="$old=$new" "$work/go.mod"
 done < <(user_directives)
 

@@ -172,6 +172,46 @@ def test_cannot_read_the_data_dir_the_secret_or_another_tenants_code(arena: Aren
     arena.assert_fine()
 
 
+GO_HANDLER = ('package function\n\nimport "context"\n\n'
+              "func Handle(ctx context.Context, event map[string]any) (any, error) { return event, nil }\n")
+#: The first word of a host file the Go assembler would quote back ("unrecognized instruction ...").
+BUILD_CANARY = "buildcanary7d41e0"
+
+
+@pytest.mark.parametrize("target", ["data dir", "/etc/shadow"])
+def test_a_go_build_cannot_read_host_files(arena: Arena, target: str) -> None:
+    """The build is tenant code: the Go assembler opens an absolute ``#include`` path and quotes what it read
+    in the compile error the tenant gets back. Jailed, the build sees neither the data dir nor /etc/shadow."""
+    if target == "data dir":
+        path = arena.data_dir / "build-canary"
+        path.write_text(f"{BUILD_CANARY} rest of a secret\n")
+        path.chmod(0o600)
+        leaked = BUILD_CANARY
+    else:
+        path = Path("/etc/shadow")
+        leaked = path.read_text().split(":", 1)[0]  # what an unjailed build quoted back: "root"
+    arena.attacker.api("POST", "/functions", json={"name": f"leak-{len(target)}", "runtime": "go1.23"}, expect=201)
+    arena.attacker.upload(f"leak-{len(target)}", {"handler.go": GO_HANDLER, "leak_amd64.s": f'#include "{path}"\n'})
+    record = arena.attacker.wait_phase(f"leak-{len(target)}", ("Failed",), wait=300)
+    message = record["message"]
+    assert "no such file or directory" in message, message
+    assert "unrecognized instruction" not in message and f'"{leaked}"' not in message, message
+    assert BUILD_CANARY not in message
+    arena.assert_fine()
+
+
+def test_a_go_build_runs_as_the_tenant_and_its_binary_is_sealed(arena: Arena) -> None:
+    """The compile runs as the tenant's uid in its own caches; what it produced is handed back to the platform,
+    so the tenant cannot change its binary afterwards, and its caches are not another tenant's."""
+    arena.attacker.deploy("gofine", "go1.23", {"handler.go": GO_HANDLER}, wait=300)
+    assert requests.post(arena.attacker.fn_url("gofine"), json={"a": 1}, timeout=30).json()["a"] == 1
+    binaries = list((arena.data_dir / "cache" / "bin" / "go1.23").glob("*/server"))
+    assert binaries and all(b.stat().st_uid == os.getuid() for b in binaries)
+    caches = list((arena.data_dir / "cache" / "go").iterdir())
+    assert caches and {c.stat().st_uid for c in caches} == {tenant_uid(arena.attacker.ns)}
+    assert all(c.stat().st_mode & 0o077 == 0 for c in caches)  # no other uid can even look inside
+
+
 def test_cannot_see_other_processes_or_their_environment(arena: Arena) -> None:
     victim_pid = arena.victim_pid()
     resp = arena.attack("scan_environ", marker=MARKER, pids=[victim_pid, arena.sless.proc.pid])

@@ -39,7 +39,7 @@ from sless_api.standalone.builder import (
     toolchain_paths,
 )
 from sless_api.standalone.runner import run_once
-from sless_api.standalone.sandbox import Sandbox
+from sless_api.standalone.sandbox import Sandbox, tenant_uid
 
 pytestmark = pytest.mark.slow
 
@@ -598,6 +598,43 @@ def _sandboxed_installs(sandboxed: Builder, tmp_path: Path) -> None:
     plain = Builder(tmp_path / "plain-cache").build(
         BuildRequest("python3.11", peeking, "handler.handle", "h2", tenant="tenant-a"), Log())
     assert plain.deps_dir is not None and (plain.deps_dir / "six.py").is_file()
+
+
+GO_ECHO = {"handler.go": """
+    package function
+
+    import "context"
+
+    func Handle(ctx context.Context, event map[string]any) (any, error) { return event, nil }
+"""}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="per-tenant uids need root")
+def test_sandboxed_go_builds_are_per_tenant_with_caches_seeded_read_only(cache_dir: Path, tmp_path: Path) -> None:
+    """A Go build is tenant code: it runs as the tenant in the tenant's own caches, whose compiled standard
+    library comes from the platform's seed as links the tenant can read but not change; the same code of two
+    tenants gives two binaries, each handed back to the platform's user."""
+    _need("go")
+    _need_runtime_files("go1.23/build.sh")
+    sandbox = Sandbox.detect("bwrap", toolchain=toolchain_paths())
+    try:
+        builder = Builder(cache_dir, sandbox=sandbox)
+        code = write(tmp_path / "code", GO_ECHO)
+        arts = [builder.build(BuildRequest("go1.23", code, "Handle", "g1", tenant=t), Log()) for t in ("ta", "tb")]
+    finally:
+        sandbox.close()
+    bins = [art.bin_dir for art in arts]
+    assert bins[0] is not None and bins[1] is not None and bins[0] != bins[1]
+    assert all((b / "server").stat().st_uid == os.getuid() for b in bins if b is not None)
+    caches = sorted((cache_dir / "go").iterdir(), key=lambda c: c.stat().st_uid)
+    assert sorted(c.stat().st_uid for c in caches) == sorted([tenant_uid("ta"), tenant_uid("tb")])
+    seeded = [p for p in (caches[0] / "build").rglob("*-d") if p.stat().st_nlink > 1]
+    assert seeded, "the tenant's build cache holds no object of the seed"
+    for obj in seeded[:20]:
+        info = obj.stat()
+        assert info.st_uid == os.getuid() and info.st_mode & 0o222 == 0, obj
+    result = run_once(arts[0], {"go": "jailed"}, 30)
+    assert result.ok and json.loads(result.output)["go"] == "jailed", result.output
 
 
 def _runtime_copy(root: Path) -> Path:

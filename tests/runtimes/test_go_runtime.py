@@ -180,6 +180,41 @@ def test_users_replace_directives_apply(runtime: str, tmp_path: Path, run_runner
     assert (proc.returncode, proc.stdout) == (0, '"hi from greet"\n'), proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("replacement", "refusal"),
+    [
+        ("../outside", "outside the function's code"),
+        ("./greet/../../outside", "outside the function's code"),
+        ('"../outside"', "outside the function's code"),
+        ("..", "outside the function's code"),
+        ("/", "the absolute path /"),
+        ("/etc", "the absolute path /etc"),
+    ],
+)
+def test_a_replace_that_leaves_the_upload_is_refused(runtime: str, tmp_path: Path, replacement: str,
+                                                     refusal: str) -> None:
+    """A hostile go.mod: a local replacement outside the upload would compile the build host's files (and quote
+    them in its errors); it is refused by name before anything compiles. The folder it names exists, with a
+    module that would build, so only the rule stops it."""
+    outside = write_function(tmp_path / "outside", {"go.mod": "module example.com/greet\n\ngo 1.23\n",
+                                                    "greet.go": "package greet\n\nfunc Hi() string { return \"x\" }\n"})
+    assert (outside / "go.mod").is_file()
+    code = write_function(
+        tmp_path / "code",
+        {
+            "go.mod": "module example.com/fn\n\ngo 1.23\n\nrequire example.com/greet v1.0.0\n\n"
+            f"replace example.com/greet => {replacement}\n",
+            "greet/go.mod": "module example.com/greet\n\ngo 1.23\n",
+            "fn.go": 'package function\n\nimport (\n\t"context"\n\n\t"example.com/greet"\n)\n\n'
+            "func Handle(ctx context.Context, e map[string]any) (any, error) { return greet.Hi(), nil }\n",
+        },
+    )
+    proc = build(code, tmp_path / "out")
+    assert proc.returncode == 1, proc.stderr
+    assert refusal in proc.stderr and "only folders inside" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out" / "server").exists()
+
+
 def test_package_without_go_mod_gets_go_1_23_semantics(runtime: str, tmp_path: Path, run_runner: RunnerFactory) -> None:
     # Range over a function iterator only compiles with language version >= 1.23.
     code = write_function(

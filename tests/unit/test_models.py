@@ -43,6 +43,24 @@ def test_reserved_or_bad_env_vars(env: dict[str, object]) -> None:
         FunctionSpec.from_user({"name": "f", "runtime": "python3.11", "env_vars": env}, 900)
 
 
+@pytest.mark.parametrize("name", ["GOFLAGS", "goflags", "GOPROXY", "GONOSUMDB", "GOTOOLCHAIN", "GOENV", "GOCACHEPROG",
+                                  "CGO_ENABLED", "CGO_LDFLAGS", "CC", "PIP_INDEX_URL", "pip_extra_index_url",
+                                  "npm_config_registry", "NPM_CONFIG_SCRIPT_SHELL", "Npm_Config_Ignore_Scripts"])
+def test_toolchain_env_vars_are_refused_by_name(name: str) -> None:
+    """A function's variables are the tenant's input too: none may name a build tool's setting (GOFLAGS could
+    carry -toolexec=<program>), in any spelling."""
+    with pytest.raises(ValidationError, match="configures the build toolchain") as err:
+        FunctionSpec.from_user({"name": "f", "runtime": "go1.23", "env_vars": {name: "-toolexec=/bin/sh"}}, 900)
+    assert err.value.field == "env_vars"
+
+
+@pytest.mark.parametrize("name", ["GOGC", "GOMAXPROCS", "GOMEMLIMIT", "GODEBUG", "GOTRACEBACK", "GOOGLE_KEY", "GOAL",
+                                  "PIPELINE", "NPM_TOKEN_NAME", "CCACHE"])
+def test_runtime_and_lookalike_env_vars_stay_allowed(name: str) -> None:
+    spec = FunctionSpec.from_user({"name": "f", "runtime": "go1.23", "env_vars": {name: "1"}}, 900)
+    assert spec.env_vars == {name: "1"}
+
+
 def test_update_resets_default_entrypoint_when_runtime_changes() -> None:
     spec = FunctionSpec.from_user({"name": "f", "runtime": "python3.11"}, 900)
     assert spec.updated({"runtime": "go1.23"}, 900).entrypoint == "Handle"

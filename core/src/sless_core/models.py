@@ -30,6 +30,17 @@ ENV_MAX_VARS, ENV_MAX_VALUE = 100, 32 * 1024
 ENV_MAX_TOTAL_BYTES = 256 * 1024
 # The platform sets these in every function's environment; a user value would silently break the runtime.
 RESERVED_ENV = ("PORT", "SLESS_", "HOME", "PATH")
+#: Variables that steer a build tool, not the function: the Go toolchain's (GOFLAGS=-toolexec runs a program
+#: of the tenant's choosing inside the compiler, GOPROXY/GONOSUMDB change where modules come from and whether
+#: they are checked), cgo's, pip's and npm's. A function's variables must never reach its build, so they are
+#: refused by name on both backends (case-insensitively: npm reads npm_config_* in any case). The Go runtime's
+#: own knobs (GOGC, GOMAXPROCS, GOMEMLIMIT, GODEBUG, GOTRACEBACK) are not build settings and stay allowed.
+TOOLCHAIN_ENV = re.compile(
+    r"^(?:GO(?:FLAGS|ENV|ROOT|PATH|BIN|PROXY|NOPROXY|PRIVATE|NOSUMDB|NOSUMCHECK|SUMDB|INSECURE|TOOLCHAIN|CACHE"
+    r"|CACHEPROG|MODCACHE|WORK|EXPERIMENT|OS|ARCH|AMD64|ARM|ARM64|386|TMPDIR|VCS|AUTH|111MODULE|TELEMETRY)"
+    r"|CGO_\w*|CC|CXX|PIP_\w*|NPM_CONFIG_\w*)\Z",
+    re.IGNORECASE,
+)
 PY_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
 GO_ENTRY = re.compile(r"^[A-Z][A-Za-z0-9_]*\Z")
 # A job runs again when its run_id grows; 32-bit so every store and the custom resources hold it.
@@ -116,6 +127,9 @@ def validate_env_name(key: object, field: str) -> str:
         raise ValidationError(f"invalid environment variable name {shown[:80]}", field=field)
     if key == "PORT" or any(key.startswith(p) for p in RESERVED_ENV[1:]):
         raise ValidationError(f"environment variable {key!r} is reserved by the platform", field=field)
+    if TOOLCHAIN_ENV.match(key):
+        raise ValidationError(f"environment variable {key!r} configures the build toolchain, which a function's "
+                              "variables never reach: the platform sets it", field=field)
     return key
 
 

@@ -12,13 +12,21 @@ renamed into place under an exclusive lock file, so a crash leaves no half
 entry and two concurrent builds of the same key never see each other's work:
 the second one waits for the lock and then finds the entry ready.
 
-With a sandbox (sandbox.py), a dependency install runs tenant-controlled code
-(setup.py, npm install scripts), so it runs jailed like the function itself:
-as the tenant's uid, seeing only the toolchain, the code and its staging
-directory; its cache entry is then keyed by tenant as well, so one tenant's
-install can never plant files that another tenant's function imports. Go
-builds run no tenant code; they only get a PID namespace, so the compiler and
-its children die with the platform.
+With a sandbox (sandbox.py), every build step is tenant code: a dependency
+install runs setup.py and npm install scripts, and a Go build reads whatever
+the upload names (an assembler ``#include`` of an absolute path, a ``replace``
+into another folder) and quotes it back in its error messages. So both run
+jailed like the function itself: as the tenant's uid, seeing only the
+toolchain, the code, its staging directory and (Go) the tenant's own module
+and build caches; their cache entries are keyed by tenant as well, so one
+tenant's build can never plant files that another tenant's function runs.
+A tenant's Go build cache starts as hard links to a seed the platform compiled
+from its own wrapper alone (read-only to tenants), so the standard library is
+not compiled again for every tenant.
+
+Build tools see an allow-list of the host's environment (locale, proxies, CA
+bundles, the operator's pip/npm/Go settings): nothing else the platform's
+process holds (database URLs, cloud credentials) reaches an install script.
 
 The builder is synchronous; the standalone backend calls it from a worker thread.
 """
@@ -67,6 +75,25 @@ LOG_TAIL_LINES = 50
 #: Environment variables of the platform process that functions and build tools may see.
 #: Anything else (SLESS_* secrets, database URLs) stays out of their environment.
 _PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+#: Host variables build tools may see besides _PASSED_ENV: where to reach package registries (proxies,
+#: CA bundles, the operator's own pip/npm/Go settings) and where the host keeps its Go caches.
+_TOOL_ENV = frozenset({
+    *_PASSED_ENV, "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy",
+    "all_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "XDG_CACHE_HOME",
+    "GOPROXY", "GOSUMDB", "GOPRIVATE", "GONOPROXY", "GONOSUMDB", "GOINSECURE", "GOVCS", "GOFLAGS", "GOROOT",
+    "GOPATH", "GOCACHE", "GOMODCACHE",
+})
+_TOOL_ENV_PREFIXES = ("LC_", "PIP_", "npm_config_", "NPM_CONFIG_")
+#: Memory, processes, file size and private /tmp of every sandboxed build step (pip builds wheels in /tmp,
+#: go build keeps its work folder there).
+BUILD_LIMITS = Limits(memory_mb=BUILD_MEMORY_MB, nproc=512, fsize_mb=1024, tmp_mb=BUILD_TMP_MB)
+#: The Go function that seeds the tenants' build caches: the platform's wrapper with an empty handler.
+_GO_SEED_FUNCTION = """package function
+
+import "context"
+
+func Handle(ctx context.Context, event map[string]any) (any, error) { return nil, nil }
+"""
 
 #: Build-log phrases that mean "the network failed", not "the request is wrong".
 #: pip prints "No matching distribution" both for a bad name and after network
@@ -243,12 +270,13 @@ def toolchain_paths() -> list[Path]:
 
 
 def tool_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for build tools: the host's minus the platform's own SLESS_* settings.
+    """Environment for build tools: the allow-listed part of the host's (_TOOL_ENV), plus ``extra``.
 
     pip, npm and go need the host's proxy, registry and certificate settings, but
-    a package's install script must not read the platform's secrets.
+    a package's install script must not read the platform's secrets or anything
+    else its process was started with.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLESS_")}
+    env = {k: v for k, v in os.environ.items() if k in _TOOL_ENV or k.startswith(_TOOL_ENV_PREFIXES)}
     env.update(extra or {})
     return env
 
@@ -333,6 +361,52 @@ def _run_tool(
     return _ToolRun(returncode, text, time.monotonic() - started)
 
 
+def _go_env(gocache: Path, gomodcache: Path, extra: Mapping[str, str]) -> dict[str, str]:
+    """The environment of build.sh: the tool env with these caches, the local toolchain only."""
+    goflags = " ".join(filter(None, [os.environ.get("GOFLAGS", ""), "-modcacherw"]))
+    return tool_env({"GOCACHE": str(gocache), "GOMODCACHE": str(gomodcache), "GOTOOLCHAIN": "local",
+                     "GOFLAGS": goflags, **extra})
+
+
+def _share_seed(seed: Path, dest: Path, *, link: bool) -> None:
+    """Give DEST the seed's build cache: its folders and top-level files as the tenant's own, the cached
+    objects below them as hard links when LINK (read-only to the tenant, so it cannot change the seed),
+    else as copies (a user-namespace sandbox runs tenants as the platform's own uid, which could write
+    through a link)."""
+    for here, _dirs, files in os.walk(seed):
+        rel = Path(here).relative_to(seed)
+        (dest / rel).mkdir(exist_ok=True)
+        for name in files:
+            source, target = Path(here) / name, dest / rel / name
+            if link and rel != Path("."):
+                try:
+                    os.link(source, target)
+                    continue
+                except OSError:  # another file system: copy
+                    pass
+            shutil.copyfile(source, target)
+            target.chmod(0o600)  # the tenant's own copy, which Go may rewrite (trim.txt)
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    """Give ROOT's folders and files to UID, but for hard links to the seed, which stay the platform's."""
+    for here, _dirs, names in os.walk(root):
+        os.chown(here, uid, uid)
+        for name in names:
+            path = Path(here) / name
+            if path.lstat().st_nlink == 1:
+                os.lchown(path, uid, uid)
+
+
+def _make_read_only(root: Path) -> None:
+    """Files 0444 below ROOT: a tenant reads the seed's objects through its links, whatever the platform's
+    umask was when Go wrote them, and writes none of them (its folders stay the platform's alone)."""
+    for here, _dirs, names in os.walk(root):
+        os.chmod(here, 0o700)
+        for name in names:
+            os.chmod(Path(here) / name, 0o444)
+
+
 def _die_with_platform() -> None:
     """preexec hook: SIGKILL the tool when the platform dies (Linux ties it to the forking thread)."""
     set_parent_death_signal(signal.SIGKILL)
@@ -362,13 +436,17 @@ class Builder:
         go_cache: Path | None = None,
         go_mod_cache: Path | None = None,
         sandbox: Sandbox | None = None,
+        go_seed_dir: Path | None = None,
     ) -> None:
         """``retry_delays``: backoff before each retry of a transient failure (its length = retries).
 
-        ``go_cache``/``go_mod_cache`` (GOCACHE/GOMODCACHE) default to this host's
-        own Go caches (``go env``): both are content-addressed and locked by Go
-        itself, so sharing them is safe, and the first function build then does
-        not recompile the standard library.
+        ``go_cache``/``go_mod_cache`` (GOCACHE/GOMODCACHE) of unsandboxed builds
+        default to this host's own Go caches (``go env``): both are
+        content-addressed and locked by Go itself, so sharing them is safe, and
+        the first function build then does not recompile the standard library.
+        Sandboxed builds use per-tenant caches instead, seeded from
+        ``go_seed_dir`` (default: ``sless-go-seed`` beside the host's GOCACHE,
+        so every data dir on the host shares one seed per Go version).
         """
         self.cache_dir = Path(cache_dir)
         self.timeout_sec = timeout_sec
@@ -376,6 +454,7 @@ class Builder:
         self.go_cache = go_cache
         self.go_mod_cache = go_mod_cache
         self.sandbox = sandbox if sandbox is not None and sandbox.enabled else None
+        self.go_seed_dir = go_seed_dir
         self._tool_versions: dict[str, str] = {}
 
     # -- public -------------------------------------------------------------------------------
@@ -410,15 +489,15 @@ class Builder:
 
     # -- per runtime ----------------------------------------------------------------------------
 
-    def _install_jail(self, tenant: str, code_dir: Path, staging: Path) -> JailSpec | None:
-        """The sandbox of a dependency install: the tenant's uid, the code read-only, staging writable."""
+    def _install_jail(self, tenant: str, code_dir: Path, staging: Path,
+                      caches: tuple[Path, ...] = ()) -> JailSpec | None:  # fmt: skip
+        """The sandbox of a build step: the tenant's uid, the code read-only, staging and CACHES writable."""
         if self.sandbox is None:
             return None
         if self.sandbox.as_root:
             uid = tenant_uid(tenant)
             os.chown(staging, uid, uid)
-        limits = Limits(memory_mb=BUILD_MEMORY_MB, nproc=512, fsize_mb=1024, tmp_mb=BUILD_TMP_MB)
-        return JailSpec(tenant=tenant, limits=limits, ro_binds=(code_dir,), rw_binds=(staging,))
+        return JailSpec(tenant=tenant, limits=BUILD_LIMITS, ro_binds=(code_dir,), rw_binds=(staging, *caches))
 
     def _seal(self, staging: Path) -> None:
         """Give an installed entry back to the platform's user, so the tenant's uid cannot change it later."""
@@ -506,28 +585,97 @@ class Builder:
         build_sh = find_runtimes_dir() / GO / "build.sh"
         if shutil.which("go") is None:
             raise BuildFailed("go is not installed on this host")
-        key = sha256_hex(CACHE_FORMAT.encode(), GO.encode(), req.code_hash.encode(), req.entrypoint.encode())
-        goflags = " ".join(filter(None, [os.environ.get("GOFLAGS", ""), "-modcacherw"]))
-        env = tool_env(
-            {
-                "GOCACHE": str(self.go_cache or self._tool_version("go", "env", "GOCACHE")),
-                "GOMODCACHE": str(self.go_mod_cache or self._tool_version("go", "env", "GOMODCACHE")),
-                "GOTOOLCHAIN": "local",
-                "GOFLAGS": goflags,
-                "SLESS_ENTRYPOINT": req.entrypoint,
-            }
-        )
+        key = sha256_hex(CACHE_FORMAT.encode(), GO.encode(), req.code_hash.encode(), req.entrypoint.encode(),
+                         *([self._tenant_key(req.tenant)] if self.sandbox is not None else []))
 
         def compile_into(staging: Path) -> None:
             argv = [str(build_sh), str(code_dir), str(staging)]
-            # No tenant code runs in a Go build: only a PID namespace, so the compiler dies with us.
-            jail = JailSpec(tenant=req.tenant, limits=Limits(), reaper_only=True) if self.sandbox else None
+            if self.sandbox is None:
+                caches = (self.go_cache or Path(self._tool_version("go", "env", "GOCACHE")),
+                          self.go_mod_cache or Path(self._tool_version("go", "env", "GOMODCACHE")))
+                jail = None
+            else:
+                tenant_caches = self._tenant_go_caches(req.tenant, say)
+                caches = (tenant_caches / "build", tenant_caches / "mod")
+                jail = self._install_jail(req.tenant, code_dir, staging, (tenant_caches,))
+            env = _go_env(caches[0], caches[1], {"SLESS_ENTRYPOINT": req.entrypoint})
             self._run_with_retries("go build", argv, code_dir, env, say, jail)
+            self._seal(staging)
             missing = [name for name in ("server", "runner") if not (staging / name).is_file()]
             if missing:
                 raise BuildFailed(f"build.sh succeeded but did not produce {', '.join(missing)}")
 
         return self._cached_entry("bin", GO, key, start_line="compiling (go)...", make=compile_into, say=say)
+
+    def _tenant_go_caches(self, tenant: str, say: Progress) -> Path:
+        """The tenant's own Go caches (``build/``, ``mod/``), owned by its uid; made once, from the seed.
+
+        Per tenant because a build cache is trusted by whoever reads it: one shared with another tenant
+        would let a build plant compiled packages that the other's binary links.
+        """
+        folder = self.cache_dir / "go" / sha256_hex(tenant.encode())[:32]
+        if folder.is_dir():
+            return folder
+        with _locked(self.cache_dir / "locks" / f"go-{folder.name}.lock"):
+            if folder.is_dir():
+                return folder
+            seed = self._go_seed(say)
+            (self.cache_dir / "tmp").mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f"go-{folder.name}.", dir=self.cache_dir / "tmp"))
+            try:
+                (staging / "mod").mkdir()
+                if seed is None:
+                    (staging / "build").mkdir()
+                else:
+                    assert self.sandbox is not None
+                    _share_seed(seed, staging / "build", link=self.sandbox.as_root)
+                if self.sandbox is not None and self.sandbox.as_root:
+                    _chown_tree(staging, tenant_uid(tenant))
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(staging, folder)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+        return folder
+
+    def _go_seed(self, say: Progress) -> Path | None:
+        """A Go build cache holding the standard library and the wrapper, compiled from the platform's code alone.
+
+        Made once per Go version and wrapper (the key), outside any tenant's reach; None when it cannot be
+        made (the tenant's first build then compiles the standard library itself: slower, not wrong).
+        """
+        root = self.go_seed_dir or Path(self._tool_version("go", "env", "GOCACHE")).parent / "sless-go-seed"
+        wrapper = find_runtimes_dir() / GO
+        sources = [p.read_bytes() for p in sorted((wrapper / "wrapper").glob("*.go"))]
+        key = sha256_hex(CACHE_FORMAT.encode(), self._tool_version("go", "env", "GOVERSION").encode(),
+                         (wrapper / "build.sh").read_bytes(), *sources)[:32]
+        final = root / key
+        if (final / "build").is_dir():
+            return final / "build"
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with _locked(root / f"{key}.lock"):
+            if (final / "build").is_dir():
+                return final / "build"
+            say("compiling the Go standard library for tenant builds (once per Go version)...")
+            staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
+            try:
+                (staging / "fn").mkdir()
+                (staging / "fn" / "handler.go").write_text(_GO_SEED_FUNCTION)
+                env = _go_env(staging / "build", staging / "mod", {"SLESS_ENTRYPOINT": "Handle"})
+                run = _run_tool([str(wrapper / "build.sh"), str(staging / "fn"), str(staging / "out")],
+                                staging, env, self.timeout_sec)
+                if run.returncode != 0:
+                    say(f"the Go seed failed; tenant builds compile the standard library themselves:\n"
+                        f"{tail_lines(run.log, 10)}")
+                    return None
+                for name in ("fn", "out", "mod"):
+                    shutil.rmtree(staging / name, ignore_errors=True)
+                _make_read_only(staging / "build")
+                os.rename(staging, final)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+        return final / "build"
 
     # -- shared machinery ---------------------------------------------------------------------
 
