@@ -683,3 +683,38 @@ def test_a_new_secrets_version_rolls_the_pods() -> None:
     key = manifests.SPEC_HASH
     assert one["metadata"]["annotations"][key] != two["metadata"]["annotations"][key]
     assert manifests.deployment(CONFIG, base, "img:1", 1)["spec"]["template"]["metadata"]["annotations"] == {}
+
+
+# -- seccomp on every pod the operator makes ---------------------------------------------------------------
+
+
+def _every_pod() -> dict[str, dict[str, Any]]:
+    """Each kind of pod the operator creates: function Deployments, run Jobs, CronJobs, image builds (code and
+    dependency images), Go compile Jobs."""
+    owner = Owner(crd.API_VERSION, "FunctionJob", "nightly", "uid-j")
+    trigger = Owner(crd.API_VERSION, "Trigger", "tick", "uid-t")
+    fetched = dataclasses.replace(fn_ref(), code_key=f"code/{NS}/hello/0001-ab.tar.gz", code_sha256="c0" * 32,
+                                  deps_hash="d0" * 32, context_key="")
+    go = dataclasses.replace(fn_ref("go1.23"), code_key=f"code/{NS}/hello/0001-ab.tar.gz", code_sha256="c0" * 32,
+                             context_key="")
+    key = manifests.binary_key(go, "registry.test/sless/go1.23:latest")
+    objects = {
+        "deployment": manifests.deployment(CONFIG, fn_ref(), "img:1", 1),
+        "deployment (fetched code)": manifests.deployment(CONFIG, fetched, "img:1", 1),
+        "run job": manifests.run_job(CONFIG, fn_ref(), "img:1", owner, 1, {}),
+        "cron job": manifests.cron_job(CONFIG, fn_ref("nodejs20"), "img:1", trigger, "*/5 * * * *", True),
+        "build job": manifests.build_job(CONFIG, fn_ref()),
+        "dependency image job": manifests.build_job(CONFIG, fetched),
+        "compile job": manifests.compile_job(CONFIG, go, "registry.test/sless/go1.23:latest", key,
+                                             "http://s3/get?sig", "http://s3/put?sig"),
+    }
+    return {name: pod_spec(obj) for name, obj in objects.items()}
+
+
+@pytest.mark.parametrize("kind", list(_every_pod()))
+def test_every_pod_runs_under_the_runtime_default_seccomp_profile(kind: str) -> None:
+    """Pod level, so every container has it; no container may swap it for another (Unconfined)."""
+    pod = _every_pod()[kind]
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, kind
+    for c in [*pod.get("initContainers", []), *pod["containers"]]:
+        assert "seccompProfile" not in c.get("securityContext", {}), (kind, c["name"])
