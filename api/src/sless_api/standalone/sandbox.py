@@ -19,7 +19,10 @@ process therefore runs under bubblewrap (``bwrap``):
 - limits: a memory cgroup (v1 ``memory`` controller, nested under the
   platform's own cgroup) of ``memory_mb``, a ``pids`` cgroup, RLIMIT_NPROC per
   tenant uid, RLIMIT_FSIZE, RLIMIT_CPU for runners; RLIMIT_AS with headroom
-  where no memory cgroup can be made.
+  where no memory cgroup can be made;
+- a syscall filter (seccomp.py) that bwrap applies before it executes the
+  command: io_uring, keyrings, bpf, mounts, namespaces, ptrace, other ABIs and
+  more answer EPERM. Without libseccomp the sandbox counts as unavailable.
 
 The network is shared on purpose: functions call databases, and the proxy
 reaches the runtime on a loopback port; as root, the runtime ports themselves
@@ -50,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sless_api.backendconfig import SandboxSettings
+from sless_api.standalone import seccomp
 from sless_api.standalone.cgroups import Cgroups, CgroupSet
 from sless_api.standalone.portguard import PortGuard
 
@@ -82,6 +86,20 @@ AS_HEADROOM_DEFAULT_MB = 2048
 SANDBOX_TMP = "/tmp"  # noqa: S108
 #: Where a sandboxed function finds the secrets it references as files ($SLESS_SECRETS_DIR).
 SECRETS_DIR = "/run/sless/secrets"
+#: Stands for the filter's descriptor in the argv of a launch whose caller passes no descriptors (see
+#: Sandbox.prepare): the launcher puts the one it opens in its place.
+SECCOMP_FD_SLOT = "@sless-seccomp-fd@"
+#: That launcher (``python -I -S -c``: no environment variable, user site or site module changes what it
+#: does): the program (hex, argv[1]) into a memfd the command inherits, then exec the command (argv[2:]).
+SECCOMP_LAUNCHER = (
+    "import os, sys\n"
+    "fd = os.memfd_create('sless-seccomp', 0)\n"
+    "os.write(fd, bytes.fromhex(sys.argv[1]))\n"
+    "os.lseek(fd, 0, os.SEEK_SET)\n"
+    "os.set_inheritable(fd, True)\n"
+    f"argv = [str(fd) if a == {SECCOMP_FD_SLOT!r} else a for a in sys.argv[2:]]\n"
+    "os.execv(argv[0], argv)\n"
+)
 
 
 class SandboxUnavailable(Exception):
@@ -388,7 +406,7 @@ class Sandbox:
 
     def __init__(self, *, bwrap: str | None, reason: str, toolchain: Sequence[Path] = (),
                  cgroups: Cgroups | None = None, setpriv: str | None = None,
-                 port_guard: PortGuard | None = None) -> None:
+                 port_guard: PortGuard | None = None, syscall_filter: bool = False) -> None:
         self.bwrap = bwrap
         #: Why the sandbox is on or off, for the start-up log and the refusal message.
         self.reason = reason
@@ -398,6 +416,8 @@ class Sandbox:
         self.setpriv = setpriv
         #: Refuses tenant uids' connections to runtime ports (root only; see portguard.py).
         self.port_guard = port_guard
+        #: Jailed processes run under the seccomp filter (seccomp.py); detect() turns it on.
+        self.syscall_filter = syscall_filter
 
     @property
     def enabled(self) -> bool:
@@ -420,6 +440,9 @@ class Sandbox:
         setpriv = shutil.which("setpriv")
         if problem is None and os.geteuid() == 0 and setpriv is None:
             problem = "setpriv (util-linux) is missing: cannot drop to a per-tenant uid"
+        if problem is None:
+            # Deny by default: a sandbox without its syscall filter is not offered (auto then refuses to start).
+            problem = seccomp.problem()
         if problem is not None:
             if mode == "auto":
                 return cls.off(problem)
@@ -430,8 +453,9 @@ class Sandbox:
         how = "per-tenant uids" if os.geteuid() == 0 else "user namespaces"
         memory = "memory cgroups" if cgroups is not None else "RLIMIT_AS (no writable memory cgroup)"
         ports = ", runtime ports closed to tenants (iptables)" if guard is not None else ""
-        return cls(bwrap=bwrap, reason=f"bwrap with PID namespaces, {how}, {memory}{ports}", toolchain=toolchain,
-                   cgroups=cgroups, setpriv=setpriv, port_guard=guard)
+        reason = f"bwrap with PID namespaces, {how}, {memory}{ports}, {seccomp.summary()}"
+        return cls(bwrap=bwrap, reason=reason, toolchain=toolchain, cgroups=cgroups, setpriv=setpriv,
+                   port_guard=guard, syscall_filter=True)
 
     def close(self) -> None:
         if self.cgroups is not None:
@@ -443,10 +467,13 @@ class Sandbox:
     # -- launching ---------------------------------------------------------------------------
 
     def prepare(self, argv: Sequence[str], cwd: Path, spec: JailSpec, label: str,
-                port: int | None = None) -> Prepared:
+                port: int | None = None, forwards_fds: bool = False) -> Prepared:
         """The launch of ``argv`` in ``spec``'s sandbox (or, when off, with per-process limits only).
 
         ``port``: the loopback port the process will listen on, closed to tenants until cleanup.
+        ``forwards_fds``: the caller starts the process with ``pass_fds=prepared.pass_fds``; the syscall
+        filter then reaches bwrap on one of them. A caller that passes no descriptors (a build step) gets
+        a launcher in front of bwrap that opens the filter itself (a Python start, about 10 ms).
         """
         limits = spec.limits
         if not self.enabled:
@@ -467,7 +494,13 @@ class Sandbox:
             env: dict[str, str] = {}
         else:
             fds = [_memfd(name, content) for name, content in spec.files]
-            wrapped = self._jail_argv(argv, cwd, spec, uid, fds)
+            filter_fd = None
+            if self.syscall_filter and forwards_fds:
+                filter_fd = seccomp.program_fd()
+                fds.append(filter_fd)
+            wrapped = self._jail_argv(argv, cwd, spec, uid, fds[:len(spec.files)], filter_fd)
+            if self.syscall_filter and not forwards_fds:
+                wrapped = [sys.executable, "-I", "-S", "-c", SECCOMP_LAUNCHER, seccomp.program().hex(), *wrapped]
             env = {"HOME": SANDBOX_TMP, "TMPDIR": SANDBOX_TMP, **_address_space_env(limits, cgroup)}
             if spec.files:
                 env["SLESS_SECRETS_DIR"] = SECRETS_DIR
@@ -492,7 +525,7 @@ class Sandbox:
                 "--chdir", str(cwd), "--", *argv]
 
     def _jail_argv(self, argv: Sequence[str], cwd: Path, spec: JailSpec, uid: int | None,
-                   file_fds: Sequence[int] = ()) -> list[str]:
+                   file_fds: Sequence[int] = (), filter_fd: int | None = None) -> list[str]:
         assert self.bwrap is not None
         out = [self.bwrap]
         if uid is None:
@@ -523,6 +556,9 @@ class Sandbox:
             # bwrap copies the memfd into its own tmpfs file; readable by the tenant's uid, which has no
             # other way in (the folder is traversable only).
             out += ["--perms", "0444", "--ro-bind-data", str(fd), str(dest)]
+        if self.syscall_filter:
+            # Applied by bwrap right before it executes the command: setpriv and the tenant's code run under it.
+            out += ["--seccomp", SECCOMP_FD_SLOT if filter_fd is None else str(filter_fd)]
         out += ["--chdir", str(cwd)]
         if uid is not None:
             assert self.setpriv is not None

@@ -663,7 +663,8 @@ class Supervisor:
             if spec.sandbox is not None and spec.jail is not None:
                 # In a thread: cgroup set-up and the port rule (an iptables run) must not stall other calls.
                 jail = await asyncio.to_thread(
-                    spec.sandbox.prepare, spec.argv, spec.cwd, spec.jail, f"{slot.key}-{port}", port=port
+                    spec.sandbox.prepare, spec.argv, spec.cwd, spec.jail, f"{slot.key}-{port}", port=port,
+                    forwards_fds=True,
                 )
                 argv, preexec = jail.argv, jail.preexec
                 env.update(jail.env)

@@ -1,0 +1,186 @@
+"""The sandbox's syscall filter against real sandboxed processes: every refused call answers EPERM.
+
+A probe (the hostile function's ``syscalls`` action, tests/e2e/hostile/handler.py) calls each refused syscall
+raw through libc's ``syscall()`` with arguments that fail harmlessly, and with another errno, where no
+filter stops them; the same probe in the same sandbox without the filter shows that difference, so the
+EPERMs are the filter's. Both ways the filter reaches bwrap are covered: on a descriptor the caller passes
+(function servers, runners, spares) and through the launcher (build steps, whose caller passes none). As
+root the sandbox drops to a tenant uid; the same checks run as uid 65534, where it is a user namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sless_api.standalone import seccomp
+from sless_api.standalone.builder import python_interpreter, toolchain_paths
+from sless_api.standalone.sandbox import JailSpec, Limits, Sandbox
+
+REPO = Path(__file__).resolve().parents[2]
+HANDLER = REPO / "tests" / "e2e" / "hostile" / "handler.py"
+PROBE = f"import json, runpy; print(json.dumps(runpy.run_path({str(HANDLER)!r})['syscalls']({{}})))"
+NOBODY = 65534
+SYSTEM_PYTHON = Path("/usr/bin/python3.11")
+#: Calls the probe sees fail otherwise (or succeed) without the filter: proof that the probe can tell.
+UNFILTERED_NOT_EPERM = ("io_uring_setup", "keyctl", "bpf", "userfaultfd", "unshare", "setns", "mount",
+                        "open_tree", "ptrace", "process_vm_readv", "name_to_handle_at", "personality",
+                        "clone(CLONE_NEWUSER)", "int 0x80 getpid")
+
+pytestmark = [
+    pytest.mark.skipif(platform.machine() != "x86_64", reason="the probe knows x86_64's syscall numbers"),
+    pytest.mark.skipif(seccomp.problem() is not None, reason=f"no filter here: {seccomp.problem()}"),
+]
+
+
+def run_probe(sandbox: Sandbox, forwards_fds: bool) -> dict[str, str]:
+    """The probe's answers from a process sandboxed as tenant "t1" (forwarding ``pass_fds`` or not)."""
+    jail = JailSpec(tenant="t1", limits=Limits.for_function(128, "python3.11"), ro_binds=(HANDLER.parent,))
+    prepared = sandbox.prepare([str(python_interpreter()), "-S", "-c", PROBE], HANDLER.parent, jail,
+                               "seccomp-probe", forwards_fds=forwards_fds)
+    try:
+        run = subprocess.run(prepared.argv, env={"PATH": "/usr/bin:/bin", **prepared.env}, cwd=HANDLER.parent,
+                             preexec_fn=prepared.preexec,  # the sandbox's hook
+                             pass_fds=prepared.pass_fds if forwards_fds else (), capture_output=True, text=True,
+                             timeout=60, check=False)
+    finally:
+        prepared.cleanup()
+    assert run.returncode == 0, run.stderr[-2000:]
+    answers: dict[str, str] = json.loads(run.stdout)
+    return answers
+
+
+def assert_refused(answers: dict[str, Any]) -> None:
+    refused = {name: got for name, got in answers.items()
+               if name not in ("clone3", "personality(PER_LINUX)", "Seccomp")}
+    assert len(refused) >= 50 and set(refused.values()) == {"EPERM"}, refused
+    assert answers["clone3"] == "ENOSYS"  # so libc falls back to clone, whose flags the filter reads
+    assert answers["personality(PER_LINUX)"] == "ok"  # the default persona stays settable
+    assert answers["Seccomp"] == "2"  # /proc/self/status: a filter is on
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    made = Sandbox.detect("bwrap", toolchain=toolchain_paths())
+    yield made
+    made.close()
+
+
+def test_the_start_up_reason_names_the_filter(sandbox: Sandbox) -> None:
+    assert sandbox.syscall_filter and "seccomp filter refusing io_uring" in sandbox.reason
+
+
+@pytest.mark.parametrize("forwards_fds", [True, False], ids=["passed-descriptor", "launcher"])
+def test_every_refused_call_answers_eperm(sandbox: Sandbox, forwards_fds: bool) -> None:
+    assert_refused(run_probe(sandbox, forwards_fds))
+
+
+def test_without_the_filter_the_probe_sees_the_kernels_own_answers(sandbox: Sandbox) -> None:
+    # The same sandbox with the filter off (a second Sandbox in this process would share, and on closing
+    # remove, this one's cgroup folder).
+    sandbox.syscall_filter = False
+    try:
+        answers = run_probe(sandbox, forwards_fds=True)
+    finally:
+        sandbox.syscall_filter = True
+    assert answers["Seccomp"] == "0"
+    assert all(answers[name] != "EPERM" for name in UNFILTERED_NOT_EPERM), answers
+
+
+def test_the_filter_holds_without_root(tmp_path: Path) -> None:
+    """As uid 65534 the sandbox is a user namespace (the process is root inside it): still EPERM everywhere."""
+    if os.geteuid() != 0 or not SYSTEM_PYTHON.is_file():
+        pytest.skip("needs root (to become uid 65534) and the system python3.11")
+    site = REPO / ".venv" / "lib" / "python3.11" / "site-packages"
+    script = (
+        "import json, sys\n"
+        "sys.path[:0] = [p for p in sys.argv[1:]]\n"
+        "from sless_api.standalone.builder import toolchain_paths\n"
+        "from sless_api.standalone.sandbox import Sandbox\n"
+        "from tests.integration.test_seccomp import run_probe\n"
+        "sandbox = Sandbox.detect('bwrap', toolchain=toolchain_paths())\n"
+        "print(json.dumps({'reason': sandbox.reason, 'passed': run_probe(sandbox, True),\n"
+        "                  'launcher': run_probe(sandbox, False)}))\n"
+    )
+    paths = [str(p) for p in (REPO, REPO / "api" / "src", REPO / "core" / "src", site)]
+    run = subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", str(SYSTEM_PYTHON), "-c",
+         script, *paths],
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)}, cwd="/", capture_output=True, text=True,
+        timeout=120, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert "user namespaces" in result["reason"] and "seccomp filter" in result["reason"], result["reason"]
+    assert_refused(result["passed"])
+    assert_refused(result["launcher"])
+
+
+def test_a_filtered_sandbox_still_runs_threads_subprocesses_and_node(sandbox: Sandbox, tmp_path: Path) -> None:
+    """What runtimes do at start and at work: threads (clone3 answers ENOSYS, clone is used), a subprocess,
+    and Node, whose libuv probes io_uring (refused) and falls back to its thread pool."""
+    script = ("import subprocess, threading\n"
+              "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
+              "print(subprocess.run(['sh', '-c', 'echo child'], capture_output=True, text=True).stdout.strip())\n")
+    node = "require('fs').readFile('/usr/bin/env', (e) => console.log(e ? 'fs error ' + e.code : 'node fs'))"
+    runs: list[tuple[list[str], str]] = [([str(python_interpreter()), "-S", "-c", script], "thread\nchild")]
+    node_bin = next((p for p in ("/usr/bin/node", "/usr/local/bin/node") if Path(p).is_file()), None)
+    if node_bin is not None:
+        runs.append(([node_bin, "-e", node], "node fs"))
+    for argv, expected in runs:
+        jail = JailSpec(tenant="t1", limits=Limits.for_function(256, "nodejs20"))
+        prepared = sandbox.prepare(argv, Path("/"), jail, "seccomp-work", forwards_fds=True)
+        try:
+            run = subprocess.run(prepared.argv, env={"PATH": "/usr/bin:/bin", **prepared.env}, cwd="/",
+                                 preexec_fn=prepared.preexec,  # the sandbox's hook
+                                 pass_fds=prepared.pass_fds, capture_output=True, text=True, timeout=60, check=False)
+        finally:
+            prepared.cleanup()
+        assert run.returncode == 0 and run.stdout.strip() == expected, (argv[0], run.stdout, run.stderr[-2000:])
+    if node_bin is None:
+        pytest.skip("node is not installed: only the Python half ran")
+
+
+def test_the_program_is_built_once_and_each_launch_gets_its_own_descriptor() -> None:
+    assert seccomp.program() is seccomp.program()
+    first, second = seccomp.program_fd(), seccomp.program_fd()
+    try:
+        assert first != second
+        assert os.read(first, 1 << 16) == seccomp.program() == os.read(second, 1 << 16)
+    finally:
+        os.close(first)
+        os.close(second)
+
+
+def test_without_libseccomp_the_sandbox_is_refused_and_says_why(tmp_path: Path) -> None:
+    """A host without libseccomp: pyseccomp raises at import as it does there (a stand-in module first on the
+    path). Required (bwrap) the sandbox refuses; auto reports it off with the reason, which makes `sless up`
+    refuse to start (platform.make_sandbox) rather than run tenants unfiltered."""
+    (tmp_path / "pyseccomp.py").write_text('raise RuntimeError("Unable to find libseccomp")\n')
+    script = (
+        "from sless_api.backendconfig import SandboxSettings\n"
+        "from sless_api.standalone.platform import make_sandbox\n"
+        "from sless_api.standalone.sandbox import Sandbox, SandboxUnavailable\n"
+        "print('auto:', Sandbox.detect('auto').reason)\n"
+        "for mode in ('bwrap', 'auto'):\n"
+        "    try:\n"
+        "        make_sandbox(SandboxSettings(mode=mode))\n"
+        "        print(mode, 'started')\n"
+        "    except SandboxUnavailable as exc:\n"
+        "        print(mode, 'refused:', exc)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("auto: no syscall filter: libseccomp") and "Unable to find libseccomp" in lines[0]
+    assert lines[1].startswith("bwrap refused: no syscall filter: libseccomp"), lines
+    assert lines[2].startswith("auto refused: no sandbox for function processes: no syscall filter"), lines
