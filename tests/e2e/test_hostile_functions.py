@@ -10,6 +10,7 @@ deletion), so a probe that sees nothing proves something.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -313,6 +314,40 @@ def test_stopped_runtime_is_replaced(arena: Arena) -> None:
     arena.assert_fine()
 
 
+def assert_syscalls_refused(answers: dict[str, str]) -> None:
+    """The hostile probe's answers: EPERM for every call the seccomp filter refuses (seccomp.py)."""
+    if "skipped" in answers:
+        pytest.skip(f"the probe knows x86_64's syscall numbers, not {answers['skipped']}'s")
+    refused = {k: v for k, v in answers.items() if k not in ("clone3", "personality(PER_LINUX)", "Seccomp")}
+    assert len(refused) >= 50 and set(refused.values()) == {"EPERM"}, refused
+    assert answers["clone3"] == "ENOSYS" and answers["personality(PER_LINUX)"] == "ok", answers
+    assert answers["Seccomp"] == "2", answers
+
+
+NODE_FUNCTION: dict[str, str | bytes] = {"handler.js": (
+    "const fs = require('fs');\n"
+    "exports.handle = async () => ({ node: 'fine', read: (await fs.promises.readFile(__filename)).length > 0 });\n")}
+
+
+def test_refused_syscalls_answer_eperm_in_a_function_and_a_job(arena: Arena) -> None:
+    resp = arena.attack("syscalls")
+    assert resp.status_code == 200, resp.text
+    assert_syscalls_refused(resp.json())
+    arena.attacker.api("POST", "/jobs", json={"name": "probe", "function": "hostile", "run_id": 1,
+                                              "event": {"action": "syscalls"}}, expect=201)
+    job = arena.attacker.wait_job("probe")
+    assert job["phase"] == "Succeeded", job
+    assert_syscalls_refused(json.loads(job["message"]))
+    arena.assert_fine()
+
+
+def test_a_node_function_runs_under_the_syscall_filter(arena: Arena) -> None:
+    """libuv probes io_uring (refused: EPERM) and falls back to its thread pool for file reads."""
+    arena.attacker.deploy("nodefn", "nodejs20", NODE_FUNCTION, memory_mb=128)
+    resp = requests.get(arena.attacker.fn_url("nodefn"), timeout=60)
+    assert resp.status_code == 200 and resp.json() == {"node": "fine", "read": True}, resp.text
+
+
 def test_platform_sigkill_leaves_no_process_and_no_build(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("runs as root like the arena")
@@ -455,6 +490,15 @@ def test_unprivileged_platform_keeps_tenants_apart(nobody_arena: Arena) -> None:
     assert all(results[f"host-{pid}"].startswith("err: ") for pid in (arena.sless.proc.pid, victim_pid)), results
     arena.assert_fine()
     assert arena.victim_pid() == victim_pid
+
+
+def test_unprivileged_platform_refuses_the_same_syscalls(nobody_arena: Arena) -> None:
+    """In a user namespace the function is root inside it: the filter, not missing capabilities, refuses."""
+    resp = nobody_arena.attack("syscalls")
+    assert resp.status_code == 200, resp.text
+    assert_syscalls_refused(resp.json())
+    assert "seccomp filter" in nobody_arena.sless.log_tail(200)
+    nobody_arena.assert_fine()
 
 
 def test_unprivileged_platform_bounds_forks_memory_and_disk(nobody_arena: Arena) -> None:
