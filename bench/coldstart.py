@@ -21,6 +21,11 @@ at start, the image at build), every cold start compiles the whole server again.
    the default (a warm spare per tenant, ``SLESS_WARM_SPARES=1``: the call takes over a pre-started
    sandboxed runtime), no spares (``SLESS_WARM_SPARES=0``: a fresh sandboxed process, precompiled), and no
    spares with a runtimes copy that cannot hold bytecode (its ``__pycache__`` is a file).
+
+What the sandbox's syscall filter (standalone/seccomp.py) costs, in the same run: the sandboxed process start
+with the filter (on a passed descriptor, as function servers get it; and through the launcher, as build steps
+get it) against the same sandbox with the filter off, and the no-spare ``sless up`` cold start against a
+fourth platform whose filter is off (``bench.unfiltered_up``).
 """
 
 from __future__ import annotations
@@ -49,6 +54,9 @@ SPARE = "warm spare"
 READY_PIPE = "readiness byte"
 POLLED = "health polled every 5 ms"
 NO_SPARE = "no spare, precompiled"
+UNFILTERED = "precompiled, sandboxed without the syscall filter"
+LAUNCHED = "precompiled, sandboxed, filter through the launcher"
+NO_SPARE_UNFILTERED = "no spare, precompiled, without the syscall filter"
 #: Pause between scale to zero and the call (see the module docstring).
 SETTLE_SEC = 0.5
 
@@ -76,9 +84,11 @@ def runtime_copy(root: Path, server_source: Path | None = None, cacheable: bool 
     return root
 
 
-def start_to_healthy(python: str, server: Path, code: Path, sandbox: Any = None) -> float:
+def start_to_healthy(python: str, server: Path, code: Path, sandbox: Any = None, filtered: bool = True,
+                     forwards_fds: bool = True) -> float:
     """Seconds from spawning the server (in ``sandbox``'s jail when given, as ``sless up`` starts it) until
-    /_/health answers 200 (polled every millisecond)."""
+    /_/health answers 200 (polled every millisecond). ``filtered``: with the syscall filter; ``forwards_fds``:
+    it reaches bwrap on a passed descriptor (function servers) rather than through the launcher (builds)."""
     port = free_port()
     env = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PORT": str(port),
            "SLESS_HOST": "127.0.0.1", "SLESS_CODE_DIR": str(code)}
@@ -89,11 +99,17 @@ def start_to_healthy(python: str, server: Path, code: Path, sandbox: Any = None)
         from sless_api.standalone.sandbox import JailSpec, Limits
 
         spec = JailSpec("bench-coldstart", Limits.for_function(128, "python3.11"), ro_binds=(code, server.parent))
-        jail = sandbox.prepare(argv, code, spec, f"bench-coldstart-{port}", port=port)
+        sandbox.syscall_filter = filtered
+        jail = sandbox.prepare(argv, code, spec, f"bench-coldstart-{port}", port=port, forwards_fds=forwards_fds)
+        sandbox.syscall_filter = True
         argv, preexec = jail.argv, jail.preexec
         env.update(jail.env)
+    pass_fds = jail.pass_fds if jail is not None and forwards_fds else ()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=code,
-                            start_new_session=True, preexec_fn=preexec)  # noqa: PLW1509 - the sandbox's hook
+                            start_new_session=True, preexec_fn=preexec,  # noqa: PLW1509 - the sandbox's hook
+                            pass_fds=pass_fds)
+    if jail is not None:
+        jail.release_fds()
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -133,17 +149,21 @@ def bench_process(table: Table, workdir: Path, rounds: int, sandboxed: bool) -> 
         PREVIOUS: runtime_copy(workdir / "previous", REPO / "bench/peers/threaded_server.py", False) / "server.py",
     }
     sandbox = Sandbox.detect("bwrap", toolchain=[*toolchain_paths(), precompiled]) if sandboxed else None
-    runs = [(name, server, None) for name, server in servers.items()]
+    # (name, server, sandbox, filtered, forwards_fds)
+    runs: list[tuple[str, Path, Any, bool, bool]] = [(name, server, None, True, True)
+                                                     for name, server in servers.items()]
     if sandbox is not None:
-        runs.append((SANDBOXED, precompiled / "server.py", sandbox))
+        runs += [(SANDBOXED, precompiled / "server.py", sandbox, True, True),
+                 (UNFILTERED, precompiled / "server.py", sandbox, False, True),
+                 (LAUNCHED, precompiled / "server.py", sandbox, True, False)]
     try:
-        for _, server, jail in runs:
-            start_to_healthy(python, server, code, jail)  # warm the page cache
-        times: dict[str, list[float]] = {name: [] for name, _, _ in runs}
+        for _, server, jail, filtered, forwards in runs:
+            start_to_healthy(python, server, code, jail, filtered, forwards)  # warm the page cache
+        times: dict[str, list[float]] = {name: [] for name, *_ in runs}
         for r in range(rounds):
             log(f"process starts, round {r + 1}/{rounds}")
-            for name, server, jail in runs:
-                times[name].append(start_to_healthy(python, server, code, jail))
+            for name, server, jail, filtered, forwards in runs:
+                times[name].append(start_to_healthy(python, server, code, jail, filtered, forwards))
     finally:
         if sandbox is not None:
             sandbox.close()
@@ -156,6 +176,12 @@ def bench_process(table: Table, workdir: Path, rounds: int, sandboxed: bool) -> 
     if sandbox is not None:
         table.add(f"process start to healthy in the sandbox, p50 ({rounds} starts)", median(ms[SANDBOXED]), "ms",
                   median(ms[PRECOMPILED]), f"{PRECOMPILED}, no sandbox")
+        table.add(f"sandboxed start with the syscall filter, p50 ({rounds} starts)", median(ms[SANDBOXED]), "ms",
+                  median(ms[UNFILTERED]), UNFILTERED)
+        table.add(f"sandboxed start with the syscall filter, p90 ({rounds} starts)", percentile(ms[SANDBOXED], 90),
+                  "ms", percentile(ms[UNFILTERED], 90), UNFILTERED)
+        table.add(f"sandboxed start, filter through the launcher (build steps), p50 ({rounds} starts)",
+                  median(ms[LAUNCHED]), "ms", median(ms[UNFILTERED]), UNFILTERED)
 
 
 def bench_supervisor(table: Table, workdir: Path, rounds: int) -> None:
@@ -209,6 +235,8 @@ def bench_platform(table: Table, workdir: Path, rounds: int) -> None:
                           (COMPILED, {"SLESS_WARM_SPARES": "0", "SLESS_RUNTIMES_DIR": str(blocked)})):
             log(f"starting sless up ({name})")
             platforms[name] = start_sless(workdir / name.replace(" ", "-"), {"SLESS_SANDBOX": "bwrap", **env})
+        log(f"starting sless up ({NO_SPARE_UNFILTERED})")
+        platforms[NO_SPARE_UNFILTERED] = start_unfiltered(workdir / "unfiltered", {"SLESS_WARM_SPARES": "0"})
         tenants = {name: Tenant(sp.url, "bench-coldstart") for name, sp in platforms.items()}
         for tenant in tenants.values():
             tenant.deploy("py", "python3.11", {"handler.py": HANDLER})
@@ -224,9 +252,47 @@ def bench_platform(table: Table, workdir: Path, rounds: int) -> None:
                   percentile(cold[NO_SPARE], 90), NO_SPARE)
         table.add(f"sless up, no spare: first call after scale to zero, p50 ({rounds})", median(cold[NO_SPARE]),
                   "ms", median(cold[COMPILED]), COMPILED)
+        table.add(f"sless up, no spare, with the syscall filter: first call after scale to zero, p50 ({rounds})",
+                  median(cold[NO_SPARE]), "ms", median(cold[NO_SPARE_UNFILTERED]), NO_SPARE_UNFILTERED)
+        table.add(f"sless up, no spare, with the syscall filter: first call after scale to zero, p90 ({rounds})",
+                  percentile(cold[NO_SPARE], 90), "ms", percentile(cold[NO_SPARE_UNFILTERED], 90),
+                  NO_SPARE_UNFILTERED)
     finally:
         for sp in platforms.values():
             sp.stop()
+
+
+def start_unfiltered(data_dir: Path, extra_env: dict[str, str]) -> Any:
+    """``sless up`` sandboxed as start_sless starts it, but with the syscall filter off (bench.unfiltered_up)."""
+    import requests
+
+    from tests.support.platform import SECRET, SlessProcess
+
+    port = free_port()
+    env = {**os.environ, "SLESS_JWT_SECRET": SECRET, "SLESS_IDLE_TIMEOUT_SEC": "300", "SLESS_SANDBOX": "bwrap",
+           **extra_env}
+    env.pop("SLESS_DATABASE_URL", None)
+    data_dir.mkdir(parents=True)
+    log_path = data_dir / "sless-up.log"
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "bench.unfiltered_up", "up", "--host", "127.0.0.1", "--port",
+                                 str(port), "--data-dir", str(data_dir)], stdout=out, stderr=subprocess.STDOUT,
+                                env=env, cwd=REPO, start_new_session=True)
+    sp = SlessProcess(f"http://127.0.0.1:{port}", data_dir, proc, log_path, env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"sless up (unfiltered) exited with {proc.returncode}:\n{sp.log_tail()}")
+        try:
+            if requests.get(sp.url + "/health", timeout=1).status_code == 200:
+                if "syscall filter switched off" not in sp.log_tail(200):
+                    raise RuntimeError("the unfiltered platform still filters: " + sp.log_tail(20))
+                return sp
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    sp.stop()
+    raise RuntimeError(f"sless up (unfiltered) did not answer /health:\n{sp.log_tail()}")
 
 
 def main() -> int:
