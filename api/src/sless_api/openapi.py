@@ -21,6 +21,7 @@ from sless_core.models import (
     MEMORY_MAX_MB,
     MEMORY_MIN_MB,
     RUNTIMES,
+    SANDBOXES,
     TIMEOUT_DEFAULT_SEC,
 )
 from sless_core.naming import NAME_MAX
@@ -89,7 +90,10 @@ SCHEMAS: dict[str, Any] = {
         "env_vars": {"type": "object", "maxProperties": ENV_MAX_VARS, "additionalProperties": {"type": "string"}},
         "secrets": {"type": "array", "items": _ref("SecretRef")},
         "max_concurrency": {"type": "integer", "minimum": 0, "maximum": MAX_CONCURRENCY, "default": 0,
-                            "description": "calls in flight through /fn at once (per API process); 0: no limit"}}},
+                            "description": "calls in flight through /fn at once (per API process); 0: no limit"},
+        "sandbox": {"enum": ["", *SANDBOXES], "default": "",
+                    "description": "a stronger sandbox the function's pods must run in (kubernetes: RuntimeClass "
+                                   "gvisor; the standalone backend answers 422); empty: the platform's default"}}},
     "FunctionCreate": {"allOf": [_ref("FunctionFields"), {"type": "object", "required": ["name", "runtime"],
                                                           "properties": {"name": _ref("Name")}}]},
     "Function": {"allOf": [_ref("FunctionFields"), {"type": "object", "required": [
@@ -230,11 +234,11 @@ def paths() -> dict[str, Any]:
             {"type": "object", "required": ["namespace", "created"]}, COMMON, also_ok=("200",))},
         f"{ns}/functions": {"parameters": [NS],
                             "get": _operation("list functions", "200", _page("Function"), COMMON, params=PAGING),
-                            "post": _operation("create a function", "201", _ref("Function"), WRITE,
+                            "post": _operation("create a function", "201", _ref("Function"), (*WRITE, 422),
                                                body=_body(_ref("FunctionCreate")))},
         f"{ns}/functions/{{name}}": {"parameters": [NS, NAME],
                                      "get": _operation("read a function", "200", _ref("Function"), COMMON),
-                                     "put": _operation("update a function", "200", _ref("Function"), WRITE,
+                                     "put": _operation("update a function", "200", _ref("Function"), (*WRITE, 422),
                                                        body=_body(_ref("FunctionFields"))),
                                      "delete": _operation("delete a function and its triggers and jobs", "204",
                                                           None, COMMON)},

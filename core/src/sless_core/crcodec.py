@@ -159,7 +159,7 @@ def manifest(kind: str, namespace: str, name: str, spec: dict[str, Any], labels:
 #: The Function spec's fields the user sets (``FunctionSpec``): CR key -> model field.
 FUNCTION_USER_FIELDS = {"runtime": "runtime", "entrypoint": "entrypoint", "memoryMb": "memory_mb",
                         "timeoutSec": "timeout_sec", "envVars": "env_vars", "secrets": "secrets",
-                        "maxConcurrency": "max_concurrency"}  # fmt: skip
+                        "maxConcurrency": "max_concurrency", "sandbox": "sandbox"}  # fmt: skip
 _FUNCTION_PATHS = {model: f"spec.{cr}" for cr, model in FUNCTION_USER_FIELDS.items()} | {"name": "metadata.name"}
 
 
@@ -239,6 +239,8 @@ def function_spec_to_cr(spec: FunctionSpec) -> dict[str, Any]:
     }
     if spec.max_concurrency:
         body["maxConcurrency"] = spec.max_concurrency
+    if spec.sandbox:
+        body["sandbox"] = spec.sandbox
     return body
 
 

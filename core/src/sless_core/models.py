@@ -22,6 +22,9 @@ DEFAULT_ENTRYPOINT = {"python3.11": "handler.handle", "nodejs20": "handler.handl
 MEMORY_MIN_MB, MEMORY_MAX_MB, MEMORY_DEFAULT_MB = 64, 8192, 128
 #: The largest per-function concurrency limit (calls in flight through one API process).
 MAX_CONCURRENCY = 1000
+#: The stronger sandboxes a function may require (its pods then run under the matching RuntimeClass on
+#: Kubernetes: gVisor's runsc, a kernel of its own between the code and the node's). Empty: the platform's default.
+SANDBOXES = ("gvisor",)
 TIMEOUT_DEFAULT_SEC = 30
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 ENV_MAX_VARS, ENV_MAX_VALUE = 100, 32 * 1024
@@ -177,6 +180,19 @@ class SecretRef:
         return out
 
 
+def validate_sandbox(value: object) -> str:
+    """A sandbox the platform knows, or "" (absent, null or empty: none asked for).
+
+    An unknown name is refused rather than ignored: a tenant who asks for isolation must never get less.
+    """
+    if value is None or value == "":
+        return ""
+    if value not in SANDBOXES:
+        raise ValidationError(f"sandbox must be one of {', '.join(SANDBOXES)} (or empty for the platform's "
+                              f"default), got {value!r}", field="sandbox")
+    return str(value)
+
+
 def validate_secret_key(value: object, field: str = "key") -> str:
     if not isinstance(value, str) or not SECRET_KEY.match(value):
         raise ValidationError(f"{field} must be 1-63 of [A-Za-z0-9_.-], not starting with '.' or '-'", field=field)
@@ -223,9 +239,10 @@ class FunctionSpec:
     env_vars: dict[str, str] = field(default_factory=dict)
     secrets: list[SecretRef] = field(default_factory=list)
     max_concurrency: int = 0  # calls in flight through /fn at once; 0: no limit of its own
+    sandbox: str = ""  # one of SANDBOXES, or "": the platform's default runtime
 
     FIELDS = frozenset({"name", "runtime", "entrypoint", "memory_mb", "timeout_sec", "env_vars", "secrets",
-                        "max_concurrency"})
+                        "max_concurrency", "sandbox"})
 
     @classmethod
     def from_user(cls, body: object, max_timeout: int, name: str | None = None) -> FunctionSpec:
@@ -245,6 +262,7 @@ class FunctionSpec:
             env_vars=validate_env_vars(data.get("env_vars")),
             secrets=validate_secret_refs(data.get("secrets")),
             max_concurrency=_int_in(data, "max_concurrency", 0, 0, MAX_CONCURRENCY),
+            sandbox=validate_sandbox(data.get("sandbox")),
         )
 
     def updated(self, patch: object, max_timeout: int) -> FunctionSpec:

@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sless_core.envconfig import ConfigError, EnvReader
+from sless_core.models import SANDBOXES
 from sless_core.naming import DNS1123_LABEL
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?\Z")
@@ -99,6 +100,10 @@ class OperatorConfig:
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 8082
     official_client: bool = False  # allow the official kubernetes client (its exec/auth-provider plugins)
+    # The stronger sandbox (sless_core.models.SANDBOXES): the RuntimeClass a function's pods run under when it asks
+    # for gVisor, and the sandbox every function pod must run in whatever the function asks ("": only those that ask).
+    sandbox_runtime_class: str = "gvisor"
+    require_sandbox: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> OperatorConfig:
@@ -151,6 +156,8 @@ class OperatorConfig:
             metrics_host=reader.text("SLESS_OPERATOR_METRICS_HOST", cls.metrics_host, required=True),
             metrics_port=reader.integer("SLESS_OPERATOR_METRICS_PORT", cls.metrics_port, 1, 65535),
             official_client=reader.boolean("SLESS_OPERATOR_OFFICIAL_CLIENT", cls.official_client),
+            sandbox_runtime_class=reader.label("SLESS_SANDBOX_RUNTIME_CLASS", cls.sandbox_runtime_class),
+            require_sandbox=reader.sandbox("SLESS_REQUIRE_SANDBOX"),
         )
 
 
@@ -164,6 +171,13 @@ class _Reader(EnvReader):
         if not DNS1123_LABEL.fullmatch(value) or len(value) > 63:
             raise ConfigError(f"{name} must be a DNS-1123 label, got {value!r}")
         return value if value or not optional else ""
+
+    def sandbox(self, name: str) -> str:
+        """One of the model's sandboxes, or "" (unset or empty): a typo must stop the operator, not run weaker."""
+        value = self.raw(name) or ""
+        if value and value not in SANDBOXES:
+            raise ConfigError(f"{name} must be empty or one of {', '.join(SANDBOXES)}, got {value!r}")
+        return value
 
     def image(self, name: str, default: str) -> str:
         value = self.raw(name) or default

@@ -456,6 +456,8 @@ def _function_pod(config: OperatorConfig, fn: FunctionRef, image: str, *, runner
     if volume is not None:
         pod["volumes"].append(volume)
         container["volumeMounts"].append({"name": SECRETS_VOLUME, "mountPath": SECRETS_DIR, "readOnly": True})
+    if config.require_sandbox or fn.spec.sandbox:  # gVisor: the only sandbox so far (models.SANDBOXES)
+        pod["runtimeClassName"] = config.sandbox_runtime_class
     if runner:
         pod["restartPolicy"] = "Never"
     else:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sless_api.config import ApiConfig
-from sless_api.platform import Conflict, FunctionRecord
+from sless_api.platform import Conflict, FunctionRecord, Unsupported
 from sless_api.secrets.store import SecretStore
 from sless_api.secrets.usage import checked_version
 from sless_api.standalone.builds import Builds
@@ -24,6 +24,13 @@ from sless_api.standalone.tasks import TaskSet
 from sless_api.versions import Version, choose
 from sless_core import contract
 from sless_core.models import FunctionSpec, Phase
+
+
+def refuse_sandbox(spec: FunctionSpec) -> None:
+    """A function that requires a stronger sandbox (gVisor) cannot get it here: refused, never run with less."""
+    if spec.sandbox:
+        raise Unsupported(f"sandbox {spec.sandbox!r} needs the kubernetes backend (a RuntimeClass); "
+                          "the standalone backend runs functions in its own process sandbox only")
 
 
 def build_task(namespace: str, name: str) -> str:
@@ -58,6 +65,7 @@ class Functions:
         return require_function(self.state, namespace, name)
 
     async def create_function(self, namespace: str, spec: FunctionSpec) -> FunctionRecord:
+        refuse_sandbox(spec)
         await checked_version(self.secrets, namespace, spec.secrets)
         self.state.ensure_namespace(namespace, time.time())
         rec = FunctionRecord(namespace=namespace, spec=spec)
@@ -69,6 +77,7 @@ class Functions:
     async def update_function(self, namespace: str, name: str, patch: dict[str, Any]) -> FunctionRecord:
         rec = require_function(self.state, namespace, name)
         new_spec = rec.spec.updated(patch, self.config.max_timeout_sec)
+        refuse_sandbox(new_spec)
         await checked_version(self.secrets, namespace, new_spec.secrets)
         rebuild = contract.spec_change_rebuilds(rec.spec, new_spec)
         rec.spec = new_spec
