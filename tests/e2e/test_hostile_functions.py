@@ -348,6 +348,35 @@ def test_a_node_function_runs_under_the_syscall_filter(arena: Arena) -> None:
     assert resp.status_code == 200 and resp.json() == {"node": "fine", "read": True}, resp.text
 
 
+ENV_PROBE: dict[str, str | bytes] = {"handler.py": (
+    "import os\n"
+    "def handle(event):\n"
+    "    return {k: os.environ.get(k) for k in ('LD_PRELOAD', 'LD_DEBUG', 'LD_DEBUG_OUTPUT', 'KEPT')}\n")}
+
+
+def assert_loader_env_stays_out(arena: Arena, name: str) -> None:
+    """A tenant's dynamic-loader variables reach neither bwrap (which starts outside the sandbox, as root or
+    the platform's user) nor the function: glibc would write LD_DEBUG_OUTPUT's file, or load LD_PRELOAD's
+    library, in bwrap's process."""
+    target = arena.data_dir / f"ld-debug-{name}"
+    env = {"LD_DEBUG": "files", "LD_DEBUG_OUTPUT": str(target), "LD_PRELOAD": "/nonexistent/sless-preload.so",
+           "KEPT": "yes"}
+    arena.attacker.deploy(name, "python3.11", ENV_PROBE, env_vars=env, memory_mb=64)
+    resp = requests.get(arena.attacker.fn_url(name), timeout=60)
+    assert resp.status_code == 200, resp.text
+    assert resp.json() == {"LD_PRELOAD": None, "LD_DEBUG": None, "LD_DEBUG_OUTPUT": None, "KEPT": "yes"}
+    assert not list(arena.data_dir.glob(f"{target.name}*")), "a process outside the sandbox took the tenant's LD_*"
+    job = f"{name}-job"
+    arena.attacker.api("POST", "/jobs", json={"name": job, "function": name, "run_id": 1, "event": {}}, expect=201)
+    assert arena.attacker.wait_job(job)["phase"] == "Succeeded"
+    assert not list(arena.data_dir.glob(f"{target.name}*")), "a runner's bwrap took the tenant's LD_*"
+    arena.assert_fine()
+
+
+def test_loader_variables_of_a_tenant_reach_no_process_outside_the_sandbox(arena: Arena) -> None:
+    assert_loader_env_stays_out(arena, "ldenv")
+
+
 def test_platform_sigkill_leaves_no_process_and_no_build(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("runs as root like the arena")
@@ -499,6 +528,10 @@ def test_unprivileged_platform_refuses_the_same_syscalls(nobody_arena: Arena) ->
     assert_syscalls_refused(resp.json())
     assert "seccomp filter" in nobody_arena.sless.log_tail(200)
     nobody_arena.assert_fine()
+
+
+def test_unprivileged_platform_keeps_loader_variables_out(nobody_arena: Arena) -> None:
+    assert_loader_env_stays_out(nobody_arena, "ldenv")
 
 
 def test_unprivileged_platform_bounds_forks_memory_and_disk(nobody_arena: Arena) -> None:

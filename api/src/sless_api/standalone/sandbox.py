@@ -86,6 +86,17 @@ AS_HEADROOM_DEFAULT_MB = 2048
 SANDBOX_TMP = "/tmp"  # noqa: S108
 #: Where a sandboxed function finds the secrets it references as files ($SLESS_SECRETS_DIR).
 SECRETS_DIR = "/run/sless/secrets"
+#: What glibc ignores in a setuid program's environment (its "unsecure" variables, and GLIBC_TUNABLES; not
+#: TMPDIR, which the sandbox sets): they make the dynamic loader load, or write, files the environment names.
+#: A launch's environment holds the tenant's variables, and bwrap starts outside the sandbox (as root, or as
+#: the platform's user): LD_PRELOAD=<its own code>/x.so would run tenant code there. So the launch empties
+#: them (Prepared.env, which every caller applies last) and bwrap unsets them for the command.
+LOADER_ENV = (
+    "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LD_AUDIT", "LD_DEBUG", "LD_DEBUG_OUTPUT",
+    "LD_DYNAMIC_WEAK", "LD_HWCAP_MASK", "LD_LIBRARY_PATH", "LD_ORIGIN_PATH", "LD_PRELOAD", "LD_PROFILE",
+    "LD_SHOW_AUXV", "LD_USE_LOAD_BIAS", "LOCALDOMAIN", "LOCPATH", "MALLOC_TRACE", "NIS_PATH", "NLSPATH",
+    "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR",
+)
 #: Stands for the filter's descriptor in the argv of a launch whose caller passes no descriptors (see
 #: Sandbox.prepare): the launcher puts the one it opens in its place.
 SECCOMP_FD_SLOT = "@sless-seccomp-fd@"
@@ -501,7 +512,8 @@ class Sandbox:
             wrapped = self._jail_argv(argv, cwd, spec, uid, fds[:len(spec.files)], filter_fd)
             if self.syscall_filter and not forwards_fds:
                 wrapped = [sys.executable, "-I", "-S", "-c", SECCOMP_LAUNCHER, seccomp.program().hex(), *wrapped]
-            env = {"HOME": SANDBOX_TMP, "TMPDIR": SANDBOX_TMP, **_address_space_env(limits, cgroup)}
+            env = {**dict.fromkeys(LOADER_ENV, ""), "HOME": SANDBOX_TMP, "TMPDIR": SANDBOX_TMP,
+                   **_address_space_env(limits, cgroup)}
             if spec.files:
                 env["SLESS_SECRETS_DIR"] = SECRETS_DIR
         preexec = self._preexec(cgroup, limits, uid, signal.SIGKILL, spec.reaper_only)
@@ -532,6 +544,8 @@ class Sandbox:
             out += ["--unshare-user", "--disable-userns"]
         out += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
                 "--new-session", "--hostname", "sless", "--ro-bind", "/usr", "/usr"]
+        for name in LOADER_ENV:
+            out += ["--unsetenv", name]
         for name in SYSTEM_DIRS:
             path = Path("/") / name
             if path.is_symlink():
