@@ -7,8 +7,7 @@ costs; the platform itself has no way to run sandboxed tenants without it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+from typing import Any
 
 from sless_api import cli
 from sless_api.standalone.sandbox import Sandbox
@@ -16,8 +15,8 @@ from sless_api.standalone.sandbox import Sandbox
 _detect = Sandbox.detect
 
 
-def _unfiltered(cls: type[Sandbox], setting: str = "auto", toolchain: Sequence[Path] = ()) -> Sandbox:
-    made = _detect(setting, toolchain)
+def _unfiltered(cls: type[Sandbox], *args: Any, **kwargs: Any) -> Sandbox:
+    made = _detect(*args, **kwargs)
     made.syscall_filter = False
     made.reason += " (syscall filter switched off by bench.unfiltered_up)"
     return made
