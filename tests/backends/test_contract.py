@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq, pytest.mark.slow]
 HELLO = {"handler.py": "def handle(event):\n    return {'hello': event.get('name')}\n\n"
                        "def other(event):\n    return 'other'\n"}
 FUNCTION_FIELDS = {"name", "runtime", "entrypoint", "memory_mb", "timeout_sec", "env_vars", "secrets",
-                   "max_concurrency", "namespace", "phase", "message", "code_hash", "image", "created_at",
+                   "max_concurrency", "sandbox", "namespace", "phase", "message", "code_hash", "image", "created_at",
                    "last_built_at"}
 TRIGGER_FIELDS = {"name", "type", "function", "enabled", "schedule", "queue", "auth", "namespace", "created_at",
                   "last_fired_at", "message"}
@@ -489,7 +489,8 @@ def test_versions_and_rollback(backend: Backend, tenant: Tenant) -> None:
     assert [(v["version"], v["code_hash"], v["current"]) for v in listed["items"]] == [
         (2, hashes[1], True), (1, hashes[0], False)]
     assert set(listed["items"][0]) == {"version", "code_hash", "runtime", "entrypoint", "memory_mb", "timeout_sec",
-                                       "env_vars", "secrets", "max_concurrency", "deployed_at", "current"}
+                                       "env_vars", "secrets", "max_concurrency", "sandbox", "deployed_at",
+                                       "current"}
 
     for body, status in (({"version": 2}, 409), ({"version": 9}, 404), ({"version": "1"}, 400), ([], 400)):
         assert "error" in tenant.api("POST", "/functions/ver/rollback", json=body, expect=status).json()
