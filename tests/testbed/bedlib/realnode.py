@@ -33,7 +33,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import images, netpol, procs
+from . import gvisor, images, netpol, procs
 from .kubectl import Kubectl, wait_for
 from .pki import Pki, _leaf
 
@@ -64,8 +64,16 @@ def log(message: str) -> None:
 
 
 def build() -> Path:
-    """Build (or find in the cache) the node's extra binaries; returns their folder."""
-    proc = subprocess.run(["bash", str(BUILD_SH)], stdout=subprocess.PIPE, stderr=sys.stderr, text=True, check=False)
+    """Build (or find in the cache) the node's extra binaries; returns their folder.
+
+    gVisor (the optional runsc handler) builds in the background meanwhile, with caches of its own.
+    """
+    gvisor_build = gvisor.start_build()
+    try:
+        proc = subprocess.run(["bash", str(BUILD_SH)], stdout=subprocess.PIPE, stderr=sys.stderr, text=True,
+                              check=False)  # fmt: skip
+    finally:
+        gvisor.finish_build(gvisor_build)
     if proc.returncode != 0:
         raise RuntimeError(f"{BUILD_SH} failed with exit code {proc.returncode}")
     folder = Path(proc.stdout.strip().splitlines()[-1])
@@ -188,7 +196,8 @@ def _shims(state: Path) -> list[int]:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if cmdline and cmdline[0].endswith(b"containerd-shim-runc-v2") and sock.encode() in cmdline:
+        shim = cmdline[0].endswith((b"containerd-shim-runc-v2", gvisor.SHIM.encode()))
+        if cmdline and shim and sock.encode() in cmdline:
             found.append(int(proc.name))
     return found
 
@@ -280,12 +289,14 @@ def cni_config(state: Path) -> Path:
     return _write(state / "cni" / "net.d" / "10-sless-testbed.conflist", json.dumps(conf, indent=2) + "\n")
 
 
-def containerd_config(state: Path) -> Path:
+def containerd_config(state: Path, gvisor_bin: Path | None = None) -> Path:
+    """containerd's config; with GVISOR_BIN also the ``runsc`` runtime handler (gVisor, systrap)."""
     base = state / "containerd"
+    runsc = gvisor.containerd_runtime(cri_key(), gvisor.shim_config(base, gvisor_bin)) if gvisor_bin else ""
     hosts = base / "certs.d" / REGISTRY / "hosts.toml"
     _write(hosts, f'server = "http://{REGISTRY}"\n\n[host."http://{REGISTRY}"]\n'
                   '  capabilities = ["pull", "resolve", "push"]\n  skip_verify = true\n')  # fmt: skip
-    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    cri = cri_key()
     text = f"""version = 2
 root = "{CONTAINERD_ROOT}"
 state = "{base / "state"}"
@@ -315,7 +326,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         SystemdCgroup = false
         BinaryName = "/usr/bin/runc"
         Root = "{base / "runc"}"
-  [{cri}.cni]
+{runsc}  [{cri}.cni]
     bin_dir = "{CNI_BIN}"
     conf_dir = "{state / "cni" / "net.d"}"
     max_conf_num = 1
@@ -323,6 +334,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     config_path = "{base / "certs.d"}"
 """
     return _write(base / "config.toml", text)
+
+
+def cri_key() -> str:
+    return 'plugins."io.containerd.grpc.v1.cri"'
 
 
 def kubelet_config(state: Path, pki: Pki, healthz_port: int) -> Path:
@@ -435,6 +450,7 @@ class NodeInfo:
     node_ip: str
     dns_ip: str
     images: dict[str, str]
+    gvisor: str = ""  # the folder of runsc and its shim when containerd has the runsc handler, else ""
 
 
 def _http_ok(url: str) -> bool:
@@ -504,10 +520,12 @@ def up(state: Path, bin_dir: Path, realnode_bin: Path, kubectl: Kubectl, pki: Pk
     t = mark("node: registry + images", t)
 
     cni_config(state)
-    config = containerd_config(state)
+    gvisor_bin = gvisor.built()
+    config = containerd_config(state, gvisor_bin)
     sock = state / "containerd" / "containerd.sock"
     containerd = shutil.which("containerd") or "/usr/bin/containerd"
-    started.append(procs.start("containerd", [containerd, "--config", str(config)], state))
+    started.append(procs.start("containerd", [containerd, "--config", str(config)], state,
+                               env=gvisor.containerd_env(gvisor_bin)))  # fmt: skip
     died = lambda: next((f"{p.name} exited:\n{procs.log_tail(state, p.name)}"  # noqa: E731
                          for p in started if not procs.alive(p)), None)  # fmt: skip
     wait_for("containerd socket", sock.exists, 30, abort=died)
@@ -548,7 +566,7 @@ def up(state: Path, bin_dir: Path, realnode_bin: Path, kubectl: Kubectl, pki: Pk
     timings["node total"] = round(time.monotonic() - t0, 2)
     refs = {ref.split(":")[0]: f"{REGISTRY}/{ref}" for ref in (i.ref for i in images.Builder(
         bin_dir, realnode_bin, REGISTRY).images())}  # fmt: skip
-    return NodeInfo(REGISTRY, NODE, NODE_IP, DNS_SERVICE_IP, refs)
+    return NodeInfo(REGISTRY, NODE, NODE_IP, DNS_SERVICE_IP, refs, str(gvisor_bin or ""))
 
 
 def forget_stale_images(sock: Path, refs: list[str]) -> list[str]:
