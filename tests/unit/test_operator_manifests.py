@@ -69,6 +69,12 @@ def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
     return dict(template["spec"])
 
 
+def kaniko(job: dict[str, Any]) -> dict[str, Any]:
+    """The build Job's kaniko step (an init container: the push step runs after it)."""
+    [c] = [c for c in pod_spec(job)["initContainers"] if c["name"] == manifests.BUILD_CONTAINER]
+    return dict(c)
+
+
 def assert_restricted(pod: dict[str, Any]) -> None:
     """The Pod Security 'restricted' rules that apply to what we generate."""
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -123,9 +129,12 @@ def test_build_job_runs_kaniko_on_the_fetched_context_with_bounds() -> None:
     assert job["spec"]["backoffLimit"] == CONFIG.build_retries
     pod = pod_spec(job)
     assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
-    c = container(job)
+    c = kaniko(job)
     assert c["name"] == "kaniko" and c["image"] == CONFIG.kaniko_image
+    assert [i["name"] for i in pod["initContainers"]] == ["fetch-context", "kaniko"]
+    assert [c["name"] for c in pod["containers"]] == ["push-image"]
     assert "--context=dir:///workspace/context" in c["args"]
+    assert "--no-push" in c["args"] and "--tar-path=/workspace/image.tar" in c["args"]
     assert not any("s3://" in a for a in c["args"])
     assert f"--destination=registry.test/sless/{NS}/hello:{HASH[:16]}" in c["args"]
     assert c["resources"]["limits"] == {"cpu": "1", "memory": "2048Mi"}
@@ -138,9 +147,10 @@ def test_build_job_runs_kaniko_on_the_fetched_context_with_bounds() -> None:
 def test_only_the_init_container_holds_the_s3_credentials() -> None:
     job = manifests.build_job(CONFIG, fn_ref())
     pod = pod_spec(job)
-    kaniko = container(job)
+    fetch, kaniko = pod["initContainers"]
+    push = container(job)
     assert "envFrom" not in kaniko and not kaniko.get("env")
-    [fetch] = pod["initContainers"]
+    assert "envFrom" not in push and not push.get("env")
     assert fetch["name"] == "fetch-context" and fetch["image"] == CONFIG.build_fetch_image
     assert fetch["command"] == ["python", "-m", "sless_operator.contextfetch"]
     assert fetch["envFrom"] == [{"secretRef": {"name": CONFIG.build_s3_secret}}]
@@ -156,41 +166,42 @@ def test_only_the_init_container_holds_the_s3_credentials() -> None:
     assert sc["runAsNonRoot"] is True and sc["readOnlyRootFilesystem"] is True
     assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
     assert fetch["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    # no Secret anywhere but the init container's envFrom (kaniko has only the optional push config)
-    text = json.dumps(kaniko)
-    assert CONFIG.build_s3_secret not in text and "AWS_" not in text
+    # no Secret anywhere but the init container's envFrom
+    for step in (kaniko, push):
+        text = json.dumps(step)
+        assert CONFIG.build_s3_secret not in text and "AWS_" not in text
 
 
 def test_build_job_checks_the_context_digest_when_the_function_states_it() -> None:
     ref = FunctionRef(NS, "hello", fn_ref().spec, HASH, f"contexts/{NS}/hello/1.tar.gz",
                       Owner(crd.API_VERSION, "Function", "hello", "uid-1"), context_sha256="ef" * 32)  # fmt: skip
-    [fetch] = pod_spec(manifests.build_job(CONFIG, ref))["initContainers"]
+    fetch = pod_spec(manifests.build_job(CONFIG, ref))["initContainers"][0]
     assert f"--sha256={'ef' * 32}" in fetch["args"]
     aws = OperatorConfig()  # no endpoint: the client's default (AWS)
-    [fetch] = pod_spec(manifests.build_job(aws, fn_ref()))["initContainers"]
+    fetch = pod_spec(manifests.build_job(aws, fn_ref()))["initContainers"][0]
     assert not any(a.startswith("--endpoint") for a in fetch["args"])
 
 
 def test_build_job_options_insecure_registry_push_secret_no_cache() -> None:
     config = OperatorConfig(registry_insecure=True, build_registry_secret="push", build_cache=False)
     job = manifests.build_job(config, fn_ref())
-    c = container(job)
+    c = kaniko(job)
     assert "--insecure" in c["args"] and "--skip-tls-verify" in c["args"]
+    assert "--insecure" in container(job)["args"]  # the push step too
     assert not any(a.startswith("--cache") for a in c["args"])
-    assert {"name": "docker-config", "mountPath": "/kaniko/.docker", "readOnly": True} in c["volumeMounts"]
+    # the push credential is the push step's alone (tests/unit/test_build_push.py checks every step)
+    assert c["volumeMounts"] == [{"name": "context", "mountPath": "/workspace"}]
     volumes = {v["name"]: v for v in pod_spec(job)["volumes"]}
-    assert volumes["docker-config"]["secret"]["secretName"] == "push"
-    [fetch] = pod_spec(job)["initContainers"]
-    assert all(m["name"] != "docker-config" for m in fetch["volumeMounts"])  # push rights stay with kaniko
+    assert volumes["push-config"]["secret"]["secretName"] == "push"
 
 
 def test_build_job_appends_the_configured_extra_kaniko_flags() -> None:
     config = OperatorConfig.from_env({"SLESS_KANIKO_EXTRA_ARGS": " --registry-map=index.docker.io=10.0.0.5:5000 "
                                                                  "--snapshot-mode=redo"})
-    args = container(manifests.build_job(config, fn_ref()))["args"]
+    args = kaniko(manifests.build_job(config, fn_ref()))["args"]
     assert args[-2:] == ["--registry-map=index.docker.io=10.0.0.5:5000", "--snapshot-mode=redo"]
     assert sum(a.startswith("--destination=") for a in args) == 1
-    default = container(manifests.build_job(OperatorConfig(), fn_ref()))["args"]
+    default = kaniko(manifests.build_job(OperatorConfig(), fn_ref()))["args"]
     assert not any(a.startswith(("--registry-map", "--snapshot-mode")) for a in default)
 
 

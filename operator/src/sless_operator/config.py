@@ -15,21 +15,24 @@ on Secrets for this (never get or list). Tenant pods may reach the S3 endpoint (
 NetworkPolicy peer, so list its addresses in ``SLESS_FUNCTION_EGRESS_CIDRS`` then.
 
 Build Jobs and credentials. ``SLESS_BUILD_FETCH_IMAGE`` runs the ``fetch-context`` init container
-(``python -m sless_operator.contextfetch``): it needs Python, the minio client and this package,
-which the platform image has (the chart passes its own image). It alone receives the S3 Secret
-and unpacks the context into an emptyDir; kaniko builds from there without S3 credentials. The
-registry's push credentials cannot: kaniko pushes, and it runs the tenant's Dockerfile steps
-as root in the same container, so a hostile build step can read ``/kaniko/.docker/config.json``.
-Give that Secret credentials that may push only below ``SLESS_REGISTRY`` (better: only the
-tenant's own ``<prefix>/<ns>/`` path and the cache repository), never pull rights to other
-repositories or an administrator's token. Whether a registry can scope a token to a path
-depends on the registry (Harbor robot accounts per project, a Docker registry behind a token
-server with per-repository scopes, cloud registries' IAM conditions); a registry that cannot
-leaves every tenant's images writable by every build. ``SLESS_BUILD_CACHE`` shares
-``<prefix>/cache`` between tenants: whoever may push there can poison another tenant's cached
-layers, so turn the cache off where tenants do not trust each other. The build namespace's NetworkPolicies
-(chart ``build.networkPolicy``) keep build pods away from everything but the registry, S3, DNS
-and the package registries listed.
+(``python -m sless_operator.contextfetch``) and the ``push-image`` step (``sless_operator.imagepush``):
+they need Python, the minio client, requests and this package, which the platform image has (the chart
+passes its own image). ``fetch-context`` alone receives the S3 Secret and unpacks the context into an
+emptyDir; kaniko, which runs the tenant's Dockerfile steps (``pip install``, ``npm install``: setup.py and
+install scripts) as root, builds from there into an image tarball (``--no-push``) and holds no
+credential; ``push-image`` then pushes the tarball with ``SLESS_BUILD_REGISTRY_SECRET`` mounted in it
+alone, and runs no tenant code. So the push credential may keep push rights below ``SLESS_REGISTRY``
+without a tenant being able to read it.
+
+The layer cache (``SLESS_BUILD_CACHE``, ``<prefix>/cache``) is pushed by kaniko itself while it builds. A
+registry without credentials keeps it as configured. With ``SLESS_BUILD_REGISTRY_SECRET`` set, kaniko has
+no credential to push cache layers with, so the cache is off unless ``SLESS_BUILD_KANIKO_SECRET`` names a
+dockerconfigjson Secret that kaniko gets at ``/kaniko/.docker`` (for the cache and for base images behind
+a login): every build step can read that one, so give it pull rights on the runtime images and push
+rights on ``<prefix>/cache`` only, never the push Secret itself (refused at start). The cache is shared
+between tenants: whoever may push there can poison another tenant's cached layers, so leave it off where
+tenants do not trust each other. The build namespace's NetworkPolicies (chart ``build.networkPolicy``)
+keep build pods away from everything but the registry, S3, DNS and the package registries listed.
 """
 
 from __future__ import annotations
@@ -50,8 +53,10 @@ _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z"
 
 
 _FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*(=[\x21-\x7e]+)?\Z")
-# What the build's own correctness and confinement depend on: where it reads, what it builds, where it pushes.
-RESERVED_KANIKO_FLAGS = frozenset({"--context", "--dockerfile", "--destination", "--cache-repo"})
+# What the build's own correctness and confinement depend on: where it reads, what it builds, where it pushes
+# (kaniko never pushes: it leaves a tarball for the push step).
+RESERVED_KANIKO_FLAGS = frozenset({"--context", "--dockerfile", "--destination", "--cache-repo", "--no-push",
+                                   "--tar-path"})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class OperatorConfig:
     build_fetch_image: str = "ghcr.io/sless-dev/sless:0.1.0"
     build_s3_secret: str = "sless-build-s3"  # noqa: S105  (a Secret's name, not a secret)
     build_registry_secret: str = ""
+    build_kaniko_secret: str = ""  # a credential kaniko (and so the tenant's build steps) can read: cache only
     s3_endpoint: str = ""
     s3_bucket: str = "sless"
     s3_region: str = "us-east-1"
@@ -105,6 +111,11 @@ class OperatorConfig:
     sandbox_runtime_class: str = "gvisor"
     require_sandbox: str = ""
 
+    def __post_init__(self) -> None:
+        if self.build_kaniko_secret and self.build_kaniko_secret == self.build_registry_secret:
+            raise ConfigError("SLESS_BUILD_KANIKO_SECRET must not be the push credential SLESS_BUILD_REGISTRY_SECRET: "
+                              "kaniko runs the tenants' build steps, which can read it")  # fmt: skip
+
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> OperatorConfig:
         """Read every ``SLESS_*`` variable of the README's operator table; unset ones keep their defaults."""
@@ -117,6 +128,7 @@ class OperatorConfig:
             build_fetch_image=reader.image("SLESS_BUILD_FETCH_IMAGE", cls.build_fetch_image),
             build_s3_secret=reader.label("SLESS_BUILD_S3_SECRET", cls.build_s3_secret),
             build_registry_secret=reader.label("SLESS_BUILD_REGISTRY_SECRET", "", optional=True),
+            build_kaniko_secret=reader.label("SLESS_BUILD_KANIKO_SECRET", "", optional=True),
             s3_endpoint=reader.text("SLESS_S3_ENDPOINT", cls.s3_endpoint),
             s3_bucket=reader.text("SLESS_S3_BUCKET", cls.s3_bucket, required=True),
             s3_region=reader.text("SLESS_S3_REGION", cls.s3_region, required=True),

@@ -232,8 +232,8 @@ async def _dependencies(ctx: Context, ref: FunctionRef, old: dict[str, Any], st:
         return "built", want
     if job.state == "failed":
         selector = f"{crd.LABEL_NAMESPACE}={ref.namespace},{manifests.LABEL_DEPS}={ref.deps_hash[:32]}"
-        output = await capture.pod_output(ctx.kube, config.build_namespace, selector, manifests.BUILD_CONTAINER,
-                                          succeeded=False, init_containers=(manifests.FETCH_CONTAINER,))  # fmt: skip
+        output = await capture.pod_output(ctx.kube, config.build_namespace, selector, manifests.PUSH_CONTAINER,
+                                          succeeded=False, init_containers=manifests.BUILD_STEPS)  # fmt: skip
         reason = f"{job.reason}: {job.message}".strip(": ")
         message = f"dependency build failed ({reason})" + (f":\n{output}" if output else "")
         st.condition("Built", False, "BuildFailed", message)
@@ -362,8 +362,8 @@ async def _build(ctx: Context, ref: FunctionRef, old: dict[str, Any], st: Status
         return "built"
     if job.state == "failed":
         selector = build_pod_selector(ref)
-        output = await capture.pod_output(ctx.kube, config.build_namespace, selector, manifests.BUILD_CONTAINER,
-                                          succeeded=False, init_containers=(manifests.FETCH_CONTAINER,))  # fmt: skip
+        output = await capture.pod_output(ctx.kube, config.build_namespace, selector, manifests.PUSH_CONTAINER,
+                                          succeeded=False, init_containers=manifests.BUILD_STEPS)  # fmt: skip
         reason = f"{job.reason}: {job.message}".strip(": ")
         message = f"build failed ({reason})" + (f":\n{output}" if output else "")
         st.condition("Built", False, "BuildFailed", message)

@@ -58,9 +58,9 @@ FETCH_CONTAINER = "fetch-context"
 BUILD_CONTEXT_VOLUME = "context"
 BUILD_WORKSPACE = "/workspace"
 BUILD_CONTEXT_DIR = "/workspace/context"
-# the archive and its unpacked files both sit in the emptyDir for a moment
+# the archive and its unpacked files both sit in the emptyDir for a moment, then the image tarball beside them
 BUILD_CONTEXT_MAX_BYTES = 512 * 1024 * 1024
-BUILD_WORKSPACE_SIZE = "1280Mi"
+BUILD_WORKSPACE_SIZE = "5376Mi"  # 1280Mi for the context, 4Gi for the image tarball (IMAGE_TARBALL_MAX_BYTES)
 FETCH_UID = 10001  # the platform image's user (Dockerfile)
 
 # Function pods with fetched code: ``fetch-code`` unpacks the archive into an emptyDir, which the
@@ -505,13 +505,79 @@ def fetch_container(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
     }
 
 
-def build_job(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
-    """The kaniko Job that turns ``s3://<bucket>/<contextKey>`` into the function's image.
+# A build's steps after fetch-context: kaniko builds into a tarball, push-image pushes it.
+PUSH_CONTAINER = "push-image"
+#: The build Job's init containers, in order; PUSH_CONTAINER runs after them.
+BUILD_STEPS = (FETCH_CONTAINER, BUILD_CONTAINER)
+IMAGE_TARBALL = f"{BUILD_WORKSPACE}/image.tar"
+IMAGE_TARBALL_MAX_BYTES = 4 * 1024 * 1024 * 1024
+PUSH_CONFIG_DIR = "/run/sless/registry"
+KANIKO_CONFIG_DIR = "/kaniko/.docker"
 
-    Two containers share an emptyDir: ``fetch-context`` (init) downloads and unpacks the
-    context with the S3 credentials, then kaniko builds from ``dir://`` without them. kaniko
-    runs the tenant's Dockerfile steps as root, so nothing secret but the registry's push
-    credentials (``SLESS_BUILD_REGISTRY_SECRET``) may be in its reach.
+
+def kaniko_cache(config: OperatorConfig) -> bool:
+    """Whether kaniko uses the layer cache ``<registry>/cache``: it pushes cache layers while it builds.
+
+    With a push credential (``SLESS_BUILD_REGISTRY_SECRET``) the registry wants one for that, and kaniko holds
+    none: the cache is then on only when ``SLESS_BUILD_KANIKO_SECRET`` gives kaniko a credential of its own
+    (which the tenant's build steps can read: scope it to the cache repository). A registry without
+    credentials (nothing to steal) keeps ``SLESS_BUILD_CACHE`` as it is.
+    """
+    return config.build_cache and (not config.build_registry_secret or bool(config.build_kaniko_secret))
+
+
+def _docker_config_volume(name: str, secret: str) -> dict[str, Any]:
+    items = [{"key": ".dockerconfigjson", "path": "config.json"}]
+    return {"name": name, "secret": {"secretName": secret, "items": items}}
+
+
+def _mount_sources(config: OperatorConfig, fn: FunctionRef, image: str) -> list[str]:
+    """Repositories of the destination's registry the build's base images come from: the push mounts their
+    layers instead of uploading them again."""
+    host = image.split("/", 1)[0]
+    bases = [runtime_image(config, fn.spec.runtime)] + ([config.go_run_image] if fn.spec.runtime == "go1.23" else [])
+    found = []
+    for base in bases:
+        registry, _, path = base.partition("/")
+        repository = path.split("@", 1)[0].rsplit(":", 1)[0]
+        if registry == host and repository and repository not in found:
+            found.append(repository)
+    return found
+
+
+def push_container(config: OperatorConfig, fn: FunctionRef, image: str) -> dict[str, Any]:
+    """The build's last step, the only one holding the push credential: ``sless_operator.imagepush`` on the
+    platform image pushes the tarball kaniko left, as non-root on a read-only root, running no tenant code."""
+    args = [f"--tarball={IMAGE_TARBALL}", f"--destination={image}", f"--max-bytes={IMAGE_TARBALL_MAX_BYTES}"]
+    args += [f"--mount-from={repository}" for repository in _mount_sources(config, fn, image)]
+    mounts: list[dict[str, Any]] = [{"name": BUILD_CONTEXT_VOLUME, "mountPath": BUILD_WORKSPACE, "readOnly": True}]
+    if config.build_registry_secret:
+        args.append(f"--docker-config={PUSH_CONFIG_DIR}/config.json")
+        mounts.append({"name": "push-config", "mountPath": PUSH_CONFIG_DIR, "readOnly": True})
+    if config.registry_insecure:
+        args.append("--insecure")
+    return {
+        "name": PUSH_CONTAINER,
+        "image": config.build_fetch_image,
+        "command": ["python", "-m", "sless_operator.imagepush"],
+        "args": args,
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        "securityContext": {**restricted_container_security(True), "runAsUser": FETCH_UID, "runAsGroup": FETCH_UID},
+        "volumeMounts": mounts,
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+def build_job(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
+    """The build Job that turns ``s3://<bucket>/<contextKey>`` into the function's image.
+
+    Three steps share an emptyDir: ``fetch-context`` (init) downloads and unpacks the context
+    with the S3 credentials; kaniko (init) builds from ``dir://`` into an image tarball
+    (``--no-push``) holding no credential at all, since it runs the tenant's Dockerfile steps
+    (setup.py, npm install scripts) as root; then ``push-image`` pushes that tarball with the
+    registry's push credential (``SLESS_BUILD_REGISTRY_SECRET``), running no tenant code. Only
+    ``SLESS_BUILD_KANIKO_SECRET``, when set, is in kaniko's reach (see ``kaniko_cache``).
     """
     if fn.fetched:  # a dependency image, shared by the tenant's functions with the same manifest
         name = deps_job_name(fn.namespace, fn.deps_hash)
@@ -527,12 +593,13 @@ def build_job(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
     args = [
         f"--context=dir://{BUILD_CONTEXT_DIR}",
         "--dockerfile=Dockerfile",
-        f"--destination={image}",
-        "--push-retry=3",
+        f"--destination={image}",  # names the image in the tarball; push-image pushes it there
+        "--no-push",
+        f"--tar-path={IMAGE_TARBALL}",
         "--image-fs-extract-retry=3",
         "--verbosity=info",
     ]
-    if config.build_cache:
+    if kaniko_cache(config):
         args += ["--cache=true", f"--cache-repo={config.registry}/cache"]
     if config.registry_insecure:
         args += ["--insecure", "--skip-tls-verify"]
@@ -553,18 +620,18 @@ def build_job(config: OperatorConfig, fn: FunctionRef) -> dict[str, Any]:
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    if config.build_registry_secret:
-        mounts.append({"name": "docker-config", "mountPath": "/kaniko/.docker", "readOnly": True})
-        items = [{"key": ".dockerconfigjson", "path": "config.json"}]
-        volumes.append({"name": "docker-config", "secret": {"secretName": config.build_registry_secret,
-                                                            "items": items}})  # fmt: skip
+    if config.build_kaniko_secret:  # readable by the tenant's build steps: cache and base-image pulls only
+        mounts.append({"name": "kaniko-config", "mountPath": KANIKO_CONFIG_DIR, "readOnly": True})
+        volumes.append(_docker_config_volume("kaniko-config", config.build_kaniko_secret))
+    if config.build_registry_secret:  # mounted in push-image alone
+        volumes.append(_docker_config_volume("push-config", config.build_registry_secret))
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-        "initContainers": [fetch_container(config, fn)],
-        "containers": [container],
+        "initContainers": [fetch_container(config, fn), container],
+        "containers": [push_container(config, fn, image)],
         "volumes": volumes,
     }
     return _stamp({
