@@ -10,11 +10,13 @@ root the sandbox drops to a tenant uid; the same checks run as uid 65534, where 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import platform
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from typing import Any
 import pytest
 
 from sless_api.standalone import seccomp
-from sless_api.standalone.builder import python_interpreter, toolchain_paths
+from sless_api.standalone.builder import Builder, BuildFailed, BuildRequest, python_interpreter, toolchain_paths
 from sless_api.standalone.sandbox import JailSpec, Limits, Sandbox
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,3 +186,51 @@ def test_without_libseccomp_the_sandbox_is_refused_and_says_why(tmp_path: Path) 
     assert lines[0].startswith("auto: no syscall filter: libseccomp") and "Unable to find libseccomp" in lines[0]
     assert lines[1].startswith("bwrap refused: no syscall filter: libseccomp"), lines
     assert lines[2].startswith("auto refused: no sandbox for function processes: no syscall filter"), lines
+
+
+PROBE_SETUP = """\
+import ctypes
+from setuptools import setup
+
+with open("/proc/self/status") as fh:
+    mode = next(line.split()[1] for line in fh if line.startswith("Seccomp:"))
+libc = ctypes.CDLL(None, use_errno=True)
+ctypes.set_errno(0)
+unshare = libc.syscall(272, 0)  # unshare(0): a no-op where nothing refuses it
+if mode != "2" or unshare != -1 or ctypes.get_errno() != 1:
+    raise SystemExit(f"sless-probe: not filtered (Seccomp {mode}, unshare {unshare}, errno {ctypes.get_errno()})")
+print("sless-probe: filtered")
+setup(name="sless-seccomp-probe", version="0.1", py_modules=[])
+"""
+
+
+def _sdist(path: Path) -> Path:
+    """A source distribution whose build (setup.py, run by pip) fails unless it runs under the filter."""
+    with tarfile.open(path, "w:gz") as tar:
+        data = PROBE_SETUP.encode()
+        info = tarfile.TarInfo("sless-seccomp-probe-0.1/setup.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_a_dependency_install_runs_under_the_filter(sandbox: Sandbox, tmp_path: Path) -> None:
+    """pip through the builder (whose steps get the filter from the launcher): a package's setup.py sees the
+    filter, and the install succeeds."""
+    if os.geteuid() != 0:
+        pytest.skip("sandboxed installs per tenant uid need root (tests/integration/test_builder.py)")
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "handler.py").write_text("def handle(event):\n    return 'ok'\n")
+    _sdist(code / "sless-seccomp-probe-0.1.tar.gz")
+    (code / "requirements.txt").write_text("./sless-seccomp-probe-0.1.tar.gz\n")
+    progress: list[str] = []
+    try:
+        artifact = Builder(tmp_path / "cache", sandbox=sandbox, retry_delays=()).build(
+            BuildRequest("python3.11", code, "handler.handle", "h1", tenant="t1"), progress.append)
+    except BuildFailed as exc:
+        if "setuptools" in exc.log_tail and ("network" in exc.log_tail.lower() or "resolve" in exc.log_tail.lower()):
+            pytest.skip(f"pip could not fetch setuptools to build the probe: {exc.log_tail[-300:]}")
+        raise
+    assert artifact.deps_dir is not None
+    assert "sless-probe: not filtered" not in "\n".join(progress)
