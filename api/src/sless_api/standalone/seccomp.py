@@ -23,8 +23,9 @@ boundary. What is refused, and why:
   memory a filter cannot read: libc then falls back to ``clone``, whose flags it can.
 - **Other processes' memory** (``ptrace``, ``process_vm_readv``, ``process_vm_writev``, ``process_madvise``,
   ``pidfd_getfd``, ``kcmp``): nothing in a function debugs or inspects another process.
-- **File handles** (``name_to_handle_at``, ``open_by_handle_at``): opening by handle skips path lookup, the
-  known way out of a bind-mounted view.
+- **File handles** (``name_to_handle_at``, ``open_by_handle_at``, ``fanotify_init``): opening by handle skips
+  path lookup, the known way out of a bind-mounted view; fanotify hands out such handles and watches whole
+  mounts.
 - **Kernel modules and kexec** (``init_module``, ``finit_module``, ``delete_module``, ``create_module``,
   ``query_module``, ``get_kernel_syms``, ``kexec_load``, ``kexec_file_load``) and **host administration**
   (``swapon``, ``swapoff``, ``reboot``, ``acct``, ``quotactl``, ``quotactl_fd``, ``syslog``, ``vhangup``,
@@ -62,7 +63,7 @@ REFUSED: dict[str, tuple[str, ...]] = {
                               "fsconfig", "fsmount", "fspick", "mount_setattr", "unshare", "setns", "chroot"),
     "other processes": ("ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd",
                         "kcmp"),
-    "file handles": ("name_to_handle_at", "open_by_handle_at"),
+    "file handles": ("name_to_handle_at", "open_by_handle_at", "fanotify_init"),
     "modules and kexec": ("init_module", "finit_module", "delete_module", "create_module", "query_module",
                           "get_kernel_syms", "kexec_load", "kexec_file_load"),
     "host administration": ("swapon", "swapoff", "reboot", "acct", "quotactl", "quotactl_fd", "syslog",
