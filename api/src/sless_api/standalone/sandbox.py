@@ -90,12 +90,13 @@ SECRETS_DIR = "/run/sless/secrets"
 #: TMPDIR, which the sandbox sets): they make the dynamic loader load, or write, files the environment names.
 #: A launch's environment holds the tenant's variables, and bwrap starts outside the sandbox (as root, or as
 #: the platform's user): LD_PRELOAD=<its own code>/x.so would run tenant code there. So the launch empties
-#: them (Prepared.env, which every caller applies last) and bwrap unsets them for the command.
+#: them (Prepared.env, which every caller applies last) and bwrap unsets them for the command. Only variables
+#: that an empty value switches off are here: LD_SHOW_AUXV and LD_DYNAMIC_WEAK act on being set at all (they
+#: load nothing; printing the loader's auxiliary vector and weak-symbol binding).
 LOADER_ENV = (
     "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LD_AUDIT", "LD_DEBUG", "LD_DEBUG_OUTPUT",
-    "LD_DYNAMIC_WEAK", "LD_HWCAP_MASK", "LD_LIBRARY_PATH", "LD_ORIGIN_PATH", "LD_PRELOAD", "LD_PROFILE",
-    "LD_SHOW_AUXV", "LD_USE_LOAD_BIAS", "LOCALDOMAIN", "LOCPATH", "MALLOC_TRACE", "NIS_PATH", "NLSPATH",
-    "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR",
+    "LD_HWCAP_MASK", "LD_LIBRARY_PATH", "LD_ORIGIN_PATH", "LD_PRELOAD", "LD_PROFILE", "LD_USE_LOAD_BIAS",
+    "LOCALDOMAIN", "LOCPATH", "MALLOC_TRACE", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR",
 )
 #: Stands for the filter's descriptor in the argv of a launch whose caller passes no descriptors (see
 #: Sandbox.prepare): the launcher puts the one it opens in its place.
