@@ -8,11 +8,12 @@ PORT=${SLESS_PORT:-8090}
 DATA=${SLESS_DATA_DIR:-$PWD/.data}
 URL=http://127.0.0.1:$PORT
 log() { echo "[demo] $*" >&2; }
-# bubblewrap: the sandbox every tenant's function runs in (sless up refuses to start without one).
-if ! command -v bwrap >/dev/null 2>&1; then
+# bubblewrap: the sandbox every tenant's function runs in (sless up refuses to start without one); passt
+# (pasta): each function's own network namespace (as root, sless up refuses to start without it).
+if ! command -v bwrap >/dev/null 2>&1 || ! command -v pasta >/dev/null 2>&1; then
   SUDO=""; if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-  log "installing bubblewrap (the function sandbox)"
-  $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap
+  log "installing bubblewrap and passt (the function sandbox and its network)"
+  $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap passt
 fi
 bash scripts/bootstrap.sh
 export SLESS_DATA_DIR=$DATA

@@ -3,7 +3,8 @@
 # binaries, RabbitMQ (installed but left stopped: the fixtures run their own broker),
 # wrk (benchmarks), Chromium with its driver (browser tests) and an S3 server (moto[server]) in its own virtualenv, because
 # moto's botocore pins conflict with the kubernetes client in the project's venv,
-# and bubblewrap (bwrap), the sandbox `sless up` runs every tenant's function in.
+# bubblewrap (bwrap), the sandbox `sless up` runs every tenant's function in, and passt (pasta), which gives each
+# function its own network namespace.
 # Idempotent and quick when everything is already there. Debian 12, as root (or sudo).
 set -euo pipefail
 TOOLS=${SLESS_TOOLS_DIR:-/var/cache/sless-tools}
@@ -18,6 +19,7 @@ have_pg() { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; }
 have_rabbit() { [ -x /usr/sbin/rabbitmq-server ] || [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; }
 have_wrk() { command -v wrk >/dev/null 2>&1; }
 have_bwrap() { command -v bwrap >/dev/null 2>&1; }
+have_pasta() { command -v pasta >/dev/null 2>&1; }
 have_chromium() { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; }
 have_buildah() { command -v buildah >/dev/null 2>&1; }
 have_moto() { [ -f "$MOTO_VENV/.complete" ] && "$MOTO_VENV/bin/python" -c 'import moto.server' 2>/dev/null; }
@@ -27,6 +29,7 @@ have_pg || missing+=(postgresql)
 have_rabbit || missing+=(rabbitmq-server)
 have_wrk || missing+=(wrk)
 have_bwrap || missing+=(bubblewrap)
+have_pasta || missing+=(passt)
 have_chromium || missing+=(chromium chromium-driver)  # browser tests: a function page vs the console
 have_buildah || missing+=(buildah)  # the runtime_images role's tests build with a real builder
 PY=${SLESS_PYTHON:-python3}
@@ -55,7 +58,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
   cleanup; policy_added=0
 else
-  log "postgresql, rabbitmq-server, wrk and bubblewrap already installed"
+  log "postgresql, rabbitmq-server, wrk, bubblewrap and passt already installed"
 fi
 
 # A broker left running by a package install would hold port 5672 and epmd's 4369.

@@ -35,7 +35,7 @@ from tests.k8s.conftest import Operator, render_stage, strip_finalizers
 from tests.k8s.test_api_kube import KubeApi, start_api
 from tests.k8s.test_operator_build import _FETCH_FAILED as FETCH_FAILED
 from tests.support.platform import SlessProcess, Tenant, start_sless
-from tests.support.services import S3Endpoint
+from tests.support.services import S3Endpoint, free_port
 from tests.support.testbed import Testbed
 
 NAMESPACE_PREFIX = "sless-c0fe"
@@ -106,8 +106,11 @@ class Backend:
         self.namespaces.clear()
 
 
-def _standalone(tmp: Path, rabbitmq_url: str) -> Iterator[Backend]:
-    sp: SlessProcess = start_sless(tmp, {"SLESS_RABBITMQ_URL": rabbitmq_url})
+def _standalone(tmp: Path, rabbitmq_url: str, host_port: int) -> Iterator[Backend]:
+    # Functions have a network namespace of their own: of the host's loopback they reach this API's port and
+    # HOST_PORT only, where a test runs a service for them to call.
+    sp: SlessProcess = start_sless(tmp, {"SLESS_RABBITMQ_URL": rabbitmq_url,
+                                         "SLESS_SANDBOX_HOST_PORTS": str(host_port)})
     try:
         yield Backend("standalone", sp.url, True, 180)
     finally:
@@ -141,11 +144,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="module")
+def host_service_port() -> int:
+    """A host loopback port that functions may reach (SLESS_SANDBOX_HOST_PORTS): a test's service binds it."""
+    return free_port()
+
+
+@pytest.fixture(scope="module")
 def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-            rabbitmq_url: str) -> Iterator[Backend]:
+            rabbitmq_url: str, host_service_port: int) -> Iterator[Backend]:
     tmp = tmp_path_factory.mktemp(f"backend-{request.param}")
     if request.param == "standalone":
-        yield from _standalone(tmp, rabbitmq_url)
+        yield from _standalone(tmp, rabbitmq_url, host_service_port)
     else:
         bed: Testbed = request.getfixturevalue("k8s_testbed")
         s3: S3Endpoint = request.getfixturevalue("s3_endpoint")

@@ -423,11 +423,12 @@ class _Collector(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def collector() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """A loopback HTTP server that keeps the JSON bodies posted to it (what a function saw)."""
+def collector(host_service_port: int) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A loopback HTTP server that keeps the JSON bodies posted to it (what a function saw), on the one host
+    port functions may reach besides the API (see the backend fixture)."""
     received: list[dict[str, Any]] = []
     handler = type("Collector", (_Collector,), {"received": received})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = ThreadingHTTPServer(("127.0.0.1", host_service_port), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/", received

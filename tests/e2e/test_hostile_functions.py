@@ -29,7 +29,7 @@ import requests
 
 from sless_api.standalone.sandbox import tenant_uid
 from tests.support.platform import REPO, SECRET, SlessProcess, Tenant, start_sless
-from tests.support.services import free_port
+from tests.support.services import children_of, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -253,6 +253,25 @@ def test_cannot_call_another_tenants_runtime_port_directly(arena: Arena) -> None
     arena.assert_fine()
 
 
+def test_a_function_has_a_network_of_its_own(arena: Arena) -> None:
+    """In its own namespace a function sees only its own sockets and reaches none of the host's loopback
+    services (a database, another tenant's runtime); the platform's API stays reachable on its 127.0.0.1."""
+    assert "a network namespace each (pasta)" in arena.sless.log_path.read_text()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        host_view = Path("/proc/net/tcp").read_text()
+        assert f":{port:04X} 00000000:0000 0A" in host_view  # the probe's source shows it from the host
+        seen = arena.attack("sockets").json()["listening"]
+        assert port not in seen and len(seen) <= 4, seen
+        api_port = int(arena.sless.url.rsplit(":", 1)[1])
+        results = arena.attack("connect", ports=[port, api_port]).json()
+    assert results[str(port)].startswith("err: ConnectionRefusedError"), results
+    assert results[str(api_port)].startswith("ok: HTTP/1.1"), results
+    arena.assert_fine()
+
+
 def test_fork_bomb_is_bounded(arena: Arena) -> None:
     arena.attacker.deploy("forker", "python3.11", HOSTILE, memory_mb=1024)
     resp = arena.attack("fork_bomb", function="forker", count=300)
@@ -402,6 +421,8 @@ def test_platform_sigkill_leaves_no_process_and_no_build(tmp_path: Path) -> None
                                             "{ return 1, nil }\n",
                                  "go.mod": f"module slowgo{time.monotonic_ns()}\n\ngo 1.23\n"})
         _wait_until(lambda: _cmdlines(str(sp.data_dir / "cache")), 30, "the go build runs")
+        # The functions' network helpers (pasta, one per function in its own namespace) are the platform's.
+        networks = {pid for pid in children_of(sp.proc.pid) if _program(pid) == "pasta"}
     finally:
         sp.stop(signal.SIGKILL)
     uid = tenant_uid(tenant.ns)
@@ -409,13 +430,25 @@ def test_platform_sigkill_leaves_no_process_and_no_build(tmp_path: Path) -> None
                 "the functions' children died with the platform")
     _wait_until(lambda: not _uid_pids(uid), 10, "no process of the tenant's uid is left")
     _wait_until(lambda: not _cmdlines(str(sp.data_dir)), 10, "no build or runtime outlived the platform")
-    # What the killed platform left outside its processes (cgroups, its iptables chain) goes at the next start.
+    _wait_until(lambda: not any(_program(pid) == "pasta" for pid in networks), 10,
+                "no function's network helper outlived the platform")
+    # What the killed platform left outside its processes (cgroups, and without namespaces of their own its
+    # iptables chain) goes at the next start.
     chain = f"SLESS-{sp.proc.pid}"
-    assert chain in _iptables_rules() or not shutil.which("iptables")
+    if not networks:
+        assert chain in _iptables_rules() or not shutil.which("iptables")
     again = start_sless(tmp_path / "again", {"SLESS_SANDBOX": "bwrap"})
     assert again.stop() == 0
     assert chain not in _iptables_rules()
     assert not list(Path("/sys/fs/cgroup").glob(f"*/**/sless-{sp.proc.pid}"))
+
+
+def _program(pid: int) -> str:
+    """The name a process was started as (pasta re-executes itself as passt.avx2, which its comm shows)."""
+    try:
+        return Path(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode()).name
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def _iptables_rules() -> str:

@@ -45,6 +45,12 @@ def test_values_and_overrides_reach_the_sub_configs() -> None:
     assert config.data_dir == Path("/d")
 
 
+def test_sandbox_network_settings() -> None:
+    config = ApiConfig.from_env({"SLESS_SANDBOX_NETWORK": "own", "SLESS_SANDBOX_HOST_PORTS": " 6379, 5432,6379,"})
+    assert (config.sandbox.network, config.sandbox.host_ports) == ("own", (5432, 6379))
+    assert (ApiConfig.from_env({}).sandbox.network, ApiConfig.from_env({}).sandbox.host_ports) == ("auto", ())
+
+
 def test_secrets_are_kept_out_of_the_repr() -> None:
     env = {"SLESS_JWT_SECRET": "jwt-" + "x" * 32, "SLESS_S3_SECRET_KEY": "s3-secret-value",
            "SLESS_METRICS_TOKEN": "scrape-token", "SLESS_SECRETS_BACKEND": "vault",
@@ -83,6 +89,10 @@ def test_secrets_are_kept_out_of_the_repr() -> None:
         ("SLESS_SANDBOX_NPROC", "lots"),
         ("SLESS_SANDBOX_TMP_MB", "0"),
         ("SLESS_SANDBOX_FSIZE_MB", "x"),
+        ("SLESS_SANDBOX_NETWORK", "bridge"),
+        ("SLESS_SANDBOX_HOST_PORTS", "0"),
+        ("SLESS_SANDBOX_HOST_PORTS", "8080,70000"),
+        ("SLESS_SANDBOX_HOST_PORTS", "5432;6379"),
         ("SLESS_CODE_VERSIONS_KEPT", "0"),
         ("SLESS_TENANT_CODE_QUOTA_BYTES", "1G"),
         ("SLESS_LOG_LEVEL", "LOUD"),

@@ -118,6 +118,7 @@ def _tenant_binding(source: Mapping[str, str]) -> tuple[str, tuple[str, str] | N
 
 
 MODES = ("auto", "bwrap", "off")
+NETWORKS = ("auto", "own", "host")
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,10 @@ class SandboxSettings:
     tmp_mb: int = 64
     nproc: int = 256
     fsize_mb: int = 256
+    #: ``SLESS_SANDBOX_NETWORK``: auto (a namespace of its own per function as root), own (required), host.
+    network: str = "auto"
+    #: ``SLESS_SANDBOX_HOST_PORTS``: host loopback ports functions may reach from their own namespace.
+    host_ports: tuple[int, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SandboxSettings:
@@ -142,7 +147,19 @@ class SandboxSettings:
             tmp_mb=reader.integer("SLESS_SANDBOX_TMP_MB", cls.tmp_mb, 1, 1 << 20),
             nproc=reader.integer("SLESS_SANDBOX_NPROC", cls.nproc, 1, 1 << 22),
             fsize_mb=reader.integer("SLESS_SANDBOX_FSIZE_MB", cls.fsize_mb, 1, 1 << 30),
+            network=reader.choice("SLESS_SANDBOX_NETWORK", cls.network, NETWORKS),
+            host_ports=_ports(reader.raw("SLESS_SANDBOX_HOST_PORTS") or ""),
         )
+
+
+def _ports(text: str) -> tuple[int, ...]:
+    """A comma-separated list of TCP ports (1-65535), e.g. ``8080,5432``; empty for none."""
+    ports: set[int] = set()
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if not item.isdigit() or not 1 <= int(item) <= 65535:
+            raise ConfigError(f"SLESS_SANDBOX_HOST_PORTS must be comma-separated ports 1-65535, got {item!r}")
+        ports.add(int(item))
+    return tuple(sorted(ports))
 
 
 GIB = 1024**3

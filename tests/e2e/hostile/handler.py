@@ -136,6 +136,22 @@ def connect(event):
     return {str(port): _try(lambda p=port: probe(p)) for port in event["ports"]}
 
 
+def sockets(event):
+    """The listening TCP ports this process can see in /proc/net/tcp and tcp6 (the host's, when it shares them)."""
+    ports = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/net/{name}") as table:
+                lines = table.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A":  # LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return {"listening": sorted(ports)}
+
+
 #: x86_64 numbers of the calls the sandbox's seccomp filter refuses, with arguments that make each call
 #: harmless (and fail with another errno than EPERM) where no filter stops it.
 X86_64_SYSCALLS = {
@@ -228,7 +244,7 @@ def whoami(event):
 
 
 ACTIONS = {f.__name__: f for f in (read_files, scan_environ, signals, fork_bomb, memory_bomb, detach,
-                                   fill_disk, stop_self, connect, whoami, syscalls)}
+                                   fill_disk, stop_self, connect, whoami, syscalls, sockets)}
 
 
 def handle(event):

@@ -497,7 +497,8 @@ class Builder:
         if self.sandbox.as_root:
             uid = tenant_uid(tenant)
             os.chown(staging, uid, uid)
-        return JailSpec(tenant=tenant, limits=BUILD_LIMITS, ro_binds=(code_dir,), rw_binds=(staging, *caches))
+        return JailSpec(tenant=tenant, limits=BUILD_LIMITS, ro_binds=(code_dir,), rw_binds=(staging, *caches),
+                        own_network=False)
 
     def _seal(self, staging: Path) -> None:
         """Give an installed entry back to the platform's user, so the tenant's uid cannot change it later."""

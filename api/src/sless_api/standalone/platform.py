@@ -55,7 +55,8 @@ log = logging.getLogger("sless.standalone")
 
 def make_sandbox(settings: SandboxSettings) -> Sandbox:
     """The sandbox of this platform; refuses (SandboxUnavailable) to run tenants unconfined unless told to."""
-    sandbox = Sandbox.detect(settings.mode, toolchain=toolchain_paths())
+    sandbox = Sandbox.detect(settings.mode, toolchain=toolchain_paths(), network=settings.network,
+                             host_ports=settings.host_ports)
     if not sandbox.enabled and sandbox.reason != Sandbox.off().reason:
         raise SandboxUnavailable(
             f"no sandbox for function processes: {sandbox.reason}. Without one every tenant's code runs as "

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from sless_api.standalone.builder import BuildArtifact, kill_group
+from sless_api.standalone.network import NetworkUnavailable
 from sless_api.standalone.sandbox import JailSpec, Prepared, Sandbox, set_parent_death_signal
 
 #: Length limit of RunResult.output (the FunctionJob's message).
@@ -180,6 +181,17 @@ def run_once(
         if prepared is not None:
             prepared.release_fds()
     assert proc.stdout is not None and proc.stderr is not None
+    if prepared is not None:
+        try:
+            prepared.attach()  # its own network, then the runner starts
+        except NetworkUnavailable as exc:
+            prepared.kill(proc.pid)
+            proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+            os.close(result_read)
+            prepared.cleanup()
+            return RunResult(False, keep_end(f"cannot start the runner: {exc}"), None, 0.0)
     out, err = _Capture(proc.stdout), _Capture(proc.stderr)
     result = _Capture(os.fdopen(result_read, "rb"))
     for capture in (out, err, result):

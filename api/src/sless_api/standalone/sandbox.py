@@ -24,9 +24,13 @@ process therefore runs under bubblewrap (``bwrap``):
   command: io_uring, keyrings, bpf, mounts, namespaces, ptrace, other ABIs and
   more answer EPERM. Without libseccomp the sandbox counts as unavailable.
 
-The network is shared on purpose: functions call databases, and the proxy
-reaches the runtime on a loopback port; as root, the runtime ports themselves
-are closed to tenant uids (portguard.py).
+- as root, a network namespace of its own (network.py): pasta gives it
+  outbound access and forwards the runtime's port from the host's loopback,
+  so a function sees only its own sockets and reaches none of the host's
+  loopback services but the ones an operator lists (SLESS_SANDBOX_HOST_PORTS).
+  Without root (or with SLESS_SANDBOX_NETWORK=host) the host's network is
+  shared, and as root the runtime ports are then closed to tenant uids
+  (portguard.py).
 
 ``SLESS_SANDBOX`` chooses: ``auto`` (default: bwrap when it works here, else
 none, for which the platform refuses to start: platform.py), ``bwrap``
@@ -55,6 +59,7 @@ from pathlib import Path
 from sless_api.backendconfig import SandboxSettings
 from sless_api.standalone import seccomp
 from sless_api.standalone.cgroups import Cgroups, CgroupSet
+from sless_api.standalone.network import NetnsLaunch, Pasta
 from sless_api.standalone.portguard import PortGuard
 
 #: The host-wide limits when the caller has no config (tests of the sandbox alone).
@@ -170,6 +175,9 @@ class JailSpec:
     #: Files (name, content) the process finds read-only in $SLESS_SECRETS_DIR: its secrets referenced as
     #: files. Sandboxed they exist only inside its mount view (copied in from a memfd, never on disk).
     files: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
+    #: A network namespace of its own when the sandbox offers one (function processes); build steps keep the
+    #: host's network, which reaches the package registries and mirrors an operator configured.
+    own_network: bool = True
 
 
 def tenant_uid(tenant: str) -> int:
@@ -224,6 +232,8 @@ class Prepared:
     on_cleanup: Callable[[], None] | None = None
     #: Descriptors the child must inherit (the secret files' memfds bwrap copies in); released after spawn.
     pass_fds: tuple[int, ...] = ()
+    #: The process's own network namespace, set up by attach() once it is spawned (network.py).
+    netns: NetnsLaunch | None = None
     _cleaned: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _oom_kills: int = 0
@@ -293,6 +303,17 @@ class Prepared:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+        if self.netns is not None:
+            self.netns.release_child_fds()
+
+    def attach(self) -> None:
+        """After the spawn (and release_fds): give the process its network and let it start.
+
+        Blocking: call it from a worker thread. Raises NetworkUnavailable; the caller kills the process,
+        which never ran its command.
+        """
+        if self.netns is not None:
+            self.netns.attach()
 
     def cleanup(self) -> None:
         """Kill what is left of the tree and remove its cgroups (idempotent, thread-safe: the
@@ -307,6 +328,8 @@ class Prepared:
             self._cleaned = True
         if self.cgroup is not None:
             self.cgroup.destroy()
+        if self.netns is not None:
+            self.netns.close()
         if self.on_cleanup is not None:
             self.on_cleanup()
 
@@ -398,6 +421,26 @@ def _private_files(files: Sequence[tuple[str, bytes]]) -> str:
     return folder
 
 
+def _die_with_platform() -> None:
+    """preexec of the platform's helpers (pasta): SIGKILL when the platform dies."""
+    set_parent_death_signal(signal.SIGKILL)
+
+
+def _network(setting: str, host_ports: Sequence[int]) -> tuple[Pasta | None, str | None]:
+    """pasta for functions' own namespaces per SETTING (auto, own, host), or why the sandbox cannot be had."""
+    if setting == "host":
+        return None, None
+    if os.geteuid() != 0:
+        if setting == "own":
+            return None, "SLESS_SANDBOX_NETWORK=own needs the platform to run as root"
+        return None, None
+    pasta = Pasta.find(host_ports)
+    if pasta is None:
+        return None, ("pasta (Debian package passt) is not installed: functions would share the host's network "
+                      "and reach its loopback services (install it, or set SLESS_SANDBOX_NETWORK=host)")
+    return pasta, None
+
+
 def _works(bwrap: str) -> str | None:
     """None if a PID-namespaced bwrap can run here, else why not."""
     argv = [bwrap, "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
@@ -418,7 +461,8 @@ class Sandbox:
 
     def __init__(self, *, bwrap: str | None, reason: str, toolchain: Sequence[Path] = (),
                  cgroups: Cgroups | None = None, setpriv: str | None = None,
-                 port_guard: PortGuard | None = None, syscall_filter: bool = False) -> None:
+                 port_guard: PortGuard | None = None, syscall_filter: bool = False,
+                 pasta: Pasta | None = None) -> None:
         self.bwrap = bwrap
         #: Why the sandbox is on or off, for the start-up log and the refusal message.
         self.reason = reason
@@ -430,6 +474,8 @@ class Sandbox:
         self.port_guard = port_guard
         #: Jailed processes run under the seccomp filter (seccomp.py); detect() turns it on.
         self.syscall_filter = syscall_filter
+        #: Function processes get a network namespace of their own through it (network.py); root only.
+        self.pasta = pasta
 
     @property
     def enabled(self) -> bool:
@@ -440,8 +486,14 @@ class Sandbox:
         return cls(bwrap=None, reason=reason)
 
     @classmethod
-    def detect(cls, setting: str = "auto", toolchain: Sequence[Path] = ()) -> Sandbox:
-        """The sandbox for ``setting`` (auto, bwrap, off: ``SandboxSettings.mode``)."""
+    def detect(cls, setting: str = "auto", toolchain: Sequence[Path] = (), network: str = "auto",
+               host_ports: Sequence[int] = ()) -> Sandbox:
+        """The sandbox for ``setting`` (auto, bwrap, off: ``SandboxSettings.mode``).
+
+        ``network`` (``SandboxSettings.network``): ``auto`` gives functions a namespace of their own when the
+        platform runs as root (and refuses to start without pasta: deny by default), ``own`` requires one,
+        ``host`` shares the host's network. ``host_ports``: host loopback ports functions may reach.
+        """
         mode = setting.strip().lower()
         if mode in ("off", "0", "false", "none"):
             return cls.off()
@@ -455,19 +507,25 @@ class Sandbox:
         if problem is None:
             # Deny by default: a sandbox without its syscall filter is not offered (auto then refuses to start).
             problem = seccomp.problem()
+        pasta, network_problem = _network(network, host_ports)
+        problem = problem or network_problem
         if problem is not None:
             if mode == "auto":
                 return cls.off(problem)
             raise SandboxUnavailable(problem)
         assert bwrap is not None
         cgroups = Cgroups.detect()
-        guard = PortGuard.detect((UID_BASE, UID_BASE + UID_SPAN - 1)) if os.geteuid() == 0 else None
+        # Own namespaces make the port rule moot: no tenant reaches the host's loopback at all.
+        guard = None
+        if os.geteuid() == 0 and pasta is None:
+            guard = PortGuard.detect((UID_BASE, UID_BASE + UID_SPAN - 1))
         how = "per-tenant uids" if os.geteuid() == 0 else "user namespaces"
         memory = "memory cgroups" if cgroups is not None else "RLIMIT_AS (no writable memory cgroup)"
         ports = ", runtime ports closed to tenants (iptables)" if guard is not None else ""
-        reason = f"bwrap with PID namespaces, {how}, {memory}{ports}, {seccomp.summary()}"
+        net = "a network namespace each (pasta)" if pasta is not None else "the host's network"
+        reason = f"bwrap with PID namespaces, {how}, {memory}, {net}{ports}, {seccomp.summary()}"
         return cls(bwrap=bwrap, reason=reason, toolchain=toolchain, cgroups=cgroups, setpriv=setpriv,
-                   port_guard=guard, syscall_filter=True)
+                   port_guard=guard, syscall_filter=True, pasta=pasta)
 
     def close(self) -> None:
         if self.cgroups is not None:
@@ -501,6 +559,7 @@ class Sandbox:
             cgroup = self.cgroups.create(label, limits.memory_mb, limits.nproc)
         uid = tenant_uid(spec.tenant) if self.as_root and not spec.reaper_only else None
         fds: list[int] = []
+        netns: NetnsLaunch | None = None
         if spec.reaper_only:
             wrapped = self._reaper_argv(argv, cwd)
             env: dict[str, str] = {}
@@ -510,7 +569,11 @@ class Sandbox:
             if self.syscall_filter and forwards_fds:
                 filter_fd = seccomp.program_fd()
                 fds.append(filter_fd)
-            wrapped = self._jail_argv(argv, cwd, spec, uid, fds[:len(spec.files)], filter_fd)
+            if self.pasta is not None and spec.own_network and forwards_fds:
+                netns = NetnsLaunch.make(self.pasta, port, _die_with_platform)
+                fds += netns.child_fds
+            wrapped = self._jail_argv(argv, cwd, spec, uid, fds[:len(spec.files)], filter_fd,
+                                      netns.bwrap_args() if netns is not None else [])
             if self.syscall_filter and not forwards_fds:
                 wrapped = [sys.executable, "-I", "-S", "-c", SECCOMP_LAUNCHER, seccomp.program().hex(), *wrapped]
             env = {**dict.fromkeys(LOADER_ENV, ""), "HOME": SANDBOX_TMP, "TMPDIR": SANDBOX_TMP,
@@ -518,7 +581,7 @@ class Sandbox:
             if spec.files:
                 env["SLESS_SECRETS_DIR"] = SECRETS_DIR
         preexec = self._preexec(cgroup, limits, uid, signal.SIGKILL, spec.reaper_only)
-        prepared = Prepared(wrapped, preexec, env, limits, cgroup, sandboxed=True, pass_fds=tuple(fds))
+        prepared = Prepared(wrapped, preexec, env, limits, cgroup, sandboxed=True, pass_fds=tuple(fds), netns=netns)
         guard = self.port_guard
         if port is not None and guard is not None:
             try:
@@ -538,9 +601,10 @@ class Sandbox:
                 "--chdir", str(cwd), "--", *argv]
 
     def _jail_argv(self, argv: Sequence[str], cwd: Path, spec: JailSpec, uid: int | None,
-                   file_fds: Sequence[int] = (), filter_fd: int | None = None) -> list[str]:
+                   file_fds: Sequence[int] = (), filter_fd: int | None = None,
+                   network: Sequence[str] = ()) -> list[str]:
         assert self.bwrap is not None
-        out = [self.bwrap]
+        out = [self.bwrap, *network]
         if uid is None:
             out += ["--unshare-user", "--disable-userns"]
         out += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",

@@ -219,6 +219,7 @@ class SparePool:
             prepared.release_fds()
             pipe.release_write()
             spare = Spare(template, sandbox, child, port, prepared, pipe)
+            await asyncio.to_thread(prepared.attach)  # its own network, then the runtime starts
             unready = self._unready.setdefault(template.tenant, [])
             unready.append(spare)
             try:

@@ -54,6 +54,7 @@ from typing import Any, BinaryIO
 
 from sless_api import calltiming, metrics
 from sless_api.standalone.calllogs import CallLogStore, LineRouter
+from sless_api.standalone.network import NetworkUnavailable, PortTaken
 from sless_api.standalone.readiness import READY_FD_ENV, ReadyPipe
 from sless_api.standalone.sandbox import JailSpec, Prepared, Sandbox
 from sless_api.standalone.spares import SPARE_SECRETS_DIR, Spare, SparePool, SpareTemplate
@@ -691,6 +692,20 @@ class Supervisor:
             message = f"{slot.key}: cannot start {spec.argv[0] if spec.argv else '(empty argv)'}: {exc}"
             slot.log.note(message)
             raise StartFailed(message) from exc
+        if jail is not None:
+            try:
+                await asyncio.to_thread(jail.attach)  # its own network, then its command starts
+            except NetworkUnavailable as exc:
+                jail.kill(child.pid)
+                await child.wait()
+                if ready is not None:
+                    ready.close()
+                await asyncio.to_thread(jail.cleanup)
+                message = f"{slot.key}: {exc}"
+                slot.log.note(message)
+                if isinstance(exc, PortTaken):
+                    raise _PortInUseError(message) from exc  # address in use: another port
+                raise StartFailed(message) from exc
         return await self._adopt(slot, _Proc(child, port, spec.version, time.monotonic(), drain, jail=jail,
                                              ready=ready))
 
