@@ -266,7 +266,7 @@ def test_secret_names_follow_values() -> None:
         "s3": {"name": "s3", "accessKeyKey": "a", "secretKeyKey": "b"},
         "rabbitmq": {"name": "", "key": "url"},
         "buildS3": {"name": "bs3"},
-        "registry": {"name": "push"},
+        "registry": {"name": "push", "kanikoName": "cache-only"},
     }
     auth = {"algorithm": "RS256", "jwksUrl": "", "issuer": "", "audience": "", "leewaySec": 30}
     objects = render({"secrets": secrets, "auth": auth})
@@ -277,6 +277,9 @@ def test_secret_names_follow_values() -> None:
     data = one(objects, "ConfigMap", "sless-config")["data"]
     assert data["SLESS_BUILD_S3_SECRET"] == "bs3"
     assert data["SLESS_BUILD_REGISTRY_SECRET"] == "push"
+    assert data["SLESS_BUILD_KANIKO_SECRET"] == "cache-only"  # kaniko's own; the push one is the push step's
+    default = one(render({}), "ConfigMap", "sless-config")["data"]
+    assert "SLESS_BUILD_REGISTRY_SECRET" not in default and "SLESS_BUILD_KANIKO_SECRET" not in default
 
 
 def test_jwks_url_needs_no_secret() -> None:
