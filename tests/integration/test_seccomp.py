@@ -25,7 +25,7 @@ import pytest
 
 from sless_api.standalone import seccomp
 from sless_api.standalone.builder import Builder, BuildFailed, BuildRequest, python_interpreter, toolchain_paths
-from sless_api.standalone.sandbox import JailSpec, Limits, Sandbox
+from sless_api.standalone.sandbox import JailSpec, Limits, Prepared, Sandbox
 
 REPO = Path(__file__).resolve().parents[2]
 HANDLER = REPO / "tests" / "e2e" / "hostile" / "handler.py"
@@ -43,18 +43,28 @@ pytestmark = [
 ]
 
 
+def run_jailed(prepared: Prepared, cwd: Path, forwards_fds: bool = True) -> subprocess.CompletedProcess[str]:
+    """Start a prepared launch as the platform's callers do (descriptors passed on or not, then its network
+    attached), wait for it, clean up."""
+    try:
+        proc = subprocess.Popen(prepared.argv, env={"PATH": "/usr/bin:/bin", **prepared.env}, cwd=cwd,
+                                preexec_fn=prepared.preexec,  # the sandbox's hook
+                                pass_fds=prepared.pass_fds if forwards_fds else (), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        prepared.release_fds()
+        prepared.attach()
+        out, err = proc.communicate(timeout=60)
+        return subprocess.CompletedProcess(prepared.argv, proc.returncode, out, err)
+    finally:
+        prepared.cleanup()
+
+
 def run_probe(sandbox: Sandbox, forwards_fds: bool) -> dict[str, str]:
     """The probe's answers from a process sandboxed as tenant "t1" (forwarding ``pass_fds`` or not)."""
     jail = JailSpec(tenant="t1", limits=Limits.for_function(128, "python3.11"), ro_binds=(HANDLER.parent,))
     prepared = sandbox.prepare([str(python_interpreter()), "-S", "-c", PROBE], HANDLER.parent, jail,
                                "seccomp-probe", forwards_fds=forwards_fds)
-    try:
-        run = subprocess.run(prepared.argv, env={"PATH": "/usr/bin:/bin", **prepared.env}, cwd=HANDLER.parent,
-                             preexec_fn=prepared.preexec,  # the sandbox's hook
-                             pass_fds=prepared.pass_fds if forwards_fds else (), capture_output=True, text=True,
-                             timeout=60, check=False)
-    finally:
-        prepared.cleanup()
+    run = run_jailed(prepared, HANDLER.parent, forwards_fds)
     assert run.returncode == 0, run.stderr[-2000:]
     answers: dict[str, str] = json.loads(run.stdout)
     return answers
@@ -139,12 +149,7 @@ def test_a_filtered_sandbox_still_runs_threads_subprocesses_and_node(sandbox: Sa
     for argv, expected in runs:
         jail = JailSpec(tenant="t1", limits=Limits.for_function(256, "nodejs20"))
         prepared = sandbox.prepare(argv, Path("/"), jail, "seccomp-work", forwards_fds=True)
-        try:
-            run = subprocess.run(prepared.argv, env={"PATH": "/usr/bin:/bin", **prepared.env}, cwd="/",
-                                 preexec_fn=prepared.preexec,  # the sandbox's hook
-                                 pass_fds=prepared.pass_fds, capture_output=True, text=True, timeout=60, check=False)
-        finally:
-            prepared.cleanup()
+        run = run_jailed(prepared, Path("/"))
         assert run.returncode == 0 and run.stdout.strip() == expected, (argv[0], run.stdout, run.stderr[-2000:])
     if node_bin is None:
         pytest.skip("node is not installed: only the Python half ran")
