@@ -1,11 +1,14 @@
 """Cost of the function sandbox: cold start and warm latency with bubblewrap vs without.
 
-Run: ``.venv/bin/python -m bench.sandbox [--quick]`` (needs wrk, bwrap, Node 20 and Go; as root the
-sandbox also drops to a per-tenant uid and makes cgroups, as `sless up` does there).
+Run: ``.venv/bin/python -m bench.sandbox [--quick] [--baseline none|host-network]`` (needs wrk, bwrap, pasta,
+Node 20 and Go; as root the sandbox also drops to a per-tenant uid, makes cgroups and gives each function a
+network namespace of its own, as `sless up` does there).
 
-Two `sless up` processes run side by side, one with ``SLESS_SANDBOX=bwrap`` and one with
-``SLESS_SANDBOX=off`` (the baseline), each serving the same trivial function in python3.11, nodejs20 and
-go1.23. Measured per runtime, alternating between the two platforms so load falls on both alike:
+Two `sless up` processes run side by side, one with ``SLESS_SANDBOX=bwrap`` and one as the baseline:
+``SLESS_SANDBOX=off`` (``--baseline none``, the default: the whole sandbox's cost) or the same sandbox with
+``SLESS_SANDBOX_NETWORK=host`` (``--baseline host-network``: what the functions' own network namespaces
+cost), each serving the same trivial function in python3.11, nodejs20 and go1.23. Measured per runtime,
+alternating between the two platforms so load falls on both alike:
 
 - cold start: the first call after the function's process was stopped (its http trigger disabled and
   enabled again), through the proxy, median over the rounds; target <= 150 ms sandboxed;
@@ -35,6 +38,11 @@ FUNCTIONS: dict[str, dict[str, str | bytes]] = {
                           "\treturn \"ok\", nil\n}\n"},
 }
 NAMES = {"python3.11": "py", "nodejs20": "node", "go1.23": "go"}
+#: The baseline platform's environment and name, per --baseline.
+BASELINES: dict[str, tuple[dict[str, str], str]] = {
+    "none": ({"SLESS_SANDBOX": "off"}, "no sandbox"),
+    "host-network": ({"SLESS_SANDBOX": "bwrap", "SLESS_SANDBOX_NETWORK": "host"}, "host network"),
+}
 
 
 def cold_start(tenant: Tenant, name: str, settle_sec: float = 0.0) -> float:
@@ -54,15 +62,18 @@ def cold_start(tenant: Tenant, name: str, settle_sec: float = 0.0) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="shorter loads (2 s) and fewer rounds")
+    parser.add_argument("--baseline", choices=sorted(BASELINES), default="none",
+                        help="the other platform: no sandbox (default), or the sandbox on the host's network")
     args = parser.parse_args()
     seconds, rounds = (2, 5) if args.quick else (5, 11)
+    base_env, base = BASELINES[args.baseline]
     uid = "per-tenant uid, cgroups" if os.geteuid() == 0 else "user namespace"
-    table = Table(f"function sandbox (bwrap, {uid}) vs none, loopback, " + time.strftime("%Y-%m-%d %H:%M"))
+    table = Table(f"function sandbox (bwrap, {uid}) vs {base}, loopback, " + time.strftime("%Y-%m-%d %H:%M"))
     with tempfile.TemporaryDirectory(prefix="sless-bench-sandbox-") as tmp:
         platforms: dict[str, SlessProcess] = {}
         try:
-            for mode in ("bwrap", "off"):
-                platforms[mode] = start_sless(Path(tmp) / mode, {"SLESS_SANDBOX": mode})
+            for mode, env in (("bwrap", {"SLESS_SANDBOX": "bwrap"}), ("off", base_env)):
+                platforms[mode] = start_sless(Path(tmp) / mode, env)
             tenants = {mode: Tenant(sp.url, "bench-sandbox") for mode, sp in platforms.items()}
             for runtime, files in FUNCTIONS.items():
                 name = NAMES[runtime]
@@ -76,7 +87,7 @@ def main() -> int:
                     for mode, tenant in tenants.items():
                         cold[mode].append(cold_start(tenant, name))
                 sandboxed, plain = median(cold["bwrap"]) * 1000, median(cold["off"]) * 1000
-                table.add(f"{runtime} cold start (median of {rounds})", sandboxed, "ms", plain, "no sandbox",
+                table.add(f"{runtime} cold start (median of {rounds})", sandboxed, "ms", plain, base,
                           "<=150 ms", sandboxed <= 150)
                 print(f"{runtime}: warm load...", file=sys.stderr)
                 for tenant in tenants.values():
@@ -86,14 +97,14 @@ def main() -> int:
                 busy = {mode: wrk(tenant.fn_url(name), 32, seconds) for mode, tenant in tenants.items()}
                 ratio = warm["bwrap"].p50_ms / warm["off"].p50_ms
                 table.add(f"{runtime} warm p50 at 1 conn", warm["bwrap"].p50_ms, "ms", warm["off"].p50_ms,
-                          "no sandbox", "ratio <=1.10", ratio <= 1.10)
+                          base, "ratio <=1.10", ratio <= 1.10)
                 table.add(f"{runtime} warm p99 at 1 conn", warm["bwrap"].p99_ms, "ms", warm["off"].p99_ms,
-                          "no sandbox")
-                table.add(f"{runtime} req/s at 32 conn", busy["bwrap"].rps, "req/s", busy["off"].rps, "no sandbox")
+                          base)
+                table.add(f"{runtime} req/s at 32 conn", busy["bwrap"].rps, "req/s", busy["off"].rps, base)
                 errors = {mode: warm[mode].errors + busy[mode].errors for mode in tenants}
                 if any(errors.values()):
                     table.add(f"{runtime} errors under load (non-2xx, socket)", errors["bwrap"], "",
-                              errors["off"], "no sandbox")
+                              errors["off"], base)
         finally:
             for sp in platforms.values():
                 sp.stop()

@@ -332,12 +332,15 @@ def _run_tool(
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                pass_fds=jail.pass_fds if jail is not None else (),
                 preexec_fn=jail.preexec if jail is not None else _die_with_platform,  # noqa: PLW1509 - prctl, cgroup join, rlimits
             )
         except OSError as exc:
             if jail is not None:
                 jail.cleanup()
             return _ToolRun(127, f"cannot start {argv[0]}: {exc}", 0.0)
+        if jail is not None:
+            jail.release_fds()
         try:
             returncode: int | None = proc.wait(timeout=timeout_sec)
         except subprocess.TimeoutExpired:
@@ -743,7 +746,8 @@ class Builder:
         for attempt in range(1, attempts + 1):
             prepared = None
             if jail is not None and self.sandbox is not None:
-                prepared = self.sandbox.prepare(argv, cwd, jail, f"build-{tool.replace(' ', '-')}")
+                prepared = self.sandbox.prepare(argv, cwd, jail, f"build-{tool.replace(' ', '-')}",
+                                                forwards_fds=True)
             run = _run_tool(argv, cwd, env, self.timeout_sec, prepared)
             if run.returncode == 0:
                 return
