@@ -54,8 +54,12 @@ class Identity:
         return self.bed.kubectl(f"--as={self.user}", *args, check=False)
 
     def can(self, verb: str, resource: str, namespace: str | None = None) -> bool:
+        """``kubectl auth can-i`` as the API; RESOURCE may name a subresource (``pods/log``) or an object
+        (``clusterroles/admin``)."""
         where = ["-n", namespace] if namespace else ["--all-namespaces"]
-        proc = self.as_api("auth", "can-i", verb, resource, *where)
+        kind, _, sub = resource.partition("/")
+        what = [kind, f"--subresource={sub}"] if kind == "pods" and sub else [resource]
+        proc = self.as_api("auth", "can-i", verb, *what, *where)
         assert proc.stdout.strip() in ("yes", "no"), proc.stderr
         return proc.stdout.strip() == "yes"
 
