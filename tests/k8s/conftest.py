@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from tests.support.metrics import SCRAPE_TOKEN
+from tests.support.quotas import wait_counted
 from tests.support.services import free_port
 from tests.support.testbed import Testbed
 
@@ -52,6 +53,7 @@ def sless_crds(k8s_testbed: Testbed) -> Testbed:
     """The CRDs of charts/sless/crds, applied and Established."""
     k8s_testbed.kubectl("apply", "-f", str(CRDS))
     k8s_testbed.wait_established(*SLESS_KINDS)
+    wait_counted(k8s_testbed)  # the tenant quota counts them
     return k8s_testbed
 
 

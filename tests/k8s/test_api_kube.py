@@ -38,6 +38,7 @@ import yaml
 from sless_api.storage import S3CodeStore
 from sless_core import crd, rebuild
 from tests.support.platform import SECRET, Tenant, make_zip
+from tests.support.quotas import wait_counted
 from tests.support.services import S3Endpoint, free_port
 from tests.support.testbed import Testbed
 
@@ -185,6 +186,7 @@ class KubeApi:
 def apply_crds(bed: Testbed) -> None:
     bed.kubectl("apply", "-f", str(CRDS))
     bed.wait_established(*[f"{p}.{crd.GROUP}" for p in (crd.FUNCTION_PLURAL, crd.TRIGGER_PLURAL, crd.JOB_PLURAL)])
+    wait_counted(bed)  # the tenant quota counts them
 
 
 def start_api(bed: Testbed, s3: S3Endpoint, work: Path, extra_env: dict[str, str] | None = None,

@@ -32,6 +32,7 @@ from sless_core.crcodec import FunctionCode
 from sless_core.models import FunctionSpec
 from tests.k8s.conftest import CRDS, SLESS_KINDS, Operator, strip_finalizers
 from tests.support.platform import REPO, SECRET, Tenant
+from tests.support.quotas import wait_counted
 from tests.support.realnode import RealNode, http_get
 from tests.support.services import free_port, tools_dir
 
@@ -124,6 +125,7 @@ def apply_crds(real_node: RealNode) -> None:
     bed = real_node.bed
     bed.kubectl("apply", "-f", str(CRDS))
     bed.wait_established(*SLESS_KINDS)
+    wait_counted(bed)  # the tenant quota counts them
 
 
 def test_operator_builds_and_serves_a_hello_function(real_node: RealNode, s3_on_bridge: str, tmp_path: Path) -> None:
