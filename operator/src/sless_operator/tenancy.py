@@ -3,7 +3,10 @@
 Functions run in the tenant namespace itself (``sless-<16 hex>``). The first time the operator
 sees one of our resources there, it labels the namespace and creates the ResourceQuota, the
 LimitRange and the NetworkPolicies (``manifests.tenant_objects``); later reconciles skip the
-work.
+work. Each operator process does it once per namespace, so a new version's quota or policies
+reach existing tenants when the upgraded operator starts. The RoleBinding that gives the API its
+rights in the namespace is the API's own to make (``sless_api.kube.access``): the operator may
+bind no role, so a compromised operator cannot hand out RBAC rights.
 
 A Function, Trigger or FunctionJob in any other namespace (``default``, ``kube-system``, the
 platform's own) is refused: whoever may write our custom resources there must not get a
