@@ -13,7 +13,8 @@ a build step could have left a link to this container's credential there. Where 
 the arguments only (the tarball's ``RepoTags`` is ignored), so a tenant's tarball reaches no other repository.
 Messages never carry the credential or more than a short, quoted piece of what the tarball says.
 
-Exit codes: 0 pushed (the termination message is ``{"image", "digest", "bytes", "uploaded", "existing"}``),
+Exit codes: 0 pushed (the termination message is ``{"image", "digest", "bytes", "uploaded", "mounted",
+"existing"}``, blob counts),
 1 refused or failed (the reason is the termination message, which the operator shows in the Function's
 status), 2 bad arguments.
 """
@@ -354,11 +355,13 @@ class Registry:
             raise PushError(f"starting the upload of blob {digest[:19]}: {_why(resp)}")
         return self._url(resp.headers["Location"])
 
-    def upload(self, handle: IO[bytes], blob: Blob, chunk_bytes: int) -> None:
-        """Upload BLOB: one PUT when it fits in CHUNK_BYTES, else PATCHes of CHUNK_BYTES and a closing PUT."""
+    def upload(self, handle: IO[bytes], blob: Blob, chunk_bytes: int) -> bool:
+        """Upload BLOB: one PUT when it fits in CHUNK_BYTES, else PATCHes of CHUNK_BYTES and a closing PUT.
+
+        Returns False when it was mounted from another repository instead (nothing sent)."""
         location = self._start_upload(blob.digest)
         if not location:
-            return
+            return False
         octets = {"Content-Type": "application/octet-stream"}
         if blob.size <= chunk_bytes:
             resp = self._send("PUT", location, params={"digest": blob.digest}, headers=octets,
@@ -377,6 +380,7 @@ class Registry:
             resp = self._send("PUT", location, params={"digest": blob.digest}, headers={"Content-Length": "0"})
         if resp.status_code != 201:
             raise PushError(f"uploading blob {blob.digest[:19]}: {_why(resp)}")
+        return True
 
     def put_manifest(self, manifest: bytes, media_type: str) -> str:
         """PUT the manifest under the tag; returns its digest."""
@@ -402,7 +406,7 @@ def push(tarball: Path, registry: Registry, max_bytes: int, chunk_bytes: int = D
             raise PushError(f"the image tarball is {info.st_size} bytes, more than the limit of {max_bytes}")
         image = load_image(handle, info.st_size)
         registry.connect()
-        uploaded = existing = 0
+        uploaded = mounted = existing = 0
         done: set[str] = set()
         for blob in (*image.layers, image.config):
             if blob.digest in done:
@@ -411,13 +415,15 @@ def push(tarball: Path, registry: Registry, max_bytes: int, chunk_bytes: int = D
             if registry.has_blob(blob.digest):
                 existing += 1
                 continue
-            registry.upload(handle, blob, chunk_bytes)
-            uploaded += 1
+            if registry.upload(handle, blob, chunk_bytes):
+                uploaded += 1
+            else:
+                mounted += 1
         digest = registry.put_manifest(manifest_bytes(image), image.manifest_type)
     ref = registry.reference
     return {"image": f"{ref.registry}/{ref.repository}:{ref.tag}", "digest": digest,
             "bytes": sum(b.size for b in image.layers) + image.config.size, "uploaded": uploaded,
-            "existing": existing}  # fmt: skip
+            "mounted": mounted, "existing": existing}  # fmt: skip
 
 
 def _report(message: str) -> None:
@@ -457,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         _report(f"image push to {args.destination}: unexpected {type(exc).__name__}: {short(str(exc))}")
         return 1
     print(f"pushed {result['image']} ({result['digest']}, {result['uploaded']} blobs uploaded, "
-          f"{result['existing']} already there)", file=sys.stderr)  # fmt: skip
+          f"{result['mounted']} mounted, {result['existing']} already there)", file=sys.stderr)  # fmt: skip
     with contextlib.suppress(OSError):
         TERMINATION_LOG.write_text(json.dumps(result))
     print(json.dumps(result))
