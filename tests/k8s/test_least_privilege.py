@@ -27,6 +27,7 @@ from sless_operator import manifests
 from sless_operator.config import OperatorConfig
 from tests.install.helm import render
 from tests.k8s.test_api_kube import KubeApi, apply_crds, start_api
+from tests.k8s.test_api_kube_calllogs import call, function_pod, logs_of, routable
 from tests.support.platform import Tenant
 from tests.support.services import S3Endpoint
 from tests.support.testbed import Testbed
@@ -280,6 +281,20 @@ def test_a_tenant_from_before_gets_the_binding_on_first_use(identity: Identity, 
         assert bed.get("rolebinding", identity.tenant_role, "-n", t.ns) is not None
     finally:
         bed.kubectl("delete", "namespace", t.ns, "--wait=false", check=False)
+
+
+def test_a_calls_logs_are_read_through_the_tenant_binding(identity: Identity, api_as_account: KubeApi) -> None:
+    """GET .../invocations/{id}/logs lists the function's pods and reads their logs with the tenant role alone."""
+    t = api_as_account.tenant("logs")
+    try:
+        t.api("POST", "/ensure", expect=201)
+        routable(api_as_account, t, "talk")
+        function_pod(identity.bed, t.ns, "talk", "talk-a", ["@sless:lp-1 hello through the binding"])
+        call(t, "talk", "lp-1")
+        identity.bed.wait("the call's lines", lambda: [line["text"] for line in logs_of(t, "talk", "lp-1")["lines"]]
+                          == ["hello through the binding"], 60, 0.5)  # fmt: skip
+    finally:
+        identity.bed.kubectl("delete", "namespace", t.ns, "--wait=false", check=False)
 
 
 def test_a_tenant_without_a_namespace_has_no_secrets_rather_than_an_error(api_as_account: KubeApi) -> None:
