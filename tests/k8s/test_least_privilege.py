@@ -328,12 +328,12 @@ def test_a_create_beyond_the_quota_answers_403_naming_it(identity: Identity, api
             t.api("POST", "/functions", json={"name": name, "runtime": "python3.11"}, expect=201)
         over = t.api("POST", "/functions", json={"name": "f3", "runtime": "python3.11"}, expect=403)
         body = over.json()
-        assert body["quota"] == "functions" and body["limit"] == "2" and body["used"] == "2", body
+        assert body["quota"] == "functions" and body["limit"] == 2 and body["used"] == 2, body
         assert body["error"].startswith("function 'f3': this tenant's quota allows 2 functions"), body
         assert "sless-quota" in body["error"] and "Traceback" not in over.text
         t.api("POST", "/secrets", json={"name": "a", "data": {"k": "v"}}, expect=201)
         second = t.api("POST", "/secrets", json={"name": "b", "data": {"k": "v"}}, expect=403).json()
-        assert second["quota"] == "secrets" and second["limit"] == "1", second
+        assert second["quota"] == "secrets" and second["limit"] == 1, second
         t.api("POST", "/triggers", json={"name": "web", "type": "http", "function": "f1"}, expect=201)
         trigger = t.api("POST", "/triggers", json={"name": "web2", "type": "http", "function": "f2"}, expect=403)
         assert trigger.json()["quota"] == "triggers"

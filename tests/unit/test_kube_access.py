@@ -71,7 +71,7 @@ EXCEEDED = ('functions.sless.dev "f3" is forbidden: exceeded quota: sless-quota,
 def test_a_quota_refusal_names_the_limit() -> None:
     error = refusal(EXCEEDED, "function 'f3'")
     assert isinstance(error, QuotaExceeded) and error.status == 403
-    assert error.details == {"quota": "functions", "limit": "2", "used": "2", "requested": "1"}
+    assert error.details == {"quota": "functions", "limit": 2, "used": 2, "requested": 1}
     assert error.message.startswith("function 'f3': this tenant's quota allows 2 functions and 2 are in use")
     assert "sless-quota" in error.message
 

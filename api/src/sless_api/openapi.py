@@ -45,7 +45,8 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 
 ERROR_REASONS = {400: "invalid input (`field` names it)", 401: "missing or bad token",
-                 403: "another tenant's namespace", 404: "no such object (or path)", 405: "method not allowed",
+                 403: "another tenant's namespace, or the tenant's quota reached (`quota` names it)",
+                 404: "no such object (or path)", 405: "method not allowed",
                  409: "conflict", 413: "body too large", 415: "wrong content type",
                  422: "not supported by this backend", 501: "this cluster does not let the API read pod logs",
                  503: "not ready, or no token key configured"}

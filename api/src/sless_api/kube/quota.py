@@ -36,12 +36,13 @@ class QuotaExceeded(PlatformError):
     status = 403
 
 
-def _amounts(text: str) -> dict[str, str]:
-    found = {}
+def _amounts(text: str) -> dict[str, int | str]:
+    """``count/functions.sless.dev=2,requests.storage=1Gi`` -> counts as numbers, quantities as written."""
+    found: dict[str, int | str] = {}
     for part in text.split(","):
         key, sep, value = part.strip().partition("=")
         if sep:
-            found[key] = value
+            found[key] = int(value) if value.isdigit() else value
     return found
 
 
@@ -58,10 +59,10 @@ def refusal(message: str, what: str) -> PlatformError | None:
     requested = _amounts(match["requested"])
     resource = next(iter(limited), "")
     name = NAMES.get(resource, resource)
-    limit = limited.get(resource, "?")
+    limit, in_use = limited.get(resource, "?"), used.get(resource, "?")
     return QuotaExceeded(
-        f"{what}: this tenant's quota allows {limit} {name} and {used.get(resource, '?')} are in use "
+        f"{what}: this tenant's quota allows {limit} {name} and {in_use} are in use "
         f"(ResourceQuota {match['quota'].strip()}); delete some first, or ask the operator of this installation "
         "for a larger quota",
-        quota=name, limit=limit, used=used.get(resource, ""), requested=requested.get(resource, ""),
+        quota=name, limit=limit, used=in_use, requested=requested.get(resource, "?"),
     )  # fmt: skip
