@@ -126,3 +126,24 @@ def test_the_push_mounts_base_layers_from_the_runtime_images_repository_on_the_s
 def test_an_insecure_registry_is_plain_http_for_the_push_step_too() -> None:
     config = dataclasses.replace(WITH_PUSH, registry_insecure=True)
     assert "--insecure" in steps(config)["push-image"]["args"]
+
+
+def test_the_go_compile_job_holds_no_credential_whatever_the_build_is_given() -> None:
+    """It runs the tenant's code (go build) in the tenant namespace: only URLs signed for its code and binary."""
+    loaded = dataclasses.replace(WITH_PUSH, build_kaniko_secret=KANIKO_ONLY, s3_access_key="AKIA-SIGNING",
+                                 s3_secret_key="signing-secret-key", image_pull_secret="pull")  # fmt: skip
+    go = dataclasses.replace(fn_ref("go1.23"), code_key=f"code/{NS}/hello/0001-ab.tar.gz", code_sha256="c0" * 32,
+                             context_key="")  # fmt: skip
+    key = manifests.binary_key(go, "registry.test/sless/go1.23:latest")
+    job = manifests.compile_job(loaded, go, "registry.test/sless/go1.23:latest", key, "http://s3/get?sig",
+                                "http://s3/put?sig")  # fmt: skip
+    pod = job["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert all("secret" not in v and "projected" not in v for v in pod["volumes"]), pod["volumes"]
+    for c in [*pod["initContainers"], *pod["containers"]]:
+        assert "envFrom" not in c, c["name"]
+        assert all("valueFrom" not in e for e in c.get("env", [])), c["name"]
+    text = json.dumps(job)
+    for secret in (PUSH, KANIKO_ONLY, loaded.build_s3_secret, "AKIA-SIGNING", "signing-secret-key"):
+        assert secret not in text, secret
+    assert pod["imagePullSecrets"] == [{"name": "pull"}]  # read by the kubelet, never mounted into a container
