@@ -6,6 +6,11 @@ module into a cache keyed by version; the build starts in the background beside 
 builds (`start_build`) and is optional: a node without it runs everything else, and the gVisor test
 says why it skipped. containerd runs the shim (``io.containerd.runsc.v1``, found on containerd's
 PATH) with a ``runsc.toml`` that names the runsc binary, its state folder and the systrap platform.
+
+Two things stand between gVisor as published and this machine kind, both handled here rather than
+in the platform: the shim lowers its own oom_score_adj, which a root without CAP_SYS_RESOURCE may
+not do (build-gvisor.sh patches that one call to go on, as containerd's restrict_oom_score_adj does
+for runc), and containerd 1.6 does not read the shim's JSON start answer (the stand-in below).
 """
 
 from __future__ import annotations
@@ -82,9 +87,36 @@ def containerd_runtime(cri: str, config: Path) -> str:
 """
 
 
-def containerd_env(gvisor_bin: Path | None) -> dict[str, str] | None:
+# containerd 1.6 (the node's, Debian's) reads a shim's `start` output as a bare address; gVisor's shim is built
+# on containerd 2's shim library and prints its bootstrap parameters as JSON ({"version":2,"address":"unix://...",
+# "protocol":"ttrpc"}), which 1.6 dials as an address ("dial unix {...}: connect: invalid argument"). This
+# stand-in, first on containerd's PATH, passes every call through and turns that JSON into the address.
+_SHIM_ADAPTER = """#!/bin/sh
+real={real}
+for a in "$@"; do last=$a; done
+[ "$last" = start ] || exec "$real" "$@"
+out=$("$real" "$@") || {{ rc=$?; printf %s "$out"; exit $rc; }}
+case $out in
+  "{{"*) printf %s "$out" | sed -n 's/.*"address":"\\([^"]*\\)".*/\\1/p' | tr -d '\\n' ;;
+  *) printf %s "$out" ;;
+esac
+"""
+
+
+def shim_adapter(base: Path, gvisor_bin: Path) -> Path:
+    """The folder holding the stand-in ``containerd-shim-runsc-v1`` (see _SHIM_ADAPTER) for GVISOR_BIN's shim."""
+    folder = base / "shim-bin"
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / SHIM
+    script.write_text(_SHIM_ADAPTER.format(real=gvisor_bin / SHIM))
+    script.chmod(0o755)
+    return folder
+
+
+def containerd_env(base: Path, gvisor_bin: Path | None) -> dict[str, str] | None:
     """containerd's environment: its PATH leads to the shim (containerd finds shims by name on PATH)."""
     if gvisor_bin is None:
         return None
-    return {**os.environ, "PATH": f"{gvisor_bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
+    path = os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+    return {**os.environ, "PATH": f"{shim_adapter(base, gvisor_bin)}:{path}"}
 

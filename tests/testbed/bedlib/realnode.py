@@ -525,7 +525,7 @@ def up(state: Path, bin_dir: Path, realnode_bin: Path, kubectl: Kubectl, pki: Pk
     sock = state / "containerd" / "containerd.sock"
     containerd = shutil.which("containerd") or "/usr/bin/containerd"
     started.append(procs.start("containerd", [containerd, "--config", str(config)], state,
-                               env=gvisor.containerd_env(gvisor_bin)))  # fmt: skip
+                               env=gvisor.containerd_env(state / "containerd", gvisor_bin)))  # fmt: skip
     died = lambda: next((f"{p.name} exited:\n{procs.log_tail(state, p.name)}"  # noqa: E731
                          for p in started if not procs.alive(p)), None)  # fmt: skip
     wait_for("containerd socket", sock.exists, 30, abort=died)
