@@ -23,8 +23,9 @@ at start, the image at build), every cold start compiles the whole server again.
    spares with a runtimes copy that cannot hold bytecode (its ``__pycache__`` is a file).
 
 What the sandbox's syscall filter (standalone/seccomp.py) costs, in the same run: the sandboxed process start
-with the filter (on a passed descriptor, as function servers get it; and through the launcher, as build steps
-get it: without descriptors passed, so without a network namespace of its own) against the same launch with
+with the filter (on a passed descriptor, as every launch of the platform gets it; and through the launcher, the
+fallback for a caller that passes no descriptors, so without a network namespace of its own) against the same
+launch with
 the filter off, and the no-spare ``sless up`` cold start against a fourth platform whose filter is off
 (``bench.unfiltered_up``).
 """
@@ -56,8 +57,8 @@ READY_PIPE = "readiness byte"
 POLLED = "health polled every 5 ms"
 NO_SPARE = "no spare, precompiled"
 UNFILTERED = "precompiled, sandboxed without the syscall filter"
-LAUNCHED = "precompiled, sandboxed as a build step, filter through the launcher"
-UNFILTERED_STEP = "precompiled, sandboxed as a build step, without the syscall filter"
+LAUNCHED = "precompiled, sandboxed without descriptors passed, filter through the launcher"
+UNFILTERED_STEP = "precompiled, sandboxed without descriptors passed, without the syscall filter"
 NO_SPARE_UNFILTERED = "no spare, precompiled, without the syscall filter"
 #: Pause between scale to zero and the call (see the module docstring).
 SETTLE_SEC = 0.5
@@ -184,7 +185,7 @@ def bench_process(table: Table, workdir: Path, rounds: int, sandboxed: bool) -> 
                   median(ms[UNFILTERED]), UNFILTERED)
         table.add(f"sandboxed start with the syscall filter, p90 ({rounds} starts)", percentile(ms[SANDBOXED], 90),
                   "ms", percentile(ms[UNFILTERED], 90), UNFILTERED)
-        table.add(f"sandboxed start, filter through the launcher (build steps), p50 ({rounds} starts)",
+        table.add(f"sandboxed start, filter through the launcher (no descriptors passed), p50 ({rounds} starts)",
                   median(ms[LAUNCHED]), "ms", median(ms[UNFILTERED_STEP]), UNFILTERED_STEP)
 
 

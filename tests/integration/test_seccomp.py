@@ -4,7 +4,7 @@ A probe (the hostile function's ``syscalls`` action, tests/e2e/hostile/handler.p
 raw through libc's ``syscall()`` with arguments that fail harmlessly, and with another errno, where no
 filter stops them; the same probe in the same sandbox without the filter shows that difference, so the
 EPERMs are the filter's. Both ways the filter reaches bwrap are covered: on a descriptor the caller passes
-(function servers, runners, spares) and through the launcher (build steps, whose caller passes none). As
+(every launch of the platform) and through the launcher (the fallback for a caller that passes none). As
 root the sandbox drops to a tenant uid; the same checks run as uid 65534, where it is a user namespace.
 """
 

@@ -542,8 +542,9 @@ class Sandbox:
 
         ``port``: the loopback port the process will listen on, closed to tenants until cleanup.
         ``forwards_fds``: the caller starts the process with ``pass_fds=prepared.pass_fds``; the syscall
-        filter then reaches bwrap on one of them. A caller that passes no descriptors (a build step) gets
-        a launcher in front of bwrap that opens the filter itself (a Python start, about 10 ms).
+        filter then reaches bwrap on one of them (every launch of the platform does so). A caller that
+        passes no descriptors gets a launcher in front of bwrap that puts the filter on one itself (a Python
+        start, 10 ms on a quiet machine), so no jailed process runs unfiltered for want of a descriptor.
         """
         limits = spec.limits
         if not self.enabled:
