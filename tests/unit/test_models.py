@@ -54,6 +54,14 @@ def test_toolchain_env_vars_are_refused_by_name(name: str) -> None:
     assert err.value.field == "env_vars"
 
 
+@pytest.mark.parametrize("name", ["LD_SHOW_AUXV", "LD_DYNAMIC_WEAK", "LD_TRACE_LOADED_OBJECTS", "LD_BIND_NOW"])
+def test_loader_flags_are_refused_by_name(name: str) -> None:
+    """Set at all, these change what bwrap (outside the sandbox) does: emptying them, as the launch does with the
+    loader's other variables, would not help."""
+    with pytest.raises(ValidationError, match="changes how the platform's own processes load"):
+        FunctionSpec.from_user({"name": "f", "runtime": "python3.11", "env_vars": {name: ""}}, 900)
+
+
 @pytest.mark.parametrize("name", ["GOGC", "GOMAXPROCS", "GOMEMLIMIT", "GODEBUG", "GOTRACEBACK", "GOOGLE_KEY", "GOAL",
                                   "PIPELINE", "NPM_TOKEN_NAME", "CCACHE"])
 def test_runtime_and_lookalike_env_vars_stay_allowed(name: str) -> None:

@@ -44,6 +44,11 @@ TOOLCHAIN_ENV = re.compile(
     r"|CGO_\w*|CC|CXX|PIP_\w*|NPM_CONFIG_\w*)\Z",
     re.IGNORECASE,
 )
+#: Dynamic-loader variables that act by being set at all, whatever their value: the sandbox launch empties
+#: the loader's variables before bwrap (which starts outside the sandbox) sees them, which neutralises the
+#: ones that name a file (LD_PRELOAD, LD_DEBUG_OUTPUT) but not these, so they are refused by name.
+LOADER_FLAG_ENV = frozenset({"LD_SHOW_AUXV", "LD_DYNAMIC_WEAK", "LD_TRACE_LOADED_OBJECTS", "LD_TRACE_PRELINKING",
+                             "LD_BIND_NOW", "LD_BIND_NOT", "LD_POINTER_GUARD", "LD_WARN", "LD_VERBOSE"})
 PY_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
 GO_ENTRY = re.compile(r"^[A-Z][A-Za-z0-9_]*\Z")
 # A job runs again when its run_id grows; 32-bit so every store and the custom resources hold it.
@@ -130,6 +135,9 @@ def validate_env_name(key: object, field: str) -> str:
         raise ValidationError(f"invalid environment variable name {shown[:80]}", field=field)
     if key == "PORT" or any(key.startswith(p) for p in RESERVED_ENV[1:]):
         raise ValidationError(f"environment variable {key!r} is reserved by the platform", field=field)
+    if key in LOADER_FLAG_ENV:
+        raise ValidationError(f"environment variable {key!r} changes how the platform's own processes load, "
+                              "and functions never see it", field=field)
     if TOOLCHAIN_ENV.match(key):
         raise ValidationError(f"environment variable {key!r} configures the build toolchain, which a function's "
                               "variables never reach: the platform sets it", field=field)
