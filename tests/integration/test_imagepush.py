@@ -17,6 +17,8 @@ import hashlib
 import http.server
 import json
 import os
+import socket
+import struct
 import subprocess
 import threading
 import time
@@ -311,3 +313,81 @@ def test_a_registry_behind_a_token_server_takes_a_token_scoped_to_the_one_reposi
             code, message = push(tmp_path, tarball, f"{addr}/sless/sless-0123456789abcdef/deps:late", config=login)
             assert code == 1 and "HTTP 401" in str(message), message
             assert len(tokens.scopes) - asked == 2, tokens.scopes
+
+
+@contextlib.contextmanager
+def flaky_proxy(upstream: str, reset_at_once: set[int], cut_once_after: int | None = None) -> Iterator[str]:
+    """A TCP proxy on loopback to UPSTREAM whose Nth connection (1-based) is reset at once when N is in
+    RESET_AT_ONCE; the first connection on which the client sends more than CUT_ONCE_AFTER bytes is reset
+    there (once); yields its host:port."""
+    host, port = upstream.rsplit(":", 1)
+    listener = socket.create_server(("127.0.0.1", 0))
+    count = 0
+    stop = threading.Event()
+    cut = threading.Event()
+
+    def reset(*socks: socket.socket) -> None:
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.close()
+
+    def pump(src: socket.socket, dst: socket.socket, limit: int | None) -> None:
+        sent = 0
+        try:
+            while data := src.recv(65536):
+                if limit is not None and sent + len(data) > limit and not cut.is_set():
+                    cut.set()
+                    reset(src, dst)
+                    return
+                dst.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def serve() -> None:
+        nonlocal count
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            count += 1
+            if count in reset_at_once:
+                reset(client)
+                continue
+            server = socket.create_connection((host, int(port)))
+            threading.Thread(target=pump, args=(client, server, cut_once_after), daemon=True).start()
+            threading.Thread(target=pump, args=(server, client, None), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        listener.close()
+
+
+def test_a_connection_refused_or_cut_mid_upload_is_tried_again_and_the_image_arrives_whole(
+    registry_bin: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What kaniko's --push-retry did: the first plain-HTTP connection is reset, a later one is cut 100 kB into
+    the large layer's upload; the push starts that blob over and ends with every byte in place."""
+    spec = ImageTarball([layer({"small": b"s"}), layer({"large": os.urandom(400_000)})])
+    tarball = spec.write(tmp_path / "image.tar")
+    with registry(registry_bin, tmp_path / "reg") as addr:
+        # --insecure tries TLS first (connection 1), then plain HTTP: connection 2 is reset
+        with flaky_proxy(addr, reset_at_once={2}, cut_once_after=100_000) as flaky:
+            code, result = push(tmp_path, tarball, f"{flaky}/sless/ns/flaky:1")
+        assert code == 0 and isinstance(result, dict), result
+        assert (result["uploaded"], result["existing"]) == (3, 0), result
+        err = capsys.readouterr().err
+        assert err.count("trying again (1 of 3)") == 2, err
+        check_pushed(Registry(addr), "sless/ns/flaky", "1", spec, result)
+        # never more than --retries: a registry that stays away fails with the last reason
+        with flaky_proxy(addr, reset_at_once=set(range(1, 100))) as gone:
+            code, message = push(tmp_path, tarball, f"{gone}/sless/ns/flaky:2", "--retries=1")
+        assert code == 1 and "cannot reach the registry" in str(message), message

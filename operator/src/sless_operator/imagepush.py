@@ -30,11 +30,12 @@ import os
 import re
 import stat
 import sys
+import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
 import requests
@@ -44,6 +45,7 @@ from sless_operator.imagetar import CHUNK, Blob, Entry, TarballError, load_image
 TERMINATION_LOG = Path("/dev/termination-log")
 DEFAULT_MAX_BYTES = 1280 * 1024 * 1024
 DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
+DEFAULT_RETRIES = 3
 MAX_MANIFEST_BYTES = 1 << 20
 #: Bound of any registry or token server answer that is read (errors, tokens): a hostile or broken server
 #: cannot make the pusher hold more.
@@ -54,10 +56,21 @@ _COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
 _REPOSITORY = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _CHALLENGE_PARAM = re.compile(r'([A-Za-z]+)\s*=\s*"([^"]*)"')
+T = TypeVar("T")
 
 
 class PushError(Exception):
     """The image cannot be pushed: a refused tarball, a registry's refusal, no connection."""
+
+
+class TransientError(PushError):
+    """A failure that may pass: no connection, a connection cut, the registry's 5xx or 429. Tried again."""
+
+
+def _failed(what: str, resp: requests.Response) -> PushError:
+    """The error for an unexpected answer: transient for 5xx and 429, else final."""
+    kind = TransientError if resp.status_code >= 500 or resp.status_code == 429 else PushError
+    return kind(f"{what}: {_why(resp)}")
 
 
 # -- the destination and its credentials -------------------------------------------------------------
@@ -238,9 +251,9 @@ class Registry:
                 self._authorize(resp)
                 resp = self._send("GET", "/v2/")
             if resp.status_code != 200:
-                raise PushError(f"{url} answered {_why(resp)}")
+                raise _failed(f"{url} answered", resp)
             return
-        raise PushError(f"cannot reach the registry {self.reference.registry}: {short(str(last))}")
+        raise TransientError(f"cannot reach the registry {self.reference.registry}: {short(str(last))}")
 
     def _authorize(self, challenge: requests.Response) -> None:
         header = challenge.headers.get("WWW-Authenticate", "")
@@ -321,7 +334,7 @@ class Registry:
                                             verify=not self.insecure, allow_redirects=method == "HEAD",
                                             stream=True)  # fmt: skip
             except requests.RequestException as exc:
-                raise PushError(f"{method} {url.split('?')[0]}: {short(str(exc))}") from None
+                raise TransientError(f"{method} {url.split('?')[0]}: {short(str(exc))}") from None
             if resp.status_code == 401 and reauth and attempt == 1:
                 resp.close()
                 self._authorize(resp)
@@ -339,7 +352,7 @@ class Registry:
             return True
         if resp.status_code == 404:
             return False
-        raise PushError(f"checking blob {digest[:19]}: {_why(resp)}")
+        raise _failed(f"checking blob {digest[:19]}", resp)
 
     def _start_upload(self, digest: str) -> str:
         """An upload session's URL, or "" when the blob was mounted from another repository instead."""
@@ -352,7 +365,7 @@ class Registry:
                 return self._url(resp.headers["Location"])  # not mounted: the upload goes on here
         resp = self._send("POST", path)
         if resp.status_code != 202 or not resp.headers.get("Location"):
-            raise PushError(f"starting the upload of blob {digest[:19]}: {_why(resp)}")
+            raise _failed(f"starting the upload of blob {digest[:19]}", resp)
         return self._url(resp.headers["Location"])
 
     def upload(self, handle: IO[bytes], blob: Blob, chunk_bytes: int) -> bool:
@@ -374,12 +387,12 @@ class Registry:
                 resp = self._send("PATCH", location, headers=ranged,
                                   body=lambda s=start, n=length: _Body(handle, blob.entry, s, n))  # fmt: skip
                 if resp.status_code != 202 or not resp.headers.get("Location"):
-                    raise PushError(f"uploading blob {blob.digest[:19]} (bytes {start}-): {_why(resp)}")
+                    raise _failed(f"uploading blob {blob.digest[:19]} (bytes {start}-)", resp)
                 location = self._url(resp.headers["Location"])
                 start += length
             resp = self._send("PUT", location, params={"digest": blob.digest}, headers={"Content-Length": "0"})
         if resp.status_code != 201:
-            raise PushError(f"uploading blob {blob.digest[:19]}: {_why(resp)}")
+            raise _failed(f"uploading blob {blob.digest[:19]}", resp)
         return True
 
     def put_manifest(self, manifest: bytes, media_type: str) -> str:
@@ -387,13 +400,29 @@ class Registry:
         resp = self._send("PUT", f"/v2/{self.reference.repository}/manifests/{self.reference.tag}",
                           body=manifest, headers={"Content-Type": media_type})  # fmt: skip
         if resp.status_code != 201:
-            raise PushError(f"writing the manifest of {self.reference.repository}:{self.reference.tag}: "
-                            f"{_why(resp)}")  # fmt: skip
+            raise _failed(f"writing the manifest of {self.reference.repository}:{self.reference.tag}", resp)
         return "sha256:" + hashlib.sha256(manifest).hexdigest()
 
 
-def push(tarball: Path, registry: Registry, max_bytes: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> dict[str, Any]:
-    """Check TARBALL whole, then push its blobs (those the repository lacks) and its manifest; returns the result."""
+def retrying(step: Callable[[], T], retries: int, pause: float = 1.0) -> T:
+    """STEP, tried again up to RETRIES times after a transient failure (pauses of PAUSE, doubled each time)."""
+    for attempt in range(retries + 1):
+        try:
+            return step()
+        except TransientError as exc:
+            if attempt == retries:
+                raise
+            print(f"image push: {exc}; trying again ({attempt + 1} of {retries})", file=sys.stderr)
+            time.sleep(pause * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def push(tarball: Path, registry: Registry, max_bytes: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+         retries: int = DEFAULT_RETRIES) -> dict[str, Any]:  # fmt: skip
+    """Check TARBALL whole, then push its blobs (those the repository lacks) and its manifest; returns the result.
+
+    Each step (connecting, one blob, the manifest) is tried again after a transient failure, as kaniko's
+    ``--push-retry`` did: a blob's upload starts over in a new session."""
     try:
         fd = os.open(tarball, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:  # a link (ELOOP), missing, unreadable
@@ -405,25 +434,26 @@ def push(tarball: Path, registry: Registry, max_bytes: int, chunk_bytes: int = D
         if info.st_size > max_bytes:
             raise PushError(f"the image tarball is {info.st_size} bytes, more than the limit of {max_bytes}")
         image = load_image(handle, info.st_size)
-        registry.connect()
-        uploaded = mounted = existing = 0
+        retrying(registry.connect, retries)
+        counts = {"uploaded": 0, "mounted": 0, "existing": 0}
         done: set[str] = set()
+
+        def sender(blob: Blob) -> Callable[[], str]:
+            def send() -> str:
+                if registry.has_blob(blob.digest):
+                    return "existing"
+                return "uploaded" if registry.upload(handle, blob, chunk_bytes) else "mounted"
+
+            return send
+
         for blob in (*image.layers, image.config):
-            if blob.digest in done:
-                continue
-            done.add(blob.digest)
-            if registry.has_blob(blob.digest):
-                existing += 1
-                continue
-            if registry.upload(handle, blob, chunk_bytes):
-                uploaded += 1
-            else:
-                mounted += 1
-        digest = registry.put_manifest(manifest_bytes(image), image.manifest_type)
+            if blob.digest not in done:
+                done.add(blob.digest)
+                counts[retrying(sender(blob), retries)] += 1
+        digest = retrying(lambda: registry.put_manifest(manifest_bytes(image), image.manifest_type), retries)
     ref = registry.reference
     return {"image": f"{ref.registry}/{ref.repository}:{ref.tag}", "digest": digest,
-            "bytes": sum(b.size for b in image.layers) + image.config.size, "uploaded": uploaded,
-            "mounted": mounted, "existing": existing}  # fmt: skip
+            "bytes": sum(b.size for b in image.layers) + image.config.size, **counts}
 
 
 def _report(message: str) -> None:
@@ -445,16 +475,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-bytes", type=int, default=DEFAULT_CHUNK_BYTES,
                         help="blobs larger than this go up in PATCHes of this size")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds one request may take")
+    parser.add_argument("--retries", type=int, default=DEFAULT_RETRIES,
+                        help="tries again of a step after a transient failure (no connection, 5xx, 429)")
     args = parser.parse_args(argv)
-    if args.chunk_bytes < 1 or args.max_bytes < 1:
-        _report("image push: --chunk-bytes and --max-bytes must be positive")
+    if args.chunk_bytes < 1 or args.max_bytes < 1 or not 0 <= args.retries <= 10:
+        _report("image push: --chunk-bytes and --max-bytes must be positive, --retries 0..10")
         return 2
     try:
         reference = Reference.parse(args.destination)
         mounts = tuple(m for m in args.mount_from if _REPOSITORY.fullmatch(m) and m != reference.repository)
         credential = credential_for(read_docker_config(args.docker_config), reference.registry)
         registry = Registry(reference, credential, insecure=args.insecure, timeout=args.timeout, mount_from=mounts)
-        result = push(args.tarball, registry, args.max_bytes, args.chunk_bytes)
+        result = push(args.tarball, registry, args.max_bytes, args.chunk_bytes, args.retries)
     except (PushError, TarballError) as exc:
         _report(f"image push to {args.destination}: {exc}")
         return 1
