@@ -22,12 +22,10 @@ at start, the image at build), every cold start compiles the whole server again.
    sandboxed runtime), no spares (``SLESS_WARM_SPARES=0``: a fresh sandboxed process, precompiled), and no
    spares with a runtimes copy that cannot hold bytecode (its ``__pycache__`` is a file).
 
-What the sandbox's syscall filter (standalone/seccomp.py) costs, in the same run: the sandboxed process start
-with the filter (on a passed descriptor, as every launch of the platform gets it; and through the launcher, the
-fallback for a caller that passes no descriptors, so without a network namespace of its own) against the same
-launch with
-the filter off, and the no-spare ``sless up`` cold start against a fourth platform whose filter is off
-(``bench.unfiltered_up``).
+What the sandbox's syscall filter (standalone/seccomp.py) and, as root, the process's own network namespace
+(standalone/network.py: pasta set up before the process runs) cost, in the same run: the sandboxed process
+start against the same launch with the filter off, and against the same launch on the host's network; and
+the no-spare ``sless up`` cold start against a fourth platform whose filter is off (``bench.unfiltered_up``).
 """
 
 from __future__ import annotations
@@ -57,8 +55,7 @@ READY_PIPE = "readiness byte"
 POLLED = "health polled every 5 ms"
 NO_SPARE = "no spare, precompiled"
 UNFILTERED = "precompiled, sandboxed without the syscall filter"
-LAUNCHED = "precompiled, sandboxed without descriptors passed, filter through the launcher"
-UNFILTERED_STEP = "precompiled, sandboxed without descriptors passed, without the syscall filter"
+HOST_NETWORK = "precompiled, sandboxed on the host's network"
 NO_SPARE_UNFILTERED = "no spare, precompiled, without the syscall filter"
 #: Pause between scale to zero and the call (see the module docstring).
 SETTLE_SEC = 0.5
@@ -88,10 +85,10 @@ def runtime_copy(root: Path, server_source: Path | None = None, cacheable: bool 
 
 
 def start_to_healthy(python: str, server: Path, code: Path, sandbox: Any = None, filtered: bool = True,
-                     forwards_fds: bool = True) -> float:
+                     own_network: bool = True) -> float:
     """Seconds from spawning the server (in ``sandbox``'s jail when given, as ``sless up`` starts it) until
-    /_/health answers 200 (polled every millisecond). ``filtered``: with the syscall filter; ``forwards_fds``:
-    it reaches bwrap on a passed descriptor (function servers) rather than through the launcher (builds)."""
+    /_/health answers 200 (polled every millisecond). ``filtered``: with the syscall filter; ``own_network``:
+    in a network namespace of its own when the sandbox gives one (as root, with pasta)."""
     port = free_port()
     env = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PORT": str(port),
            "SLESS_HOST": "127.0.0.1", "SLESS_CODE_DIR": str(code)}
@@ -102,12 +99,16 @@ def start_to_healthy(python: str, server: Path, code: Path, sandbox: Any = None,
         from sless_api.standalone.sandbox import JailSpec, Limits
 
         spec = JailSpec("bench-coldstart", Limits.for_function(128, "python3.11"), ro_binds=(code, server.parent))
-        sandbox.syscall_filter = filtered
-        jail = sandbox.prepare(argv, code, spec, f"bench-coldstart-{port}", port=port, forwards_fds=forwards_fds)
-        sandbox.syscall_filter = True
+        pasta, sandbox.syscall_filter = sandbox.pasta, filtered
+        if not own_network:
+            sandbox.pasta = None
+        try:
+            jail = sandbox.prepare(argv, code, spec, f"bench-coldstart-{port}", port=port)
+        finally:
+            sandbox.pasta, sandbox.syscall_filter = pasta, True
         argv, preexec = jail.argv, jail.preexec
         env.update(jail.env)
-    pass_fds = jail.pass_fds if jail is not None and forwards_fds else ()
+    pass_fds = jail.pass_fds if jail is not None else ()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=code,
                             start_new_session=True, preexec_fn=preexec,  # noqa: PLW1509 - the sandbox's hook
                             pass_fds=pass_fds)
@@ -153,22 +154,21 @@ def bench_process(table: Table, workdir: Path, rounds: int, sandboxed: bool) -> 
         PREVIOUS: runtime_copy(workdir / "previous", REPO / "bench/peers/threaded_server.py", False) / "server.py",
     }
     sandbox = Sandbox.detect("bwrap", toolchain=[*toolchain_paths(), precompiled]) if sandboxed else None
-    # (name, server, sandbox, filtered, forwards_fds)
+    # (name, server, sandbox, filtered, own_network)
     runs: list[tuple[str, Path, Any, bool, bool]] = [(name, server, None, True, True)
                                                      for name, server in servers.items()]
     if sandbox is not None:
         runs += [(SANDBOXED, precompiled / "server.py", sandbox, True, True),
                  (UNFILTERED, precompiled / "server.py", sandbox, False, True),
-                 (LAUNCHED, precompiled / "server.py", sandbox, True, False),
-                 (UNFILTERED_STEP, precompiled / "server.py", sandbox, False, False)]
+                 (HOST_NETWORK, precompiled / "server.py", sandbox, True, False)]
     try:
-        for _, server, jail, filtered, forwards in runs:
-            start_to_healthy(python, server, code, jail, filtered, forwards)  # warm the page cache
+        for _, server, jail, filtered, own_network in runs:
+            start_to_healthy(python, server, code, jail, filtered, own_network)  # warm the page cache
         times: dict[str, list[float]] = {name: [] for name, *_ in runs}
         for r in range(rounds):
             log(f"process starts, round {r + 1}/{rounds}")
-            for name, server, jail, filtered, forwards in runs:
-                times[name].append(start_to_healthy(python, server, code, jail, filtered, forwards))
+            for name, server, jail, filtered, own_network in runs:
+                times[name].append(start_to_healthy(python, server, code, jail, filtered, own_network))
     finally:
         if sandbox is not None:
             sandbox.close()
@@ -185,8 +185,9 @@ def bench_process(table: Table, workdir: Path, rounds: int, sandboxed: bool) -> 
                   median(ms[UNFILTERED]), UNFILTERED)
         table.add(f"sandboxed start with the syscall filter, p90 ({rounds} starts)", percentile(ms[SANDBOXED], 90),
                   "ms", percentile(ms[UNFILTERED], 90), UNFILTERED)
-        table.add(f"sandboxed start, filter through the launcher (no descriptors passed), p50 ({rounds} starts)",
-                  median(ms[LAUNCHED]), "ms", median(ms[UNFILTERED_STEP]), UNFILTERED_STEP)
+        if sandbox.pasta is not None:
+            table.add(f"sandboxed start in its own network namespace, p50 ({rounds} starts)",
+                      median(ms[SANDBOXED]), "ms", median(ms[HOST_NETWORK]), HOST_NETWORK)
 
 
 def bench_supervisor(table: Table, workdir: Path, rounds: int) -> None:

@@ -3,9 +3,9 @@
 A probe (the hostile function's ``syscalls`` action, tests/e2e/hostile/handler.py) calls each refused syscall
 raw through libc's ``syscall()`` with arguments that fail harmlessly, and with another errno, where no
 filter stops them; the same probe in the same sandbox without the filter shows that difference, so the
-EPERMs are the filter's. Both ways the filter reaches bwrap are covered: on a descriptor the caller passes
-(every launch of the platform) and through the launcher (the fallback for a caller that passes none). As
-root the sandbox drops to a tenant uid; the same checks run as uid 65534, where it is a user namespace.
+EPERMs are the filter's. The filter reaches bwrap on a descriptor the caller passes on (every launch of the
+platform; one that passes none makes bwrap refuse to start). As root the sandbox drops to a tenant uid; the
+same checks run as uid 65534, where it is a user namespace.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ pytestmark = [
 ]
 
 
-def run_jailed(prepared: Prepared, cwd: Path, forwards_fds: bool = True) -> subprocess.CompletedProcess[str]:
-    """Start a prepared launch as the platform's callers do (descriptors passed on or not, then its network
-    attached), wait for it, clean up."""
+def run_jailed(prepared: Prepared, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Start a prepared launch as the platform's callers do (descriptors passed on, then its network attached),
+    wait for it, clean up."""
     try:
         proc = subprocess.Popen(prepared.argv, env={"PATH": "/usr/bin:/bin", **prepared.env}, cwd=cwd,
                                 preexec_fn=prepared.preexec,  # the sandbox's hook
-                                pass_fds=prepared.pass_fds if forwards_fds else (), stdout=subprocess.PIPE,
+                                pass_fds=prepared.pass_fds, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         prepared.release_fds()
         prepared.attach()
@@ -59,12 +59,12 @@ def run_jailed(prepared: Prepared, cwd: Path, forwards_fds: bool = True) -> subp
         prepared.cleanup()
 
 
-def run_probe(sandbox: Sandbox, forwards_fds: bool) -> dict[str, str]:
-    """The probe's answers from a process sandboxed as tenant "t1" (forwarding ``pass_fds`` or not)."""
+def run_probe(sandbox: Sandbox) -> dict[str, str]:
+    """The probe's answers from a process sandboxed as tenant "t1"."""
     jail = JailSpec(tenant="t1", limits=Limits.for_function(128, "python3.11"), ro_binds=(HANDLER.parent,))
     prepared = sandbox.prepare([str(python_interpreter()), "-S", "-c", PROBE], HANDLER.parent, jail,
-                               "seccomp-probe", forwards_fds=forwards_fds)
-    run = run_jailed(prepared, HANDLER.parent, forwards_fds)
+                               "seccomp-probe")
+    run = run_jailed(prepared, HANDLER.parent)
     assert run.returncode == 0, run.stderr[-2000:]
     answers: dict[str, str] = json.loads(run.stdout)
     return answers
@@ -90,9 +90,27 @@ def test_the_start_up_reason_names_the_filter(sandbox: Sandbox) -> None:
     assert sandbox.syscall_filter and "seccomp filter refusing io_uring" in sandbox.reason
 
 
-@pytest.mark.parametrize("forwards_fds", [True, False], ids=["passed-descriptor", "launcher"])
-def test_every_refused_call_answers_eperm(sandbox: Sandbox, forwards_fds: bool) -> None:
-    assert_refused(run_probe(sandbox, forwards_fds))
+def test_every_refused_call_answers_eperm(sandbox: Sandbox) -> None:
+    assert_refused(run_probe(sandbox))
+
+
+def test_a_launch_without_its_descriptors_does_not_start(sandbox: Sandbox) -> None:
+    """Deny by default: a caller that does not pass the launch's descriptors on gets no process, not one that
+    runs unfiltered (bwrap cannot read the filter it was told to apply, and refuses). On the host's network,
+    so that the filter's is the only descriptor in play."""
+    jail = JailSpec(tenant="t1", limits=Limits.for_function(128, "python3.11"), ro_binds=(HANDLER.parent,),
+                    own_network=False)
+    prepared = sandbox.prepare([str(python_interpreter()), "-S", "-c", "print('ran')"], HANDLER.parent, jail,
+                               "seccomp-nofds")
+    try:
+        proc = subprocess.Popen(prepared.argv, env={"PATH": "/usr/bin:/bin", **prepared.env}, cwd=HANDLER.parent,
+                                preexec_fn=prepared.preexec,  # the sandbox's hook
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        prepared.release_fds()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        prepared.cleanup()
+    assert proc.returncode != 0 and "ran" not in out and "seccomp" in err, (out, err)
 
 
 def test_without_the_filter_the_probe_sees_the_kernels_own_answers(sandbox: Sandbox) -> None:
@@ -100,7 +118,7 @@ def test_without_the_filter_the_probe_sees_the_kernels_own_answers(sandbox: Sand
     # remove, this one's cgroup folder).
     sandbox.syscall_filter = False
     try:
-        answers = run_probe(sandbox, forwards_fds=True)
+        answers = run_probe(sandbox)
     finally:
         sandbox.syscall_filter = True
     assert answers["Seccomp"] == "0"
@@ -119,8 +137,7 @@ def test_the_filter_holds_without_root(tmp_path: Path) -> None:
         "from sless_api.standalone.sandbox import Sandbox\n"
         "from tests.integration.test_seccomp import run_probe\n"
         "sandbox = Sandbox.detect('bwrap', toolchain=toolchain_paths())\n"
-        "print(json.dumps({'reason': sandbox.reason, 'passed': run_probe(sandbox, True),\n"
-        "                  'launcher': run_probe(sandbox, False)}))\n"
+        "print(json.dumps({'reason': sandbox.reason, 'passed': run_probe(sandbox)}))\n"
     )
     paths = [str(p) for p in (REPO, REPO / "api" / "src", REPO / "core" / "src", site)]
     run = subprocess.run(
@@ -132,7 +149,6 @@ def test_the_filter_holds_without_root(tmp_path: Path) -> None:
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert "user namespaces" in result["reason"] and "seccomp filter" in result["reason"], result["reason"]
     assert_refused(result["passed"])
-    assert_refused(result["launcher"])
 
 
 def test_a_filtered_sandbox_still_runs_threads_subprocesses_and_node(sandbox: Sandbox, tmp_path: Path) -> None:
@@ -148,22 +164,24 @@ def test_a_filtered_sandbox_still_runs_threads_subprocesses_and_node(sandbox: Sa
         runs.append(([node_bin, "-e", node], "node fs"))
     for argv, expected in runs:
         jail = JailSpec(tenant="t1", limits=Limits.for_function(256, "nodejs20"))
-        prepared = sandbox.prepare(argv, Path("/"), jail, "seccomp-work", forwards_fds=True)
+        prepared = sandbox.prepare(argv, Path("/"), jail, "seccomp-work")
         run = run_jailed(prepared, Path("/"))
         assert run.returncode == 0 and run.stdout.strip() == expected, (argv[0], run.stdout, run.stderr[-2000:])
     if node_bin is None:
         pytest.skip("node is not installed: only the Python half ran")
 
 
-def test_the_program_is_built_once_and_each_launch_gets_its_own_descriptor() -> None:
+def test_the_program_is_built_once_and_each_launch_gets_its_own_descriptor(sandbox: Sandbox) -> None:
     assert seccomp.program() is seccomp.program()
-    first, second = seccomp.program_fd(), seccomp.program_fd()
+    jail = JailSpec(tenant="t1", limits=Limits.for_function(128, "python3.11"))
+    first, second = (sandbox.prepare(["true"], Path("/"), jail, f"seccomp-fd-{n}") for n in (1, 2))
     try:
-        assert first != second
-        assert os.read(first, 1 << 16) == seccomp.program() == os.read(second, 1 << 16)
+        fds = [p.pass_fds[0] for p in (first, second)]  # no secret files: the filter's comes first
+        assert fds[0] != fds[1]
+        assert os.read(fds[0], 1 << 16) == seccomp.program() == os.read(fds[1], 1 << 16)
     finally:
-        os.close(first)
-        os.close(second)
+        for prepared in (first, second):
+            prepared.cleanup()
 
 
 def test_without_libseccomp_the_sandbox_is_refused_and_says_why(tmp_path: Path) -> None:
@@ -220,7 +238,7 @@ def _sdist(path: Path) -> Path:
 
 
 def test_a_dependency_install_runs_under_the_filter(sandbox: Sandbox, tmp_path: Path) -> None:
-    """pip through the builder (whose steps get the filter from the launcher): a package's setup.py sees the
+    """pip through the builder (whose steps get the filter on a passed descriptor): a package's setup.py sees the
     filter, and the install succeeds."""
     if os.geteuid() != 0:
         pytest.skip("sandboxed installs per tenant uid need root (tests/integration/test_builder.py)")

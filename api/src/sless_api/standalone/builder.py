@@ -746,8 +746,7 @@ class Builder:
         for attempt in range(1, attempts + 1):
             prepared = None
             if jail is not None and self.sandbox is not None:
-                prepared = self.sandbox.prepare(argv, cwd, jail, f"build-{tool.replace(' ', '-')}",
-                                                forwards_fds=True)
+                prepared = self.sandbox.prepare(argv, cwd, jail, f"build-{tool.replace(' ', '-')}")
             run = _run_tool(argv, cwd, env, self.timeout_sec, prepared)
             if run.returncode == 0:
                 return

@@ -158,7 +158,7 @@ def run_once(
     full_env["SLESS_RESULT_FILE"] = f"/dev/fd/{result_write}"
     try:
         if sandbox is not None and jail is not None:
-            prepared = sandbox.prepare(argv, artifact.code_dir, jail, f"run-{jail.tenant}", forwards_fds=True)
+            prepared = sandbox.prepare(argv, artifact.code_dir, jail, f"run-{jail.tenant}")
             full_env.update(prepared.env)
         proc = subprocess.Popen(
             prepared.argv if prepared is not None else argv,

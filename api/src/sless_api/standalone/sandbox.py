@@ -103,21 +103,6 @@ LOADER_ENV = (
     "LD_HWCAP_MASK", "LD_LIBRARY_PATH", "LD_ORIGIN_PATH", "LD_PRELOAD", "LD_PROFILE", "LD_USE_LOAD_BIAS",
     "LOCALDOMAIN", "LOCPATH", "MALLOC_TRACE", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR",
 )
-#: Stands for the filter's descriptor in the argv of a launch whose caller passes no descriptors (see
-#: Sandbox.prepare): the launcher puts the one it opens in its place.
-SECCOMP_FD_SLOT = "@sless-seccomp-fd@"
-#: That launcher (``python -I -S -c``: no environment variable, user site or site module changes what it
-#: does): the program (hex, argv[1]) into a memfd the command inherits, then exec the command (argv[2:]).
-SECCOMP_LAUNCHER = (
-    "import os, sys\n"
-    "fd = os.memfd_create('sless-seccomp', 0)\n"
-    "os.write(fd, bytes.fromhex(sys.argv[1]))\n"
-    "os.lseek(fd, 0, os.SEEK_SET)\n"
-    "os.set_inheritable(fd, True)\n"
-    f"argv = [str(fd) if a == {SECCOMP_FD_SLOT!r} else a for a in sys.argv[2:]]\n"
-    "os.execv(argv[0], argv)\n"
-)
-
 
 class SandboxUnavailable(Exception):
     """A sandbox was required (SLESS_SANDBOX=bwrap) but cannot be made on this host."""
@@ -398,7 +383,7 @@ def _parent_dirs(dests: Sequence[Path]) -> list[str]:
 
 def _memfd(name: str, content: bytes) -> int:
     """An anonymous in-memory file holding CONTENT, read from its start (what ``--ro-bind-data`` copies)."""
-    fd = os.memfd_create(f"sless-secret-{name}", os.MFD_CLOEXEC)
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
         view = memoryview(content)
         while view:
@@ -537,14 +522,14 @@ class Sandbox:
     # -- launching ---------------------------------------------------------------------------
 
     def prepare(self, argv: Sequence[str], cwd: Path, spec: JailSpec, label: str,
-                port: int | None = None, forwards_fds: bool = False) -> Prepared:
+                port: int | None = None) -> Prepared:
         """The launch of ``argv`` in ``spec``'s sandbox (or, when off, with per-process limits only).
 
-        ``port``: the loopback port the process will listen on, closed to tenants until cleanup.
-        ``forwards_fds``: the caller starts the process with ``pass_fds=prepared.pass_fds``; the syscall
-        filter then reaches bwrap on one of them (every launch of the platform does so). A caller that
-        passes no descriptors gets a launcher in front of bwrap that puts the filter on one itself (a Python
-        start, 10 ms on a quiet machine), so no jailed process runs unfiltered for want of a descriptor.
+        ``port``: the loopback port the process will listen on (forwarded from the host's loopback into its
+        own network namespace, or closed to tenants until cleanup). The caller starts the process with
+        ``pass_fds=prepared.pass_fds`` (the secret files, the syscall filter and the namespace's pipes reach
+        bwrap on them; without them bwrap refuses to start, so nothing runs unfiltered), then calls
+        ``release_fds()`` and ``attach()``.
         """
         limits = spec.limits
         if not self.enabled:
@@ -565,18 +550,16 @@ class Sandbox:
             wrapped = self._reaper_argv(argv, cwd)
             env: dict[str, str] = {}
         else:
-            fds = [_memfd(name, content) for name, content in spec.files]
+            fds = [_memfd(f"sless-secret-{name}", content) for name, content in spec.files]
             filter_fd = None
-            if self.syscall_filter and forwards_fds:
-                filter_fd = seccomp.program_fd()
+            if self.syscall_filter:
+                filter_fd = _memfd("sless-seccomp", seccomp.program())  # each bwrap reads its own to the end
                 fds.append(filter_fd)
-            if self.pasta is not None and spec.own_network and forwards_fds:
+            if self.pasta is not None and spec.own_network:
                 netns = NetnsLaunch.make(self.pasta, port, _die_with_platform)
                 fds += netns.child_fds
             wrapped = self._jail_argv(argv, cwd, spec, uid, fds[:len(spec.files)], filter_fd,
                                       netns.bwrap_args() if netns is not None else [])
-            if self.syscall_filter and not forwards_fds:
-                wrapped = [sys.executable, "-I", "-S", "-c", SECCOMP_LAUNCHER, seccomp.program().hex(), *wrapped]
             env = {**dict.fromkeys(LOADER_ENV, ""), "HOME": SANDBOX_TMP, "TMPDIR": SANDBOX_TMP,
                    **_address_space_env(limits, cgroup)}
             if spec.files:
@@ -638,7 +621,8 @@ class Sandbox:
             out += ["--perms", "0444", "--ro-bind-data", str(fd), str(dest)]
         if self.syscall_filter:
             # Applied by bwrap right before it executes the command: setpriv and the tenant's code run under it.
-            out += ["--seccomp", SECCOMP_FD_SLOT if filter_fd is None else str(filter_fd)]
+            assert filter_fd is not None
+            out += ["--seccomp", str(filter_fd)]
         out += ["--chdir", str(cwd)]
         if uid is not None:
             assert self.setpriv is not None

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import os
 import tempfile
 from typing import Any
 
@@ -147,21 +146,3 @@ def summary() -> str:
     if unknown:
         text += f" (this libseccomp cannot filter {', '.join(unknown)})"
     return text
-
-
-def program_fd() -> int:
-    """A fresh descriptor on the program, read from its start (each launch's bwrap reads its own to the end).
-
-    Close-on-exec in this process: the launch passes it on explicitly (``pass_fds``).
-    """
-    code = program()
-    fd = os.memfd_create("sless-seccomp", os.MFD_CLOEXEC)
-    try:
-        view = memoryview(code)
-        while view:
-            view = view[os.write(fd, view):]
-        os.lseek(fd, 0, os.SEEK_SET)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd

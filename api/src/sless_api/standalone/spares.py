@@ -207,7 +207,7 @@ class SparePool:
             if self._closed or self._generation.get(template.tenant, 0) != generation:
                 raise asyncio.CancelledError  # dropped before it began
             prepared = await asyncio.to_thread(sandbox.prepare, template.argv, cwd, jail_spec,
-                                               f"spare-{template.tenant}-{port}", port=port, forwards_fds=True)
+                                               f"spare-{template.tenant}-{port}", port=port)
             if self._closed or self._generation.get(template.tenant, 0) != generation:
                 raise asyncio.CancelledError  # dropped while its sandbox was being set up: no process
             env = {**dict(template.env), **prepared.env, "PORT": str(port), "SLESS_HOST": "127.0.0.1",

@@ -665,7 +665,6 @@ class Supervisor:
                 # In a thread: cgroup set-up and the port rule (an iptables run) must not stall other calls.
                 jail = await asyncio.to_thread(
                     spec.sandbox.prepare, spec.argv, spec.cwd, spec.jail, f"{slot.key}-{port}", port=port,
-                    forwards_fds=True,
                 )
                 argv, preexec = jail.argv, jail.preexec
                 env.update(jail.env)
