@@ -214,8 +214,10 @@ class Arena:
 @pytest.fixture(scope="module")
 def arena(real_node: RealNode) -> Iterator[Arena]:
     platform_ns = f"sless-system-{secrets.token_hex(4)}"
-    config = OperatorConfig.from_env({"SLESS_PLATFORM_NAMESPACE": platform_ns})
-    open_config = OperatorConfig.from_env({"SLESS_PLATFORM_NAMESPACE": platform_ns,
+    # the bed's CoreDNS runs on the node (behind the kube-dns Service), not as a pod: its address is the peer
+    dns = {"SLESS_DNS_CIDRS": f"{real_node.node_ip}/32"}
+    config = OperatorConfig.from_env({"SLESS_PLATFORM_NAMESPACE": platform_ns, **dns})
+    open_config = OperatorConfig.from_env({"SLESS_PLATFORM_NAMESPACE": platform_ns, **dns,
                                            "SLESS_FUNCTION_EGRESS_CIDRS": f"{real_node.node_ip}/32"})  # fmt: skip
     tenants = {role: f"sless-{secrets.token_hex(8)}" for role in ("a", "b", "c")}
     api = api_policy(platform_ns)
@@ -288,6 +290,110 @@ def test_default_deny_refuses_a_functions_egress_while_dns_resolves(real_node: R
     seen = probe(real_node, arena.outsider, [to_a])
     assert seen[to_a] in BLOCKED, seen
     eventually(real_node, arena.platform, to_a, REACHED)
+
+
+# A resolver of a function's own choosing: a DNS server on port 53 that answers every A question with
+# RESOLVER_ANSWER, in a pod of a namespace without policies (an address of the bed's bridge, like any outside
+# server a function could name). UDP, as resolvers are asked.
+RESOLVER_ANSWER = "10.123.45.67"
+RESOLVER = r"""
+import socket, sys
+answer = socket.inet_aton(sys.argv[1])
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sock.bind(("0.0.0.0", 53))
+while True:
+    query, peer = sock.recvfrom(512)
+    end = query.index(b"\0", 12) + 5  # the question: its name, type and class
+    head = query[:2] + b"\x81\x80" + query[4:6] + b"\x00\x01\x00\x00\x00\x00"
+    record = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + answer
+    sock.sendto(head + query[12:end] + record, peer)
+"""
+# Asks SERVER:53 over UDP for a name's A record, as a function could with any DNS library: the address,
+# "refused" (ICMP unreachable), "timeout", or "error: ...".
+ASK = r"""
+import json, os, socket, struct, sys
+server, name = sys.argv[1], sys.argv[2]
+query = os.urandom(2) + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+query += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\x00\x00\x01\x00\x01"
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sock.settimeout(3)
+try:
+    sock.connect((server, 53))
+    sock.send(query)
+    reply = sock.recv(512)
+    print(json.dumps(socket.inet_ntoa(reply[-4:]) if struct.unpack("!H", reply[6:8])[0] else "error: no answer"))
+except ConnectionRefusedError:
+    print(json.dumps("refused"))
+except (TimeoutError, socket.timeout):
+    print(json.dumps("timeout"))
+except OSError as exc:
+    print(json.dumps(f"error: {exc}"))
+"""
+
+
+def ask(real_node: RealNode, pod: Pod, server: str, name: str) -> str:
+    """What SERVER:53 answers POD for NAME (see ASK)."""
+    proc = real_node.bed.kubectl("exec", "-n", pod.namespace, pod.name, "--", "python3", "-c", ASK, server, name,
+                                 timeout=60)  # fmt: skip
+    answer: str = json.loads(proc.stdout)
+    return answer
+
+
+@pytest.fixture(scope="module")
+def resolver(real_node: RealNode) -> Iterator[Pod]:
+    """The outside resolver (RESOLVER) in a pod of its own namespace: no policies, root for port 53."""
+    bed = real_node.bed
+    ns = f"rn-resolver-{secrets.token_hex(4)}"
+    bed.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    try:
+        bed.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "resolver", "namespace": ns},
+                   "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                       "name": "resolver", "image": real_node.image("sless/python3.11"),
+                       "command": ["python3", "-u", "-c", RESOLVER, RESOLVER_ANSWER],
+                       "securityContext": {"runAsUser": 0, "runAsNonRoot": False},
+                       "resources": {"limits": {"memory": "64Mi"}}}]}})  # fmt: skip
+        yield ready_pod(real_node, ns, "resolver")
+    finally:
+        bed.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_a_function_resolves_names_only_through_the_cluster_dns(real_node: RealNode, arena: Arena,
+                                                                 resolver: Pod) -> None:  # fmt: skip
+    """sless-allow-dns opens port 53 to the cluster DNS only: a function's query to another resolver is
+    refused, while the cluster DNS answers it (and the same resolver answers a pod without policies)."""
+    a = arena.a
+    cluster_dns = real_node.bed.get("service", "kube-dns", "-n", "kube-system")["spec"]["clusterIP"]
+    name = "kubernetes.default.svc.cluster.local"
+    # the controls: the resolver answers a pod without policies, and the cluster DNS answers the function
+    real_node.bed.wait("the resolver answers a pod without policies",
+                       lambda: ask(real_node, arena.outsider, resolver.ip, name) == RESOLVER_ANSWER, 60, 1)
+    assert ask(real_node, a, cluster_dns, name) == "10.96.0.1"
+    assert probe(real_node, a, [dns(name)])[dns(name)] == "10.96.0.1"  # the pod's own resolv.conf
+    for pod in (a, arena.b):
+        seen = ask(real_node, pod, resolver.ip, name)
+        assert seen in BLOCKED, (pod.namespace, seen)
+    # and the refusal is the rule's peers: under the previous rule (port 53 to anyone) the same query passes
+    ns = f"sless-{secrets.token_hex(8)}"
+    config = OperatorConfig.from_env({"SLESS_PLATFORM_NAMESPACE": arena.platform.namespace,
+                                      "SLESS_DNS_CIDRS": f"{real_node.node_ip}/32"})  # fmt: skip
+    objects = manifests.tenant_objects(config, ns)
+    for obj in objects:
+        if obj["metadata"]["name"] == manifests.ALLOW_DNS_NAME:
+            obj["spec"]["egress"] = [{"ports": obj["spec"]["egress"][0]["ports"]}]
+    namespace(real_node, ns, crd.tenant_namespace_labels(), objects)
+    try:
+        start_pod(real_node, ns, FUNCTION, manifests.selector_labels(FUNCTION))
+        earlier = ready_pod(real_node, ns, FUNCTION)
+        wait_policed(real_node, earlier)
+        real_node.bed.wait("the resolver answers under the previous rule",
+                           lambda: ask(real_node, earlier, resolver.ip, name) == RESOLVER_ANSWER, 60, 1)
+    finally:
+        real_node.bed.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    # the policy as the operator writes it: the cluster DNS's pods and the listed addresses, nothing else
+    [policy] = [o for o in manifests.tenant_objects(OperatorConfig.from_env({"SLESS_DNS_CIDRS": "10.0.0.10/32"}),
+                                                    a.namespace) if o["metadata"]["name"] == manifests.ALLOW_DNS_NAME]
+    assert [sorted(peer) for peer in policy["spec"]["egress"][0]["to"]] == [["namespaceSelector", "podSelector"],
+                                                                            ["ipBlock"]]  # fmt: skip
 
 
 def test_function_egress_cidrs_open_only_the_listed_addresses(real_node: RealNode, arena: Arena) -> None:
