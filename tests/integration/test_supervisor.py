@@ -591,6 +591,39 @@ def test_sandboxed_process_has_its_own_pid_namespace_and_uid_and_drains_on_sigte
 
 
 @needs_root
+def test_sandboxed_port_taken_on_the_host_is_retried(tmp_path: Path, code: Path, sandbox: Sandbox,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """In its own network namespace the runtime binds its port there, and pasta binds the same port on the
+    host's loopback: pasta losing that race is a lost port race too, retried on another port."""
+    if sandbox.pasta is None:
+        pytest.skip("functions share the host's network here (no pasta)")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        taken = blocker.getsockname()[1]
+        real_free_port = supervisor_module.free_port
+        handed_out: list[int] = []
+
+        def first_one_taken(exclude: set[int] | frozenset[int] = frozenset()) -> int:
+            port = taken if not handed_out else real_free_port(exclude)
+            handed_out.append(port)
+            return port
+
+        monkeypatch.setattr(supervisor_module, "free_port", first_one_taken)
+
+        async def scenario(sup: Supervisor) -> None:
+            await sup.deploy("fn", sandboxed_spec(sandbox, code, "v1"))
+            async with aiohttp.ClientSession() as session, sup.lease("fn") as url:
+                assert url != f"http://127.0.0.1:{taken}"
+                assert (await get(session, url))["version"] == "v1"
+            assert handed_out[0] == taken and len(handed_out) == 2
+            assert "failed to bind" in log_text(tmp_path).lower()
+            assert sup.status("fn")["failures"] == 0, "a lost port race is not a failure of the function"
+
+        run_scenario(tmp_path, scenario)
+
+
+@needs_root
 def test_sandboxed_memory_limit_fails_the_call_with_a_clear_error(tmp_path: Path, sandbox: Sandbox) -> None:
     hog = write_function(tmp_path, "hog", MEMORY_HOG)
 

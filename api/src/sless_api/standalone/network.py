@@ -32,9 +32,11 @@ import os
 import select
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import IO
 
 #: How long pasta may take to configure a namespace before the launch fails (it takes milliseconds).
 PASTA_READY_SEC = 10.0
@@ -84,6 +86,7 @@ class NetnsLaunch:
     info_read: int
     info_write: int
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    messages: IO[bytes] | None = field(default=None, repr=False)
 
     @classmethod
     def make(cls, pasta: Pasta, port: int | None, preexec: Callable[[], None]) -> NetnsLaunch:
@@ -111,10 +114,12 @@ class NetnsLaunch:
         except OSError as exc:
             raise NetworkUnavailable(f"cannot open the sandbox's network namespace: {exc}") from exc
         pid_read, pid_write = os.pipe()
+        # Its messages go to a file, not a pipe: a pasta that logs while it serves must never block on a full one.
+        self.messages = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the launch
         try:
             self.process = subprocess.Popen(
                 self.pasta.argv(netns, pid_write, self.port), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(netns, pid_write),
+                stdout=subprocess.DEVNULL, stderr=self.messages, pass_fds=(netns, pid_write),
                 start_new_session=True, preexec_fn=self.preexec)  # noqa: PLW1509 - a prctl call
         except OSError as exc:
             raise NetworkUnavailable(f"cannot start pasta: {exc}") from exc
@@ -128,8 +133,9 @@ class NetnsLaunch:
             os.close(pid_read)
         if not ready:
             self.process.kill()
-            _out, err = self.process.communicate(timeout=5)
-            said = err.decode(errors="replace").strip()
+            self.process.wait(timeout=5)
+            self.messages.seek(0)
+            said = self.messages.read(4096).decode(errors="replace").strip()
             failure = PortTaken if "Failed to bind" in said else NetworkUnavailable
             raise failure(f"pasta did not configure the function's network (exit {self.process.returncode}): "
                           f"{said}")
@@ -156,8 +162,8 @@ class NetnsLaunch:
                 self.process.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=5)
-        if self.process is not None and self.process.stderr is not None:
-            self.process.stderr.close()
+        if self.messages is not None:
+            self.messages.close()
         for name in ("block_read", "block_write", "info_read", "info_write"):
             fd = getattr(self, name)
             if fd >= 0:
