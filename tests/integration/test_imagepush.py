@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import requests
 
-from sless_operator import imagepush
+from sless_operator import imagepush, podstep
 from tests.support.imagetarball import ImageTarball, layer
 from tests.support.services import free_port
 
@@ -108,12 +108,12 @@ def push(tmp_path: Path, tarball: Path, destination: str, *extra: str, config: d
         docker = tmp_path / "config.json"
         docker.write_text(json.dumps(config))
         args.append(f"--docker-config={docker}")
-    saved = imagepush.TERMINATION_LOG
-    imagepush.TERMINATION_LOG = term
+    saved = podstep.TERMINATION_LOG
+    podstep.TERMINATION_LOG = term
     try:
         code = imagepush.main(args)
     finally:
-        imagepush.TERMINATION_LOG = saved
+        podstep.TERMINATION_LOG = saved
     text = term.read_text()
     return code, json.loads(text) if code == 0 else text
 

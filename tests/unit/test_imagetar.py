@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sless_operator import imagepush, imagetar
+from sless_operator import imagepush, imagetar, podstep
 from tests.support.imagetarball import ImageTarball, config_for, layer
 
 NOWHERE = "127.0.0.1:9/sless/ns/fn:tag"  # discard port: nothing listens
@@ -26,7 +26,7 @@ NOWHERE = "127.0.0.1:9/sless/ns/fn:tag"  # discard port: nothing listens
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tarball: Path, *extra: str) -> tuple[int, str]:
     """imagepush's command line as the push step runs it; its exit code and termination message."""
     term = tmp_path / "termination-log"
-    monkeypatch.setattr(imagepush, "TERMINATION_LOG", term)
+    monkeypatch.setattr(podstep, "TERMINATION_LOG", term)
     code = imagepush.main([f"--tarball={tarball}", f"--destination={NOWHERE}", "--insecure", "--timeout=5", *extra])
     return code, term.read_text() if term.exists() else ""
 
@@ -192,7 +192,7 @@ def test_a_destination_that_is_not_repository_and_tag_is_refused(
 ) -> None:
     path = ImageTarball([layer({"a": b"a"})]).write(tmp_path / "image.tar")
     term = tmp_path / "termination-log"
-    monkeypatch.setattr(imagepush, "TERMINATION_LOG", term)
+    monkeypatch.setattr(podstep, "TERMINATION_LOG", term)
     assert imagepush.main([f"--tarball={path}", f"--destination={destination}"]) == 1
     assert "--destination" in term.read_text()
 

@@ -25,7 +25,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-TERMINATION_LOG = Path("/dev/termination-log")
+from sless_operator import podstep
+
 NAMES = ("server", "runner")
 #: Fixed mtime of every entry: the same binary gives the same archive.
 FIXED_MTIME = 946_684_800
@@ -74,10 +75,6 @@ def put(url: str, data: bytes, timeout: float = 60.0) -> None:
         raise UploadError(str(exc)) from exc
 
 
-def _report(message: str) -> None:
-    print(message, file=sys.stderr)
-    with contextlib.suppress(OSError):  # not in a pod
-        TERMINATION_LOG.write_text(message[-4000:])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,18 +87,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     url = os.environ.get(args.url_env, "")
     if not url:
-        _report(f"binary upload: ${args.url_env} is not set")
+        podstep.report(f"binary upload: ${args.url_env} is not set")
         return 2
     try:
         data = pack(args.src, args.max_bytes)
         put(url, data)
     except UploadError as exc:
-        _report(f"binary upload to {args.key}: {exc}")
+        podstep.report(f"binary upload to {args.key}: {exc}")
         return 1
     result = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
     print(f"binary {args.key} uploaded ({len(data)} bytes)", file=sys.stderr)
     with contextlib.suppress(OSError):
-        TERMINATION_LOG.write_text(json.dumps(result))
+        podstep.TERMINATION_LOG.write_text(json.dumps(result))
     print(json.dumps(result))
     return 0
 

@@ -21,7 +21,6 @@ is then required (a pod never runs code other than the Function names).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import os
 import shutil
@@ -32,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Protocol
 
+from sless_operator import podstep
+
 CHUNK = 1 << 16
-TERMINATION_LOG = Path("/dev/termination-log")
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 DEFAULT_MAX_ENTRIES = 20000
 
@@ -211,37 +211,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _report(message: str) -> None:
-    """Print MESSAGE and leave it as the container's termination message (the kubelet keeps it)."""
-    print(message, file=sys.stderr)
-    with contextlib.suppress(OSError):  # not in a pod
-        TERMINATION_LOG.write_text(message[-4000:])
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sha256 = args.sha256.strip().lower()
     if sha256 and (len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256)):
-        _report(f"--sha256 must be 64 hex digits, got {args.sha256!r}")
+        podstep.report(f"--sha256 must be 64 hex digits, got {args.sha256!r}")
         return 2
     source: ObjectSource
     if args.url_env:
         url = os.environ.get(args.url_env, "")
         if not url or not sha256:
-            _report(f"{args.what}: --url-env needs ${args.url_env} set and --sha256")
+            podstep.report(f"{args.what}: --url-env needs ${args.url_env} set and --sha256")
             return 2
         source = UrlSource(url)
     elif args.bucket:
         source = MinioSource(args.endpoint, args.region, os.environ.get("AWS_ACCESS_KEY_ID", ""),
                              os.environ.get("AWS_SECRET_ACCESS_KEY", ""))  # fmt: skip
     else:
-        _report("either --bucket (with S3 credentials) or --url-env is required")
+        podstep.report("either --bucket (with S3 credentials) or --url-env is required")
         return 2
     try:
         found = fetch(source, args.bucket, args.key, args.dest, sha256,
                       Limits(args.max_bytes, args.max_entries, args.what))  # fmt: skip
     except FetchError as exc:
-        _report(f"{args.what}: {exc}")
+        podstep.report(f"{args.what}: {exc}")
         return 1
     print(f"{args.what} {args.key} (sha256 {found}) unpacked into {args.dest}")
     return 0

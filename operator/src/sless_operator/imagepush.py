@@ -40,9 +40,9 @@ from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
 import requests
 
+from sless_operator import podstep
 from sless_operator.imagetar import CHUNK, Blob, Entry, TarballError, load_image, manifest_bytes, short
 
-TERMINATION_LOG = Path("/dev/termination-log")
 DEFAULT_MAX_BYTES = 1280 * 1024 * 1024
 DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
 DEFAULT_RETRIES = 3
@@ -456,10 +456,6 @@ def push(tarball: Path, registry: Registry, max_bytes: int, chunk_bytes: int = D
             "bytes": sum(b.size for b in image.layers) + image.config.size, **counts}
 
 
-def _report(message: str) -> None:
-    print(message, file=sys.stderr)
-    with contextlib.suppress(OSError):  # not in a pod
-        TERMINATION_LOG.write_text(message[-4000:])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -479,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="tries again of a step after a transient failure (no connection, 5xx, 429)")
     args = parser.parse_args(argv)
     if args.chunk_bytes < 1 or args.max_bytes < 1 or not 0 <= args.retries <= 10:
-        _report("image push: --chunk-bytes and --max-bytes must be positive, --retries 0..10")
+        podstep.report("image push: --chunk-bytes and --max-bytes must be positive, --retries 0..10")
         return 2
     try:
         reference = Reference.parse(args.destination)
@@ -488,16 +484,16 @@ def main(argv: list[str] | None = None) -> int:
         registry = Registry(reference, credential, insecure=args.insecure, timeout=args.timeout, mount_from=mounts)
         result = push(args.tarball, registry, args.max_bytes, args.chunk_bytes, args.retries)
     except (PushError, TarballError) as exc:
-        _report(f"image push to {args.destination}: {exc}")
+        podstep.report(f"image push to {args.destination}: {exc}")
         return 1
     except Exception as exc:  # a message in the Function's status, not only a traceback
         traceback.print_exc()
-        _report(f"image push to {args.destination}: unexpected {type(exc).__name__}: {short(str(exc))}")
+        podstep.report(f"image push to {args.destination}: unexpected {type(exc).__name__}: {short(str(exc))}")
         return 1
     print(f"pushed {result['image']} ({result['digest']}, {result['uploaded']} blobs uploaded, "
           f"{result['mounted']} mounted, {result['existing']} already there)", file=sys.stderr)  # fmt: skip
     with contextlib.suppress(OSError):
-        TERMINATION_LOG.write_text(json.dumps(result))
+        podstep.TERMINATION_LOG.write_text(json.dumps(result))
     print(json.dumps(result))
     return 0
 
