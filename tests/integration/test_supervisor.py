@@ -8,6 +8,7 @@ ends by checking that no child process of ours is left behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -493,7 +494,12 @@ def test_close_stops_everything_including_starts_in_progress(tmp_path: Path, cod
     run_scenario(tmp_path, scenario)
 
 
-def test_port_taken_meanwhile_is_retried(tmp_path: Path, code: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@contextlib.contextmanager
+def first_port_taken(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[int, list[int]]]:
+    """The supervisor's first port is one another program holds; yields it and the ports handed out.
+
+    Reproduces the race deterministically: the port is taken between the probe and the bind.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as blocker:
         blocker.bind(("127.0.0.1", 0))
         blocker.listen()
@@ -502,13 +508,16 @@ def test_port_taken_meanwhile_is_retried(tmp_path: Path, code: Path, monkeypatch
         handed_out: list[int] = []
 
         def first_one_taken(exclude: set[int] | frozenset[int] = frozenset()) -> int:
-            # Reproduces the race deterministically: the first port is taken by
-            # another program between our probe and the runtime's bind.
             port = taken if not handed_out else real_free_port(exclude)
             handed_out.append(port)
             return port
 
         monkeypatch.setattr(supervisor_module, "free_port", first_one_taken)
+        yield taken, handed_out
+
+
+def test_port_taken_meanwhile_is_retried(tmp_path: Path, code: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with first_port_taken(monkeypatch) as (taken, handed_out):
 
         async def scenario(sup: Supervisor) -> None:
             await sup.deploy("fn", spec(code, "v1"))
@@ -597,19 +606,7 @@ def test_sandboxed_port_taken_on_the_host_is_retried(tmp_path: Path, code: Path,
     host's loopback: pasta losing that race is a lost port race too, retried on another port."""
     if sandbox.pasta is None:
         pytest.skip("functions share the host's network here (no pasta)")
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as blocker:
-        blocker.bind(("127.0.0.1", 0))
-        blocker.listen()
-        taken = blocker.getsockname()[1]
-        real_free_port = supervisor_module.free_port
-        handed_out: list[int] = []
-
-        def first_one_taken(exclude: set[int] | frozenset[int] = frozenset()) -> int:
-            port = taken if not handed_out else real_free_port(exclude)
-            handed_out.append(port)
-            return port
-
-        monkeypatch.setattr(supervisor_module, "free_port", first_one_taken)
+    with first_port_taken(monkeypatch) as (taken, handed_out):
 
         async def scenario(sup: Supervisor) -> None:
             await sup.deploy("fn", sandboxed_spec(sandbox, code, "v1"))
