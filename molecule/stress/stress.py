@@ -84,7 +84,10 @@ def up(state: Path) -> None:
     info: dict[str, Any] = {"pg": {"base": str(base), "port": pg.port, "url": pg.url}}
     (state / "stress.json").write_text(json.dumps(info))
     log(f"PostgreSQL on 127.0.0.1:{pg.port}")
-    sless = start_sless(state / "data", {"SLESS_DATABASE_URL": pg.url, "SLESS_IDLE_TIMEOUT_SEC": "3600"})
+    # The stress functions write to this PostgreSQL too: from their own network namespaces they reach only the
+    # host loopback ports listed here (and the API's own).
+    sless = start_sless(state / "data", {"SLESS_DATABASE_URL": pg.url, "SLESS_IDLE_TIMEOUT_SEC": "3600",
+                                         "SLESS_SANDBOX_HOST_PORTS": str(pg.port)})
     info["sless"] = {"pid": sless.proc.pid, "url": sless.url, "log": str(sless.log_path)}
     (state / "stress.json").write_text(json.dumps(info))
     log(f"sless up on {sless.url} (pid {sless.proc.pid})")

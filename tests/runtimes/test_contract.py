@@ -517,7 +517,7 @@ def test_sigterm_keeps_accepting_for_the_drain_listen_time(runtime: str, start_s
     """With SLESS_DRAIN_LISTEN_SEC (a pod's: the nodes' Service rules lead to it a while after it was told to stop)
     idle keep-alive connections still close at SIGTERM, but new connections are accepted and answered, without
     keep-alive, for that long; then new connections are refused and the process exits 0."""
-    server = start_server(runtime, env={"SLESS_DRAIN_SEC": "20", "SLESS_DRAIN_LISTEN_SEC": "2"})
+    server = start_server(runtime, env={"SLESS_DRAIN_SEC": "20", "SLESS_DRAIN_LISTEN_SEC": "4"})
     idle = server.connection()
     idle.request("GET", "/text")
     assert idle.getresponse().read() == b"hello"
@@ -527,7 +527,9 @@ def test_sigterm_keeps_accepting_for_the_drain_listen_time(runtime: str, start_s
     idle.sock.settimeout(5)
     assert idle.sock.recv(1) == b"", "the idle keep-alive connection was not closed at SIGTERM"
     answered = []
-    while time.monotonic() - started < 1.5:  # well inside the 2 s of listening
+    # At least one call, and all of them well inside the 4 s of listening (on a loaded machine the idle
+    # connection's close above can take a while to be seen).
+    while not answered or time.monotonic() - started < 2.0:
         conn = server.connection(timeout=5)
         conn.request("GET", "/text")
         resp = conn.getresponse()
@@ -535,7 +537,7 @@ def test_sigterm_keeps_accepting_for_the_drain_listen_time(runtime: str, start_s
         conn.close()
     assert answered and set(answered) == {(200, "close", b"hello")}, answered[:3]
     assert server.proc.wait(timeout=15) == 0
-    assert time.monotonic() - started >= 2.0
+    assert time.monotonic() - started >= 4.0
     assert _refused(server.port)
     idle.close()
 
