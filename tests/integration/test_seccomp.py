@@ -14,6 +14,7 @@ import io
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tarfile
@@ -92,6 +93,28 @@ def test_the_start_up_reason_names_the_filter(sandbox: Sandbox) -> None:
 
 def test_every_refused_call_answers_eperm(sandbox: Sandbox) -> None:
     assert_refused(run_probe(sandbox))
+
+
+def test_a_launch_starts_when_its_descriptors_are_numbered_past_1024(sandbox: Sandbox) -> None:
+    """A long-running sless up has over 1024 descriptors open: the launch's own (the filter's memfd, the
+    network's pipes) then get high numbers, which select() refuses and poll() does not."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the open-files hard limit ({hard}) leaves no room above 1024")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert max(held) >= 1024
+        jail = JailSpec(tenant="t1", limits=Limits.for_function(128, "python3.11"), ro_binds=(HANDLER.parent,))
+        prepared = sandbox.prepare([str(python_interpreter()), "-S", "-c", "print('ran')"], HANDLER.parent, jail,
+                                   "seccomp-highfds")
+        assert min(prepared.pass_fds) >= 1024
+        run = run_jailed(prepared, HANDLER.parent)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert run.returncode == 0 and run.stdout.strip() == "ran", run.stderr[-2000:]
 
 
 def test_a_launch_without_its_descriptors_does_not_start(sandbox: Sandbox) -> None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import shutil
 import subprocess
 import tempfile
@@ -37,6 +36,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO
+
+from sless_api.standalone.fdwait import readable_within
 
 #: How long pasta may take to configure a namespace before the launch fails (it takes milliseconds).
 PASTA_READY_SEC = 10.0
@@ -108,6 +109,14 @@ class NetnsLaunch:
         Blocks (up to a few seconds on a loaded host): call it from a worker thread. Raises
         NetworkUnavailable; the caller then kills the sandbox (which never ran the function's code).
         """
+        try:
+            self._attach()
+        except NetworkUnavailable:
+            raise
+        except (OSError, ValueError) as exc:  # a failure of ours must fail the launch, never wedge its caller
+            raise NetworkUnavailable(f"cannot set up the function's network: {exc}") from exc
+
+    def _attach(self) -> None:
         pid = self._sandbox_pid()
         try:
             netns = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
@@ -183,6 +192,5 @@ class NetnsLaunch:
 
 def _read_some(fd: int, timeout: float) -> bytes:
     """What FD has within TIMEOUT seconds (b"" at its end or the timeout)."""
-    readable, _w, _x = select.select([fd], [], [], timeout)
-    return os.read(fd, 4096) if readable else b""
+    return os.read(fd, 4096) if readable_within(fd, timeout) else b""
 

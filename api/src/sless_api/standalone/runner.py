@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import threading
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from sless_api.standalone.builder import BuildArtifact, kill_group
+from sless_api.standalone.fdwait import readable_within
 from sless_api.standalone.network import NetworkUnavailable
 from sless_api.standalone.sandbox import JailSpec, Prepared, Sandbox, set_parent_death_signal
 
@@ -121,8 +121,7 @@ def _wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
             return False
         return True
     try:
-        readable, _, _ = select.select([pidfd], [], [], max(timeout, 0.0))
-        return bool(readable)
+        return readable_within(pidfd, timeout)
     finally:
         os.close(pidfd)
 
