@@ -57,9 +57,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     overrides = {"SLESS_DATA_DIR": str(data_dir)}
     if args.single_tenant:
         overrides["SLESS_SANDBOX"] = "off"
-    # A function in its own network namespace still reaches this API (to call /fn) on its own 127.0.0.1.
+    # A function in its own network namespace still reaches this API (to call /fn) on its own 127.0.0.1
+    # (not when the port is the kernel's choice: 0).
     listed = os.environ.get("SLESS_SANDBOX_HOST_PORTS", "")
-    overrides["SLESS_SANDBOX_HOST_PORTS"] = ",".join(filter(None, [listed, str(args.port)]))
+    overrides["SLESS_SANDBOX_HOST_PORTS"] = ",".join(filter(None, [listed, str(args.port) if args.port else ""]))
     env = EnvReader(os.environ)
     if not (env.optional("SLESS_JWT_PUBLIC_KEY") or env.optional("SLESS_JWKS_URL")):
         try:
