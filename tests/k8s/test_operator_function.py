@@ -67,9 +67,11 @@ def test_build_then_ready_with_every_child_and_status(sless: Sless) -> None:
     assert build["spec"]["activeDeadlineSeconds"] == OperatorConfig().build_deadline_sec
     pod = build["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
-    kaniko = pod["containers"][0]
-    assert f"--destination={image}" in kaniko["args"]
+    # kaniko builds into a tarball as an init step; the push step (no tenant code) is the pod's container
+    [kaniko] = [c for c in pod["initContainers"] if c["name"] == "kaniko"]
+    assert f"--destination={image}" in kaniko["args"] and "--no-push" in kaniko["args"]
     assert kaniko["resources"]["limits"]["memory"] == "2Gi"  # 2048Mi, as the apiserver normalises it
+    assert [c["name"] for c in pod["containers"]] == ["push-image"]
 
     dep = sless.get("deployment", "hello")
     assert dep is not None
