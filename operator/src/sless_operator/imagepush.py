@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import hashlib
 import json
 import os
@@ -492,10 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"pushed {result['image']} ({result['digest']}, {result['uploaded']} blobs uploaded, "
           f"{result['mounted']} mounted, {result['existing']} already there)", file=sys.stderr)  # fmt: skip
-    with contextlib.suppress(OSError):
-        podstep.TERMINATION_LOG.write_text(json.dumps(result))
-    print(json.dumps(result))
-    return 0
+    return podstep.succeed(result)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ Function's status, so a step that fails prints its one-line reason and leaves it
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 TERMINATION_LOG = Path("/dev/termination-log")
 #: The kubelet keeps at most 4096 bytes of a termination message: the end of a long one is what matters.
@@ -20,3 +22,12 @@ def report(message: str) -> None:
     print(message, file=sys.stderr)
     with contextlib.suppress(OSError):  # not in a pod
         TERMINATION_LOG.write_text(message[-MESSAGE_TAIL:])
+
+
+def succeed(result: dict[str, Any]) -> int:
+    """Leave RESULT (JSON) as the termination message, where the operator reads it, and on stdout; exit 0."""
+    text = json.dumps(result)
+    with contextlib.suppress(OSError):  # not in a pod
+        TERMINATION_LOG.write_text(text)
+    print(text)
+    return 0
