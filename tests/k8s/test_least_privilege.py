@@ -105,11 +105,7 @@ def identity(k8s_testbed: Testbed) -> Iterator[Identity]:
         bed.wait("the API's admission policy is in force", lambda: WRITE_DENIED in found.as_api(*probe).stderr, 60)
         yield found
     finally:
-        for obj in objects:
-            if "namespace" not in obj["metadata"]:
-                bed.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", "--wait=false",
-                            check=False)  # fmt: skip
-        bed.kubectl("delete", "namespace", release_ns, "--wait=false", "--ignore-not-found", check=False)
+        bed.remove_applied(objects, release_ns)
 
 
 @pytest.fixture

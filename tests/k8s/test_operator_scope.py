@@ -195,11 +195,7 @@ def platform(k8s_testbed: Testbed) -> Iterator[Platform]:
         bed.wait("the admission policy is in force", lambda: DENIED in found.as_operator(*deployment).stderr, 60)
         yield found
     finally:
-        for obj in objects:
-            if "namespace" not in obj["metadata"]:
-                bed.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", "--wait=false",
-                            check=False)  # fmt: skip
-        bed.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found", check=False)
+        bed.remove_applied(objects, namespace)
 
 
 @pytest.fixture

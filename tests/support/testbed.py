@@ -99,6 +99,14 @@ class Testbed:
         """Apply OBJECTS (dicts); JSON needs no YAML library."""
         self.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
 
+    def remove_applied(self, objects: list[dict[str, Any]], namespace: str) -> None:
+        """Undo a chart's worth of ``apply``: delete its cluster-wide OBJECTS, then NAMESPACE (with the rest)."""
+        for obj in objects:
+            if "namespace" not in obj["metadata"]:
+                self.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", "--wait=false",
+                             check=False)  # fmt: skip
+        self.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found", check=False)
+
     def wait(self, what: str, probe: Callable[[], Any], timeout: float = 60, interval: float = 0.25) -> Any:
         """Poll PROBE until it returns something truthy; fail the test after TIMEOUT seconds."""
         deadline = time.monotonic() + timeout
