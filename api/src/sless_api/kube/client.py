@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -113,11 +114,22 @@ class KubeClient:
         return (CONNECT_TIMEOUT_SEC, self.settings.request_timeout_sec)
 
     def call_sync(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """FN's answer, or the platform's error for its failure. A create the API server cannot yet check
+        against the tenant's quota (``kube.quota.QuotaBeingCounted``) is tried again until the quota is counted,
+        for at most ``quota.COUNTING_WAIT_SEC``: that passes by itself, and a tenant should not see it."""
         kwargs.setdefault("_request_timeout", self.timeout)
-        try:
-            return fn(*args, **kwargs)
-        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-            raise translate(exc, what) from exc
+        deadline = time.monotonic() + quota.COUNTING_WAIT_SEC
+        pause = 0.1
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+                error = translate(exc, what)
+                if not isinstance(error, quota.QuotaBeingCounted) or time.monotonic() + pause > deadline:
+                    raise error from exc
+            log.info("%s waits for the quota controller to count the tenant's quota", what)
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
 
     async def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(self.call_sync, what, fn, *args, **kwargs)

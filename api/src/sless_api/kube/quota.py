@@ -36,6 +36,17 @@ class QuotaExceeded(PlatformError):
     status = 403
 
 
+class QuotaBeingCounted(Unavailable):
+    """The API server cannot check a create against a quota it has not counted yet: a quota just created or
+    changed, or a resource its controller has not discovered yet (a CRD installed moments ago; the quota
+    controller looks for new resources every 30 s). It passes by itself, so the client retries it (for at
+    most :data:`COUNTING_WAIT_SEC`) before a tenant sees it."""
+
+
+#: how long a create waits for the quota controller to count (its discovery of new resources runs every 30 s)
+COUNTING_WAIT_SEC = 40.0
+
+
 def _amounts(text: str) -> dict[str, int | str]:
     """``count/functions.sless.dev=2,requests.storage=1Gi`` -> counts as numbers, quantities as written."""
     found: dict[str, int | str] = {}
@@ -50,7 +61,7 @@ def refusal(message: str, what: str) -> PlatformError | None:
     """The platform error for a quota refusal of the API server (MESSAGE of its 403) about WHAT; None when
     MESSAGE is about something else."""
     if _UNKNOWN in message:  # a quota just created or changed, not yet counted by the controller
-        return Unavailable(f"{what}: the tenant's quota is being counted; try again in a moment")
+        return QuotaBeingCounted(f"{what}: the tenant's quota is being counted; try again in a moment")
     match = _EXCEEDED.search(message)
     if not match:
         return None
