@@ -30,6 +30,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -523,12 +524,9 @@ def up(state: Path, bin_dir: Path, realnode_bin: Path, kubectl: Kubectl, pki: Pk
     gvisor_bin = gvisor.built()
     config = containerd_config(state, gvisor_bin)
     sock = state / "containerd" / "containerd.sock"
-    containerd = shutil.which("containerd") or "/usr/bin/containerd"
-    started.append(procs.start("containerd", [containerd, "--config", str(config)], state,
-                               env=gvisor.containerd_env(state / "containerd", gvisor_bin)))  # fmt: skip
     died = lambda: next((f"{p.name} exited:\n{procs.log_tail(state, p.name)}"  # noqa: E731
                          for p in started if not procs.alive(p)), None)  # fmt: skip
-    wait_for("containerd socket", sock.exists, 30, abort=died)
+    started.append(start_containerd(state, config, gvisor_bin, abort=died))
     bed_refs = [f"{REGISTRY}/{i.ref}" for i in images.Builder(bin_dir, realnode_bin, REGISTRY).images()]
     for ref in forget_stale_images(sock, bed_refs):
         log(f"containerd forgot {ref}: the registry serves a newer build")
@@ -567,6 +565,39 @@ def up(state: Path, bin_dir: Path, realnode_bin: Path, kubectl: Kubectl, pki: Pk
     refs = {ref.split(":")[0]: f"{REGISTRY}/{ref}" for ref in (i.ref for i in images.Builder(
         bin_dir, realnode_bin, REGISTRY).images())}  # fmt: skip
     return NodeInfo(REGISTRY, NODE, NODE_IP, DNS_SERVICE_IP, refs, str(gvisor_bin or ""))
+
+
+def cri_status(sock: Path) -> str:
+    """The status containerd gives its CRI plugin: "ok", "error" (it did not load: the kubelet would exit
+    with "unknown service runtime.v1.RuntimeService"), or "" before containerd answers."""
+    listing = _run("ctr", "--address", str(sock), "plugins", "ls", check=False, timeout=30).stdout
+    for words in (line.split() for line in listing.splitlines()):
+        if len(words) >= 4 and words[:2] == ["io.containerd.grpc.v1", "cri"]:
+            return words[-1]
+    return ""
+
+
+def start_containerd(state: Path, config: Path, gvisor_bin: Path | None, abort: Callable[[], str | None],
+                     attempts: int = 2) -> procs.Started:  # fmt: skip
+    """containerd on CONFIG, answering with its CRI plugin loaded. A CRI plugin that failed to load is a
+    start that failed: its log is shown and containerd starts once more before the node gives up."""
+    sock = state / "containerd" / "containerd.sock"
+    binary = shutil.which("containerd") or "/usr/bin/containerd"
+    for attempt in range(1, attempts + 1):
+        proc = procs.start("containerd", [binary, "--config", str(config)], state,
+                           env=gvisor.containerd_env(state / "containerd", gvisor_bin))  # fmt: skip
+        gone = lambda proc=proc: abort() or (None if procs.alive(proc) else  # noqa: E731
+                                             f"containerd exited:\n{procs.log_tail(state, 'containerd')}")  # fmt: skip
+        wait_for("containerd socket", sock.exists, 30, abort=gone)
+        wait_for("containerd's CRI plugin status", lambda: cri_status(sock) != "", 30, abort=gone)
+        status = cri_status(sock)
+        if status == "ok":
+            return proc
+        log(f"containerd's CRI plugin: {status} (start {attempt} of {attempts}); its log:\n"
+            f"{procs.log_tail(state, 'containerd', lines=40)}")  # fmt: skip
+        procs.stop([proc], grace=10)
+        sock.unlink(missing_ok=True)
+    raise RuntimeError(f"containerd's CRI plugin did not load in {attempts} starts (see containerd.log)")
 
 
 def forget_stale_images(sock: Path, refs: list[str]) -> list[str]:
