@@ -27,10 +27,27 @@ if [ "$SCENARIO" != stress ] && [ "$SCENARIO" != functions ]; then
   bash tests/install/build-vault.sh >/dev/null
 fi
 export ANSIBLE_CONFIG="$PWD/ansible.cfg"
+# The scenario's world (test bed, Vault, S3, the stress functions' PostgreSQL) lives in its state folder, outside
+# Molecule's ephemeral one (which Molecule prunes). Its destroy stops it, but not when the uninstall before fails;
+# then Vault and S3 would keep their fixed ports and the next scenario could not start. So what a scenario left
+# is stopped here, before it runs and after.
+export SLESS_MOLECULE_STATE_ROOT=${SLESS_MOLECULE_STATE_ROOT:-/tmp/sless-molecule}
+sweep() {
+  local state=$SLESS_MOLECULE_STATE_ROOT/$SCENARIO
+  [ -d "$state" ] || return 0
+  log "stopping what scenario $SCENARIO left in $state"
+  [ ! -f "$state/stress/stress.json" ] || python3 molecule/stress/stress.py down --state "$state/stress" || true
+  [ ! -f "$state/vault/vault.json" ] || python3 tests/install/vaultbed.py down --state "$state/vault" || true
+  [ ! -f "$state/s3/s3.json" ] || python3 tests/install/s3bed.py down --state "$state/s3" || true
+  [ ! -f "$state/testbed/env.json" ] || python3 tests/testbed/testbed down --state "$state/testbed" || true
+  rm -rf "$state"
+}
+sweep
 log "molecule ${*:-test} -s $SCENARIO"
 set +e
 molecule "${@:-test}" -s "$SCENARIO"
 code=$?
 set -e
+case "${1:-test}" in test|destroy) sweep ;; esac  # other verbs (converge, verify) keep the world for the next
 log "scenario $SCENARIO: exit $code in $((SECONDS - T0))s"
 exit "$code"
