@@ -96,7 +96,7 @@ def start_to_healthy(python: str, server: Path, code: Path, sandbox: Any = None,
     argv, preexec, jail = [python, "-S", str(server)], None, None
     started = time.perf_counter()
     if sandbox is not None:
-        from sless_api.standalone.sandbox import JailSpec, Limits
+        from sless_api.backends.standalone.host.sandbox import JailSpec, Limits
 
         spec = JailSpec("bench-coldstart", Limits.for_function(128, "python3.11"), ro_binds=(code, server.parent))
         pasta, sandbox.syscall_filter = sandbox.pasta, filtered
@@ -138,8 +138,8 @@ def start_to_healthy(python: str, server: Path, code: Path, sandbox: Any = None,
 
 
 def bench_process(table: Table, workdir: Path, rounds: int, sandboxed: bool) -> None:
-    from sless_api.standalone.builder import python_interpreter, toolchain_paths
-    from sless_api.standalone.sandbox import Sandbox
+    from sless_api.backends.standalone.builder import python_interpreter, toolchain_paths
+    from sless_api.backends.standalone.host.sandbox import Sandbox
 
     python = str(python_interpreter())
     code = workdir / "code"
@@ -194,8 +194,8 @@ def bench_supervisor(table: Table, workdir: Path, rounds: int) -> None:
     """Starts through the supervisor (no sandbox): the runtime's readiness byte against health polling."""
     import asyncio
 
-    from sless_api.standalone.builder import python_interpreter
-    from sless_api.standalone.supervisor import ProcessSpec, Supervisor
+    from sless_api.backends.standalone.builder import python_interpreter
+    from sless_api.backends.standalone.host.supervisor import ProcessSpec, Supervisor
 
     code = workdir / "supervised"
     code.mkdir()

@@ -51,7 +51,7 @@ class Build:
         env.pop("SLESS_DATABASE_URL", None)
         self.log = (data.parent / f"{data.name}.log").open("w")
         self.proc = subprocess.Popen(
-            [str(python), "-m", "sless_api.cli", "up", "--host", "127.0.0.1", "--port", str(port), "--data-dir",
+            [str(python), "-m", "sless_api", "up", "--host", "127.0.0.1", "--port", str(port), "--data-dir",
              str(data)], cwd=checkout, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         self.url = f"http://127.0.0.1:{port}"
         self.fn = ""

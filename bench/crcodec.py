@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.common import Table, median
-from sless_api.kube.routes import FUNCTIONS, TRIGGERS, RouteTable
+from sless_api.backends.kube.routes import FUNCTIONS, TRIGGERS, RouteTable
 from sless_core.crcodec import FunctionResource, TriggerResource
 
 NS = "sless-0123456789abcdef"

@@ -31,7 +31,7 @@ import psycopg2
 import requests
 
 from bench.common import Table, median, percentile, wrk
-from sless_api.invocations import Invocation, InvocationLog, PostgresSink
+from sless_api.stores.invocations import Invocation, InvocationLog, PostgresSink
 from tests.support.platform import REPO, SECRET, SlessProcess, Tenant, start_sless
 from tests.support.services import free_port, postgres_server
 

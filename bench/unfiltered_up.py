@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from sless_api import cli
-from sless_api.standalone.sandbox import Sandbox
+from sless_api.backends.standalone.host.sandbox import Sandbox
+from sless_api.main import sless as cli
 
 _detect = Sandbox.detect
 

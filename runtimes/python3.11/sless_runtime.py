@@ -355,7 +355,7 @@ import threading  # noqa: E402
 
 TAG = "@sless:"
 NO_CALL = "-"
-#: The request ids the platform sends (sless_api.requestid): anything else tags nothing.
+#: The request ids the platform sends (sless_api.gateway.requestid): anything else tags nothing.
 _REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}")
 #: A partial line longer than this is written as a line of its own (a runaway line must not grow forever).
 MAX_PARTIAL_CHARS = 65536

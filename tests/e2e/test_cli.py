@@ -107,7 +107,7 @@ def test_logs_show_calls_with_request_ids_and_follow_new_ones(deployed: Tenant, 
     else:
         raise AssertionError(f"no record of the call: {lines}")
     env = {**os.environ, "SLESS_TOKEN": deployed.token, "SLESS_URL": deployed.url}
-    follower = subprocess.Popen([sys.executable, "-m", "sless_api.cli", "logs", "hello", "--follow", "--interval",
+    follower = subprocess.Popen([sys.executable, "-m", "sless_api", "logs", "hello", "--follow", "--interval",
                                  "0.2", "--limit", "1"], env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert follower.stdout is not None

@@ -20,7 +20,7 @@ STDIN_VALUE = "cli-stdin-e7b61f03"
 
 def sless_cmd(tenant: Tenant, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SLESS_TOKEN": tenant.token, "SLESS_URL": tenant.url}
-    return subprocess.run([sys.executable, "-m", "sless_api.cli", *args], input=stdin, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "sless_api", *args], input=stdin, capture_output=True,
                           text=True, env=env, timeout=60, check=False)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from sless_api.console.resource import ASSETS
+from sless_api.rest.console.resource import ASSETS
 from tests.support.platform import SlessProcess, Tenant
 
 pytestmark = pytest.mark.e2e

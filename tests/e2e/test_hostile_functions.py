@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import requests
 
-from sless_api.standalone.sandbox import tenant_uid
+from sless_api.backends.standalone.host.sandbox import tenant_uid
 from tests.support.platform import REPO, SECRET, SlessProcess, Tenant, start_sless
 from tests.support.services import children_of, free_port
 
@@ -460,7 +460,7 @@ def _iptables_rules() -> str:
 def test_refuses_to_start_unconfined_unless_told_single_tenant(tmp_path: Path) -> None:
     env = {**os.environ, "SLESS_JWT_SECRET": SECRET, "PATH": str(tmp_path)}  # no bwrap on PATH
     env.pop("SLESS_SANDBOX", None)
-    argv = [sys.executable, "-m", "sless_api.cli", "up", "--port", "1", "--data-dir", str(tmp_path / "d")]
+    argv = [sys.executable, "-m", "sless_api", "up", "--port", "1", "--data-dir", str(tmp_path / "d")]
     run = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert run.returncode == 2, run.stderr[-2000:]
     assert "refusing to start" in run.stderr and "--single-tenant" in run.stderr and "bwrap" in run.stderr
@@ -493,7 +493,7 @@ def _start_as_nobody(data_dir: Path) -> SlessProcess:
     out = open(log_path, "ab")  # noqa: SIM115 - handed to the child for its lifetime
     proc = subprocess.Popen(
         ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", str(SYSTEM_PYTHON),
-         "-m", "sless_api.cli", "up", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir)],
+         "-m", "sless_api", "up", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir)],
         stdout=out, stderr=subprocess.STDOUT, env=env, cwd=data_dir.parent, start_new_session=True)
     out.close()
     sp = SlessProcess(f"http://127.0.0.1:{port}", data_dir, proc, log_path, env)

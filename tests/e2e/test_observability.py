@@ -169,7 +169,7 @@ def test_gunicorn_workers_sum_their_metrics(tmp_path: Path) -> None:
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     log = tmp_path / "sless-api.log"
     sent = 0
-    with serving([sys.executable, "-m", "sless_api.serve"], env, log, f"http://127.0.0.1:{port}") as url:
+    with serving([sys.executable, "-m", "sless_api.main.serve"], env, log, f"http://127.0.0.1:{port}") as url:
         # Parallel new connections until both workers have answered some (an idle kernel may wake the same
         # worker for a while): bounded rounds, every request counted.
         with concurrent.futures.ThreadPoolExecutor(16) as pool:

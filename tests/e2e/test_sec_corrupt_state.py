@@ -25,7 +25,7 @@ def test_a_corrupt_state_database_stops_start_up_with_what_to_do(tmp_path: Path)
     data.mkdir(mode=0o700)
     (data / "state.db").write_bytes(GARBAGE)
     env = {**os.environ, "SLESS_JWT_SECRET": SECRET}
-    done = subprocess.run([sys.executable, "-m", "sless_api.cli", "up", "--port", "0", "--data-dir", str(data),
+    done = subprocess.run([sys.executable, "-m", "sless_api", "up", "--port", "0", "--data-dir", str(data),
                            "--single-tenant"], env=env, cwd=REPO, capture_output=True, timeout=60, check=False)
     err = done.stderr.decode()
     assert done.returncode == 2, err

@@ -28,7 +28,7 @@ def mode(path: Path) -> int:
 
 
 def sless_up_argv(data_dir: Path, port: int) -> list[str]:
-    return [sys.executable, "-m", "sless_api.cli", "up", "--host", "127.0.0.1", "--port", str(port),
+    return [sys.executable, "-m", "sless_api", "up", "--host", "127.0.0.1", "--port", str(port),
             "--data-dir", str(data_dir)]
 
 
@@ -111,7 +111,7 @@ def test_data_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
 
 def test_sless_token_creates_a_private_data_dir(tmp_path: Path) -> None:
     data_dir = tmp_path / "tok" / "data"
-    done = subprocess.run([sys.executable, "-m", "sless_api.cli", "token", "--sub", "x", "--data-dir",
+    done = subprocess.run([sys.executable, "-m", "sless_api", "token", "--sub", "x", "--data-dir",
                            str(data_dir)], cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=60,
                           umask=0o022)
     assert done.returncode == 0, done.stderr
@@ -122,7 +122,7 @@ def test_sless_token_creates_a_private_data_dir(tmp_path: Path) -> None:
 def test_sless_token_on_a_bad_data_dir_says_why_in_one_line(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     data_dir.write_text("not a folder")
-    done = subprocess.run([sys.executable, "-m", "sless_api.cli", "token", "--sub", "x", "--data-dir",
+    done = subprocess.run([sys.executable, "-m", "sless_api", "token", "--sub", "x", "--data-dir",
                            str(data_dir)], cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert "is not a directory" in done.stderr and "Traceback" not in done.stderr

@@ -44,7 +44,7 @@ def sless_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = {**os.environ, **LIMITS, "SLESS_JWT_SECRET": SECRET, "SLESS_DATA_DIR": str(data),
            "SLESS_BIND": f"127.0.0.1:{port}", "SLESS_WORKERS": "1"}
     env.pop("SLESS_DATABASE_URL", None)
-    with serving([sys.executable, "-m", "sless_api.serve"], env, data / "sless-api.log",
+    with serving([sys.executable, "-m", "sless_api.main.serve"], env, data / "sless-api.log",
                  f"http://127.0.0.1:{port}") as url:
         yield url
 

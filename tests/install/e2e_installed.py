@@ -33,7 +33,7 @@ import pytest
 import requests
 import yaml
 
-from sless_api.archive import zip_bytes
+from sless_api.domain.archive import zip_bytes
 
 NS = "sless-system"
 BIN = Path(sys.executable).parent

@@ -808,8 +808,8 @@ def _process_env(objects: list[dict[str, Any]], deployment: str) -> dict[str, st
 @pytest.mark.parametrize("values", [{}, {"auth": {"algorithm": "RS256", "jwksUrl": "https://idp/jwks", "issuer": "i",
                                                   "audience": "a", "leewaySec": 5}}])
 def test_every_process_parses_the_configuration_the_chart_gives_it(values: dict[str, Any]) -> None:
-    from sless_api.config import ApiConfig
-    from sless_api.events.settings import ServiceSettings
+    from sless_api.main.config import ApiConfig
+    from sless_api.main.events import ServiceSettings
     from sless_operator.config import OperatorConfig
 
     objects = render(values)

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sless_api.asynccalls.model import AsyncCall, CallState, new_call_id
-from sless_api.asynccalls.store import CallStore, store_from_url
+from sless_api.services.asynccalls.model import AsyncCall, CallState, new_call_id
+from sless_api.services.asynccalls.store import CallStore, store_from_url
 
 NOW = 1_800_000_000.0  # fixed times: the store compares what it is given, never the clock
 

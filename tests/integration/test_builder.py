@@ -26,8 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from sless_api.buildcontext import code_tree_hash, make_build_context
-from sless_api.standalone.builder import (
+from sless_api.backends.standalone.builder import (
     BuildArtifact,
     Builder,
     BuildFailed,
@@ -38,8 +37,9 @@ from sless_api.standalone.builder import (
     python_interpreter,
     toolchain_paths,
 )
-from sless_api.standalone.runner import run_once
-from sless_api.standalone.sandbox import Sandbox, tenant_uid
+from sless_api.backends.standalone.host.sandbox import Sandbox, tenant_uid
+from sless_api.backends.standalone.runner import run_once
+from sless_core.buildcontext import code_tree_hash, make_build_context
 
 pytestmark = pytest.mark.slow
 

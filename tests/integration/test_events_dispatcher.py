@@ -23,8 +23,8 @@ import pika
 import pika.exceptions
 import pytest
 
-from sless_api.events import CallResult, Dispatcher, EventsConfig, EventTarget, SqliteDedupStore
-from sless_api.events.dedup import process_owner
+from sless_api.services.events import CallResult, Dispatcher, EventsConfig, EventTarget, SqliteDedupStore
+from sless_api.services.events.dedup import process_owner
 from tests.support.rabbitmq import RabbitBroker, drain, publish, queue_counts
 
 pytestmark = pytest.mark.rabbitmq

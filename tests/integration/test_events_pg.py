@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 import psycopg2
 import pytest
 
-from sless_api.events.dedup import Claim, State
-from sless_api.events.pgdedup import PostgresDedupStore, stored_key
+from sless_api.services.events.dedup import Claim, State
+from sless_api.services.events.pgdedup import PostgresDedupStore, stored_key
 from tests.support.services import fresh_pg_database
 
 pytestmark = pytest.mark.pg

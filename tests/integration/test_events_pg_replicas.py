@@ -21,8 +21,8 @@ from typing import Any
 import pika
 import pytest
 
-from sless_api.events import CallResult, Dispatcher, EventsConfig, EventTarget
-from sless_api.events.pgdedup import PostgresDedupStore
+from sless_api.services.events import CallResult, Dispatcher, EventsConfig, EventTarget
+from sless_api.services.events.pgdedup import PostgresDedupStore
 from tests.support.rabbitmq import RabbitBroker, drain, publish, queue_counts
 from tests.support.services import fresh_pg_database
 

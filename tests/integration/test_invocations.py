@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from sless_api.invocations import (
+from sless_api.stores.invocations import (
     Invocation,
     InvocationLog,
     PostgresSink,
@@ -256,7 +256,7 @@ _MIGRATOR = textwrap.dedent(
     """
     import os, sqlite3, sys, time
     import psycopg2
-    from sless_api.invocations import migrate_postgres, migrate_sqlite
+    from sless_api.stores.invocations import migrate_postgres, migrate_sqlite
     url, go = sys.argv[1], sys.argv[2]
     while not os.path.exists(go):
         time.sleep(0.005)

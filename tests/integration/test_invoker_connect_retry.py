@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from sless_api import proxy
-from sless_api.platform import Route
+from sless_api.domain.routing import Route
+from sless_api.gateway import proxy
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON_SERVER = REPO / "runtimes" / "python3.11" / "server.py"

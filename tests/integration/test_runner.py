@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from sless_api.standalone.builder import BuildArtifact, Builder, BuildRequest, toolchain_paths
-from sless_api.standalone.runner import MAX_OUTPUT_CHARS, TRUNCATION_MARK, run_once
-from sless_api.standalone.sandbox import Limits, Sandbox, tenant_uid
+from sless_api.backends.standalone.builder import BuildArtifact, Builder, BuildRequest, toolchain_paths
+from sless_api.backends.standalone.host.sandbox import Limits, Sandbox, tenant_uid
+from sless_api.backends.standalone.runner import MAX_OUTPUT_CHARS, TRUNCATION_MARK, run_once
 
 pytestmark = pytest.mark.slow
 

@@ -24,9 +24,15 @@ from typing import Any
 
 import pytest
 
-from sless_api.standalone import seccomp
-from sless_api.standalone.builder import Builder, BuildFailed, BuildRequest, python_interpreter, toolchain_paths
-from sless_api.standalone.sandbox import JailSpec, Limits, Prepared, Sandbox
+from sless_api.backends.standalone.builder import (
+    Builder,
+    BuildFailed,
+    BuildRequest,
+    python_interpreter,
+    toolchain_paths,
+)
+from sless_api.backends.standalone.host import seccomp
+from sless_api.backends.standalone.host.sandbox import JailSpec, Limits, Prepared, Sandbox
 
 REPO = Path(__file__).resolve().parents[2]
 HANDLER = REPO / "tests" / "e2e" / "hostile" / "handler.py"
@@ -156,8 +162,8 @@ def test_the_filter_holds_without_root(tmp_path: Path) -> None:
     script = (
         "import json, sys\n"
         "sys.path[:0] = [p for p in sys.argv[1:]]\n"
-        "from sless_api.standalone.builder import toolchain_paths\n"
-        "from sless_api.standalone.sandbox import Sandbox\n"
+        "from sless_api.backends.standalone.builder import toolchain_paths\n"
+        "from sless_api.backends.standalone.host.sandbox import Sandbox\n"
         "from tests.integration.test_seccomp import run_probe\n"
         "sandbox = Sandbox.detect('bwrap', toolchain=toolchain_paths())\n"
         "print(json.dumps({'reason': sandbox.reason, 'passed': run_probe(sandbox)}))\n"
@@ -213,9 +219,9 @@ def test_without_libseccomp_the_sandbox_is_refused_and_says_why(tmp_path: Path) 
     refuse to start (platform.make_sandbox) rather than run tenants unfiltered."""
     (tmp_path / "pyseccomp.py").write_text('raise RuntimeError("Unable to find libseccomp")\n')
     script = (
-        "from sless_api.backendconfig import SandboxSettings\n"
-        "from sless_api.standalone.platform import make_sandbox\n"
-        "from sless_api.standalone.sandbox import Sandbox, SandboxUnavailable\n"
+        "from sless_api.backends.settings import SandboxSettings\n"
+        "from sless_api.backends.standalone.platform import make_sandbox\n"
+        "from sless_api.backends.standalone.host.sandbox import Sandbox, SandboxUnavailable\n"
         "print('auto:', Sandbox.detect('auto').reason)\n"
         "for mode in ('bwrap', 'auto'):\n"
         "    try:\n"

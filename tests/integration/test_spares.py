@@ -15,11 +15,11 @@ import aiohttp
 import pytest
 
 from sless_api import metrics
-from sless_api.standalone import supervisor as supervisor_module
-from sless_api.standalone.builder import python_interpreter, toolchain_paths
-from sless_api.standalone.sandbox import JailSpec, Limits, Sandbox, inner_pid, tenant_uid
-from sless_api.standalone.spares import SPARE_SECRETS_DIR, SpareTemplate
-from sless_api.standalone.supervisor import ProcessSpec, Supervisor
+from sless_api.backends.standalone.builder import python_interpreter, toolchain_paths
+from sless_api.backends.standalone.host import supervisor as supervisor_module
+from sless_api.backends.standalone.host.sandbox import JailSpec, Limits, Sandbox, inner_pid, tenant_uid
+from sless_api.backends.standalone.host.spares import SPARE_SECRETS_DIR, SpareTemplate
+from sless_api.backends.standalone.host.supervisor import ProcessSpec, Supervisor
 from tests.support.supervised import child_pids, eventually, get
 from tests.support.supervised import run_scenario as supervised_scenario
 

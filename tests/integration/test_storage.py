@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sless_api.storage import (
+from sless_api.stores.code import (
     CodeStore,
     InvalidKeyError,
     LocalCodeStore,

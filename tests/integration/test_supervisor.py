@@ -23,10 +23,10 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
-from sless_api.standalone import supervisor as supervisor_module
-from sless_api.standalone.builder import python_interpreter, toolchain_paths
-from sless_api.standalone.sandbox import JailSpec, Limits, Sandbox
-from sless_api.standalone.supervisor import NotDeployed, ProcessSpec, StartFailed, Supervisor
+from sless_api.backends.standalone.builder import python_interpreter, toolchain_paths
+from sless_api.backends.standalone.host import supervisor as supervisor_module
+from sless_api.backends.standalone.host.sandbox import JailSpec, Limits, Sandbox
+from sless_api.backends.standalone.host.supervisor import NotDeployed, ProcessSpec, StartFailed, Supervisor
 from tests.support.supervised import child_pids, eventually, get, run_scenario
 
 REPO = Path(__file__).resolve().parents[2]
@@ -425,7 +425,7 @@ def test_runtimes_die_with_a_killed_platform_process(tmp_path: Path, code: Path)
     platform = f"""
 import asyncio, os, sys
 from pathlib import Path
-from sless_api.standalone.supervisor import ProcessSpec, Supervisor
+from sless_api.backends.standalone.host.supervisor import ProcessSpec, Supervisor
 
 async def main():
     sup = Supervisor(log_dir=Path({str(tmp_path / "logs")!r}))

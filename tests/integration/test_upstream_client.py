@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from sless_api.upstream import (
+from sless_api.gateway.upstream import (
     HIGH_WATER_BYTES,
     SWEEP_SEC,
     UpstreamBroken,

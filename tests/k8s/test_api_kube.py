@@ -35,7 +35,7 @@ import pytest
 import requests
 import yaml
 
-from sless_api.storage import S3CodeStore
+from sless_api.stores.code import S3CodeStore
 from sless_core import crd, rebuild
 from tests.support.platform import SECRET, Tenant, make_zip
 from tests.support.quotas import wait_counted
@@ -207,7 +207,7 @@ def start_api(bed: Testbed, s3: S3Endpoint, work: Path, extra_env: dict[str, str
     log_path = work / "api.log"
     with log_path.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "sless_api.app:create_app", "--host", "127.0.0.1",
+            [sys.executable, "-m", "uvicorn", "--factory", "sless_api.main.app:create_app", "--host", "127.0.0.1",
              "--port", str(port), "--log-level", "info"],
             stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
     api = KubeApi(f"http://127.0.0.1:{port}", proc, log_path, gate, bed, s3)

@@ -49,7 +49,7 @@ START_TIMEOUT = 60
 
 def events_command() -> list[str]:
     script = Path(sys.executable).parent / "sless-events"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "sless_api.events.service"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "sless_api.main.events"]
 
 
 @pytest.fixture(scope="module")

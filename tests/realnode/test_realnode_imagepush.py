@@ -33,8 +33,8 @@ from typing import Any
 import pytest
 import requests
 
-from sless_api.buildcontext import code_tree_hash, make_build_context
 from sless_core import crd
+from sless_core.buildcontext import code_tree_hash, make_build_context
 from sless_core.models import FunctionSpec
 from sless_operator import manifests
 from sless_operator.config import OperatorConfig

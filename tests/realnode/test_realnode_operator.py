@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from sless_api.buildcontext import code_tree_hash, make_build_context
 from sless_core import crcodec, crd
+from sless_core.buildcontext import code_tree_hash, make_build_context
 from sless_core.crcodec import FunctionCode
 from sless_core.models import FunctionSpec
 from tests.k8s.conftest import CRDS, SLESS_KINDS, Operator, strip_finalizers
@@ -209,10 +209,10 @@ def api_server(real_node: RealNode, s3_on_bridge: str, tmp_path: Path, extra_env
     private_dns = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                    'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(resolv)]  # fmt: skip
     if workers is None:
-        server = [sys.executable, "-m", "uvicorn", "--factory", "sless_api.app:create_app", "--host", "127.0.0.1",
+        server = [sys.executable, "-m", "uvicorn", "--factory", "sless_api.main.app:create_app", "--host", "127.0.0.1",
                   "--port", str(port), "--log-level", "info"]  # fmt: skip
     else:
-        server = [sys.executable, "-m", "sless_api.serve"]
+        server = [sys.executable, "-m", "sless_api.main.serve"]
         env |= {"SLESS_BIND": f"127.0.0.1:{port}", "SLESS_WORKERS": str(workers)}
     argv = [*private_dns, *server]
     log_path = tmp_path / "api.log"

@@ -1,6 +1,6 @@
 """A Go dependency image compiles the required modules once, and build.sh then finds them compiled.
 
-The Kubernetes backend compiles every Go code change on the tenant's dependency image (``sless_api.buildcontext``,
+The Kubernetes backend compiles every Go code change on the tenant's dependency image (``sless_core.buildcontext``,
 ``make_deps_context``). Its ``RUN`` step is run here as it is rendered, with the host's Go, against a module
 proxy in a folder (``GOPROXY=file://``: no network); then ``build.sh`` compiles a function that imports the
 module with ``GOPROXY=off`` (as the compile Job does) and ``-x``, which shows every compiler run: the
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sless_api.buildcontext import render_dockerfile
+from sless_core.buildcontext import render_dockerfile
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SH = ROOT / "runtimes" / "go1.23" / "build.sh"

@@ -18,13 +18,13 @@ from urllib.parse import urlsplit
 
 import jwt
 
-from sless_api.app import RouteEntry, Services, build_rest, route_table
-from sless_api.config import ApiConfig
-from sless_api.console.resource import Console, ConsoleAsset
-from sless_api.http import PublicResource
-from sless_api.openapi import OpenApiDocument
-from sless_api.resources.metrics import Metrics
-from sless_api.resources.probes import Health, Ready
+from sless_api.main.app import RouteEntry, Services, build_rest, route_table
+from sless_api.main.config import ApiConfig
+from sless_api.rest.console.resource import Console, ConsoleAsset
+from sless_api.rest.http import PublicResource
+from sless_api.rest.openapi import OpenApiDocument
+from sless_api.rest.resources.metrics import Metrics
+from sless_api.rest.resources.probes import Health, Ready
 from tests.support.platform import SECRET, Tenant
 
 # Metrics takes no tenant token: it has a scrape token of its own (tests/e2e/test_observability.py)

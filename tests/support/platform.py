@@ -15,8 +15,8 @@ from typing import Any
 
 import requests
 
-from sless_api.archive import zip_bytes
 from sless_api.auth import issue_token
+from sless_api.domain.archive import zip_bytes
 from sless_core.naming import tenant_namespace
 from tests.support.services import free_port
 
@@ -58,7 +58,7 @@ def start_sless(data_dir: Path, extra_env: dict[str, str] | None = None, port: i
     log_path = data_dir / f"sless-up-{port}.log"
     out = open(log_path, "ab")  # noqa: SIM115 - handed to the child for its lifetime
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sless_api.cli", "up", "--host", "127.0.0.1", "--port", str(port),
+        [sys.executable, "-m", "sless_api", "up", "--host", "127.0.0.1", "--port", str(port),
          "--data-dir", str(data_dir)],
         stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
     out.close()
@@ -194,7 +194,7 @@ def sless_cli(tenant: Tenant, *argv: str, expect: int = 0) -> subprocess.Complet
     """The ``sless`` command as a tenant runs it (token and URL from the environment); asserts its exit code and
     that no traceback reached its stderr."""
     env = {**os.environ, "SLESS_TOKEN": tenant.token, "SLESS_URL": tenant.url}
-    done = subprocess.run([sys.executable, "-m", "sless_api.cli", *argv], env=env, cwd=REPO, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "sless_api", *argv], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=300, check=False)
     assert done.returncode == expect, (argv, done.returncode, done.stdout[-2000:], done.stderr[-2000:])
     assert "Traceback" not in done.stderr, done.stderr

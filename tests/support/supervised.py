@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from sless_api.standalone.supervisor import Supervisor
+from sless_api.backends.standalone.host.supervisor import Supervisor
 from tests.support.services import children_of
 
 T = TypeVar("T")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sless_api.accesslog import access, flush_access_lines, log_access
+from sless_api.gateway.accesslog import access, flush_access_lines, log_access
 from sless_api.logsetup import LogSettings, configure_logging, current_request_id, json_stream_handler
 
 

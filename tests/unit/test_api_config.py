@@ -1,4 +1,4 @@
-"""The API's one configuration (sless_api.config.ApiConfig): defaults, overrides, and every bad value refused
+"""The API's one configuration (sless_api.main.config.ApiConfig): defaults, overrides, and every bad value refused
 with one line naming the variable, by the parser and by each entry point (sless up, sless-api, sless-events)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sless_api.config import ApiConfig
+from sless_api.main.config import ApiConfig
 from sless_core.envconfig import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,9 +144,9 @@ def run_entry(argv: list[str], extra: dict[str, str], tmp_path: Path) -> subproc
 @pytest.mark.parametrize("entry", ["up", "api", "events"])
 def test_each_entry_point_refuses_a_bad_value_in_one_line(entry: str, name: str, value: str, message: str,
                                                           tmp_path: Path) -> None:
-    argv = {"up": [sys.executable, "-m", "sless_api.cli", "up", "--port", "1", "--data-dir", str(tmp_path / "d")],
-            "api": [sys.executable, "-c", "import sys, sless_api.serve as s; sys.exit(s.main())"],
-            "events": [sys.executable, "-m", "sless_api.events.service"]}[entry]
+    argv = {"up": [sys.executable, "-m", "sless_api", "up", "--port", "1", "--data-dir", str(tmp_path / "d")],
+            "api": [sys.executable, "-c", "import sys, sless_api.main.serve as s; sys.exit(s.main())"],
+            "events": [sys.executable, "-m", "sless_api.main.events"]}[entry]
     extra = {name: value, "SLESS_JWT_SECRET": "s" * 32, "SLESS_RABBITMQ_URL": "amqp://127.0.0.1:1/",
              "SLESS_DATABASE_URL": "postgresql://127.0.0.1:1/x"}
     done = run_entry(argv, extra, tmp_path)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sless_api.calllines import parse_line
-from sless_api.kube.podlogs import collect
-from sless_api.standalone.calllogs import CallLogStore, LineRouter
+from sless_api.backends.kube.podlogs import collect
+from sless_api.backends.standalone.host.calllogs import CallLogStore, LineRouter
+from sless_core.calllines import parse_line
 
 
 @pytest.mark.parametrize(("line", "parsed"), [

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sless_api.asynccalls.callback import CallbackPolicy, CallbackRefused, check_url, shown_url
+from sless_api.services.asynccalls.callback import CallbackPolicy, CallbackRefused, check_url, shown_url
 
 OPEN = CallbackPolicy()
 
@@ -124,7 +124,7 @@ def test_a_name_resolving_to_an_embedded_form_is_judged_by_the_embedded_address(
     hosts.write_text("64:ff9b::7f00:1 nat64-loopback.test\n2002:a9fe:a9fe::1 sixtofour-metadata.test\n"
                      "::ffff:0:a00:1 translated-private.test\n64:ff9b::808:808 nat64-public.test\n")
     script = (
-        "from sless_api.asynccalls.callback import CallbackPolicy, CallbackRefused, check_url\n"
+        "from sless_api.services.asynccalls.callback import CallbackPolicy, CallbackRefused, check_url\n"
         "for name in ('nat64-loopback.test', 'sixtofour-metadata.test', 'translated-private.test',"
         " 'nat64-public.test'):\n"
         "    try:\n"

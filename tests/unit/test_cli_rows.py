@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from sless_api.cli import ls_row
-from sless_api.cliclient import CliError
-from sless_api.cliverbs import write_source
+from sless_api.cli.client import CliError
+from sless_api.cli.commands import ls_row
+from sless_api.cli.verbs import write_source
 
 
 def test_a_multi_line_build_log_stays_on_one_row() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sless_api.cliclient import CliError
-from sless_api.cliversions import parse_split, same_deploy, split_rows, version_rows
+from sless_api.cli.client import CliError
+from sless_api.cli.versions import parse_split, same_deploy, split_rows, version_rows
 
 ITEMS = [
     {"version": 12, "code_hash": "ab" * 32, "runtime": "python3.11", "env_vars": {},

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sless_api.buildcontext import make_code_archive
+from sless_core.buildcontext import make_code_archive
 from sless_core.crcodec import InvalidResource
 from sless_core.models import FunctionSpec
 from sless_operator import codeurl, contextfetch

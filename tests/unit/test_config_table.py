@@ -71,13 +71,15 @@ def test_every_variable_read_is_in_the_readme_table() -> None:
 #: The only modules that touch os.environ, and why. Everything else gets its settings from the one parser of
 #: its process (ApiConfig.from_env, OperatorConfig.from_env) through its caller.
 ENVIRONMENT_READERS = {
-    "api/src/sless_api/cli.py": "entry point: builds the config (command-line overrides), the client's options",
-    "api/src/sless_api/serve.py": "entry point (sless-api); PROMETHEUS_MULTIPROC_DIR is prometheus_client's own",
-    "api/src/sless_api/app.py": "entry point of `uvicorn --factory sless_api.app:create_app`",
-    "api/src/sless_api/events/service.py": "entry point (sless-events)",
+    "api/src/sless_api/cli/commands.py": "the client's options (SLESS_URL, SLESS_TOKEN, the data dir's secret)",
+    "api/src/sless_api/main/up.py": "entry point (sless up): builds the config with the command line's overrides",
+    "api/src/sless_api/main/serve.py": "entry point (sless-api); PROMETHEUS_MULTIPROC_DIR is prometheus_client's own",
+    "api/src/sless_api/main/app.py": "entry point of `uvicorn --factory sless_api.main.app:create_app`",
+    "api/src/sless_api/main/events.py": "entry point (sless-events)",
     "api/src/sless_api/metrics.py": "PROMETHEUS_MULTIPROC_DIR, read by prometheus_client itself in each worker",
-    "api/src/sless_api/standalone/builder.py": "function and build processes' environments; the runtimes' "
-                                               "locations, shared with the harnesses that run runtimes alone",
+    "api/src/sless_api/backends/standalone/builder.py": "function and build processes' environments; the "
+                                                        "runtimes' locations, shared with the harnesses that run "
+                                                        "runtimes alone",
     "operator/src/sless_operator/main.py": "entry point (sless-operator)",
     "operator/src/sless_operator/contextfetch.py": "the build Job's init container, a process of its own",
     "operator/src/sless_operator/binaryupload.py": "the Go compile Job's upload step, a process of its own "

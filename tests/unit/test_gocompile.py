@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from sless_api.buildcontext import make_deps_context
 from sless_core import crd
+from sless_core.buildcontext import make_deps_context
 from sless_core.models import FunctionSpec
 from sless_operator import binaryupload, codeurl, contextfetch, manifests
 from sless_operator.config import OperatorConfig

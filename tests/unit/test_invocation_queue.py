@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from sless_api.invocations import Invocation, InvocationLog
+from sless_api.stores.invocations import Invocation, InvocationLog
 
 
 def inv(i: int = 0, ns: str = "ns", fn: str = "fn") -> Invocation:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sless_api.invocations.model import MAX_ERROR_CHARS, MAX_PATH_CHARS, Invocation, sanitized_row
+from sless_api.stores.invocations.model import MAX_ERROR_CHARS, MAX_PATH_CHARS, Invocation, sanitized_row
 
 PLAIN = Invocation("sless-0123456789abcdef", "hello", "GET", "/a/b", 200, 1.25, 0, 2, "http", None, 1.7e9,
                    "0123456789abcdef0123456789abcdef", False, 0.01, 0.0, 0.5, 3)

@@ -9,11 +9,11 @@ from typing import cast
 
 import pytest
 
-from sless_api.backendconfig import KubeSettings
-from sless_api.kube.access import TenantAccess
-from sless_api.kube.client import KubeClient, translate
-from sless_api.kube.quota import QuotaExceeded, refusal
-from sless_api.platform import Unavailable
+from sless_api.backends.kube.access import TenantAccess
+from sless_api.backends.kube.client import KubeClient, translate
+from sless_api.backends.kube.quota import QuotaExceeded, refusal
+from sless_api.backends.settings import KubeSettings
+from sless_api.domain.errors import Unavailable
 from sless_core.envconfig import ConfigError
 
 NS = "sless-0123456789abcdef"
@@ -134,7 +134,7 @@ def test_a_create_waits_until_the_quota_is_counted() -> None:
 
 
 def test_a_quota_never_counted_is_a_503_after_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sless_api.kube.quota as quota
+    import sless_api.backends.kube.quota as quota
 
     monkeypatch.setattr(quota, "COUNTING_WAIT_SEC", 0.5)
     calls, client, create = _scripted(refusals=10**6)

@@ -10,12 +10,12 @@ import urllib3.exceptions
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from sless_api.backendconfig import KubeSettings
-from sless_api.kube.client import KubeClient, KubeConflict, KubeNotFound, translate
-from sless_api.kube.code import stamp
-from sless_api.kube.routes import FUNCTIONS, RouteTable
-from sless_api.kube.watch import Backoff, Gone, Watcher, iter_lines
-from sless_api.platform import Unavailable
+from sless_api.backends.kube.client import KubeClient, KubeConflict, KubeNotFound, translate
+from sless_api.backends.kube.code import stamp
+from sless_api.backends.kube.routes import FUNCTIONS, RouteTable
+from sless_api.backends.kube.watch import Backoff, Gone, Watcher, iter_lines
+from sless_api.backends.settings import KubeSettings
+from sless_api.domain.errors import Unavailable
 from sless_core.errors import ValidationError
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from sless_api.kube import resources
-from sless_api.platform import Conflict
+from sless_api.backends.kube import resources
+from sless_api.domain.errors import Conflict
 from sless_core import crd
 from sless_core.models import FunctionSpec, JobSpec, TriggerSpec
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sless_api.kube.routes import FUNCTIONS, TRIGGERS, RouteTable
-from sless_api.platform import Route
+from sless_api.backends.kube.routes import FUNCTIONS, TRIGGERS, RouteTable
+from sless_api.domain.routing import Route
 from sless_core.traffic import other_version_name
 
 NS, OTHER = "sless-0123456789abcdef", "sless-fedcba9876543210"

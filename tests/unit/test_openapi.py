@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sless_api.http import PublicResource
-from sless_api.openapi import UNDOCUMENTED_ROUTES, document
+from sless_api.rest.http import PublicResource
+from sless_api.rest.openapi import UNDOCUMENTED_ROUTES, document
 from tests.support.attack import rest_routes
 
 

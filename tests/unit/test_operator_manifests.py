@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from sless_api.buildcontext import make_build_context
 from sless_core import contract, crd
+from sless_core.buildcontext import make_build_context
 from sless_core.crcodec import InvalidResource
 from sless_core.envconfig import ConfigError
 from sless_core.models import FunctionSpec, SecretRef
@@ -384,7 +384,7 @@ def test_tenant_namespace_is_restricted_and_marked() -> None:
 
 
 def test_the_api_labels_a_tenant_namespace_as_the_operator_does() -> None:
-    from sless_api.kube.platform import NAMESPACE_LABELS
+    from sless_api.backends.kube.platform import NAMESPACE_LABELS
 
     assert crd.tenant_namespace_labels() == NAMESPACE_LABELS
     assert NAMESPACE_LABELS["pod-security.kubernetes.io/audit"] == "restricted"

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import MutableMapping
 from typing import Any
 
-from sless_api.replies import AsgiReply, reply_for
+from sless_api.gateway.replies import AsgiReply, reply_for
 
 
 class Recorder:

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from sless_api.backendconfig import RetentionPolicy
-from sless_api.standalone.retention import (
+from sless_api.backends.settings import RetentionPolicy
+from sless_api.backends.standalone.retention import (
     QuotaExceeded,
     check_tenant_quota,
     prune_stored,
     prune_versions,
     tree_bytes,
 )
-from sless_api.storage.keys import context_key, zip_key
-from sless_api.storage.local import LocalCodeStore
+from sless_api.stores.code.keys import context_key, zip_key
+from sless_api.stores.code.local import LocalCodeStore
 
 
 def make_version(function_dir: Path, name: str, mtime: int, size: int = 10) -> Path:

@@ -12,12 +12,14 @@ from typing import Any, cast
 
 import pytest
 
-from sless_api.backendconfig import KubeSettings
-from sless_api.changes import ChangeListeners
-from sless_api.kube.client import KubeClient
-from sless_api.kube.router import KubeRouter
-from sless_api.kube.routes import FUNCTIONS, TRIGGERS
-from sless_api.platform import Route, Router, Unavailable
+from sless_api.backends.kube.client import KubeClient
+from sless_api.backends.kube.router import KubeRouter
+from sless_api.backends.kube.routes import FUNCTIONS, TRIGGERS
+from sless_api.backends.settings import KubeSettings
+from sless_api.domain.changes import ChangeListeners
+from sless_api.domain.errors import Unavailable
+from sless_api.domain.ports import Router
+from sless_api.domain.routing import Route
 from tests.unit.test_kube_routes import NS, fn, trg
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from sless_api.openapi import SCHEMAS
-from sless_api.platform import Unsupported
-from sless_api.standalone.functions import refuse_sandbox
+from sless_api.backends.standalone.functions import refuse_sandbox
+from sless_api.domain.errors import Unsupported
+from sless_api.rest.openapi import SCHEMAS
 from sless_core import crd
 from sless_core.crcodec import FunctionResource, InvalidResource, function_spec_to_cr
 from sless_core.envconfig import ConfigError
@@ -161,7 +161,7 @@ def test_a_sandboxed_functions_build_runs_as_before() -> None:
 
 def test_the_standalone_backend_refuses_before_it_stores_anything() -> None:
     """The refusal is create's first step: no state, secrets or namespace are touched (none exist here)."""
-    from sless_api.standalone.functions import Functions
+    from sless_api.backends.standalone.functions import Functions
 
     fns = Functions.__new__(Functions)  # no collaborators: reaching any of them would fail the test
     with pytest.raises(Unsupported):

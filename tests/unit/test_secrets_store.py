@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sless_api.platform import Conflict, NotFound
-from sless_api.secrets.local import LocalSecretStore, SecretKeyError
-from sless_api.secrets.model import SecretMeta, check_references, parse_secret_body, secrets_version
+from sless_api.domain.errors import Conflict, NotFound
+from sless_api.domain.secrets import SecretMeta, check_references, parse_secret_body, secrets_version
+from sless_api.stores.secrets.local import LocalSecretStore, SecretKeyError
 from sless_core.errors import ValidationError
 from sless_core.models import FunctionSpec, SecretRef, validate_secret_refs
 

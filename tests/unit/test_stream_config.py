@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sless_api.config import ApiConfig
+from sless_api.main.config import ApiConfig
 
 
 def test_default_and_value() -> None:

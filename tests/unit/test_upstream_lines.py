@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sless_api.proxy import upstream_headers, upstream_lines
-from sless_api.upstream import UpstreamBroken
+from sless_api.gateway.proxy import upstream_headers, upstream_lines
+from sless_api.gateway.upstream import UpstreamBroken
 
 HEADS: list[list[tuple[bytes, bytes]]] = [
     [(b"host", b"api.example:8080"), (b"user-agent", b"wrk")],

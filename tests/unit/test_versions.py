@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sless_api.platform import Conflict, NotFound
-from sless_api.versions import KEEP, Version, append, choose, listing, requested_version
+from sless_api.domain.errors import Conflict, NotFound
+from sless_api.domain.versions import KEEP, Version, append, choose, listing, requested_version
 from sless_core.errors import ValidationError
 from sless_operator import history
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sless_api.zipsafe import (
+from sless_api.domain.zipsafe import (
     ByteBudget,
     ZipLimits,
     ZipRejected,

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from jwt.exceptions import InvalidSubjectError
 
-from sless_api.jsonshape import is_utf8_text
+from sless_api.domain.jsonshape import is_utf8_text
 from sless_core.envconfig import EnvReader
 from sless_core.naming import tenant_namespace
 

@@ -1,7 +1,7 @@
 """``python -m sless_operator.contextfetch``: the init container of build Jobs and of function pods.
 
 It alone holds the S3 credentials of a build: it downloads one build context (a tar.gz the
-API wrote, ``sless_api.buildcontext``) by key, checks its SHA-256 when the Function states
+API wrote, ``sless_core.buildcontext``) by key, checks its SHA-256 when the Function states
 one, and unpacks it into an emptyDir that the kaniko container then reads as
 ``--context=dir://...``. kaniko runs the tenant's Dockerfile (``RUN pip install ...``) as root;
 had it the S3 keys in its environment, a build step could read every tenant's code.

@@ -107,7 +107,7 @@ class Runtime:
     read_only_root: bool = True
 
 
-# Paths from runtimes/*/Dockerfile and the generated function Dockerfile (sless_api.buildcontext).
+# Paths from runtimes/*/Dockerfile and the generated function Dockerfile (sless_core.buildcontext).
 RUNTIMES: dict[str, Runtime] = {
     "python3.11": Runtime(runner=("python3", "/app/runtime/runner.py")),
     "nodejs20": Runtime(runner=("node", "/app/runtime/runner.js")),
@@ -224,7 +224,7 @@ def deps_job_name(namespace: str, deps_hash: str) -> str:
 def binary_key(fn: FunctionRef, builder_image: str) -> str:
     """``binaries/<ns>/<fn>/<code stamp>-<digest>.tar.gz``: the object the compile Job writes. Named after
     what it is compiled from (code archive, entrypoint, the image it compiles on), so the same inputs find
-    the same binary, and sorted like the code (the API prunes both alike, ``sless_api.storage.keys``)."""
+    the same binary, and sorted like the code (the API prunes both alike, ``sless_api.stores.code.keys``)."""
     stamp = fn.code_key.rsplit("/", 1)[-1].removesuffix(".tar.gz")
     source = "\0".join([fn.spec.runtime, fn.spec.entrypoint, builder_image, fn.code_key, fn.code_sha256])
     return f"binaries/{fn.namespace}/{fn.name}/{stamp}-{hashlib.sha256(source.encode()).hexdigest()[:16]}.tar.gz"

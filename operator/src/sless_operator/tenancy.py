@@ -5,7 +5,7 @@ sees one of our resources there, it labels the namespace and creates the Resourc
 LimitRange and the NetworkPolicies (``manifests.tenant_objects``); later reconciles skip the
 work. Each operator process does it once per namespace, so a new version's quota or policies
 reach existing tenants when the upgraded operator starts. The RoleBinding that gives the API its
-rights in the namespace is the API's own to make (``sless_api.kube.access``): the operator may
+rights in the namespace is the API's own to make (``sless_api.backends.kube.access``): the operator may
 bind no role, so a compromised operator cannot hand out RBAC rights.
 
 A Function, Trigger or FunctionJob in any other namespace (``default``, ``kube-system``, the

@@ -1,4 +1,4 @@
--- The event dispatcher's idempotency store (sless_api/events/pgdedup.py): where the handling of
+-- The event dispatcher's idempotency store (sless_api/services/events/pgdedup.py): where the handling of
 -- each message id stands, so a redelivery never runs a function twice within the retention window.
 -- Shared by every sless-events replica; a claim is settled by the primary key (INSERT ... ON
 -- CONFLICT) and a row lock (SELECT ... FOR UPDATE).

@@ -1,0 +1,81 @@
+"""Routing of the Kubernetes backend: the route table kept by watches, and the Services calls go to.
+
+A :class:`KubeRouter` needs only a client and the settings, never a code store: the event dispatcher
+(``sless-events``) builds one on its own, and the API's :class:`~sless_api.backends.kube.KubernetesPlatform` has one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from sless_api.backends.kube.client import KubeClient
+from sless_api.backends.kube.routes import RouteTable
+from sless_api.backends.kube.watch import RouteWatch
+from sless_api.backends.settings import KubeSettings
+from sless_api.domain.errors import NotFound, Unavailable
+from sless_api.domain.routing import Route
+
+SYNC_WAIT_SEC = 5.0
+
+
+class KubeRouter:
+    """The :class:`~sless_api.domain.ports.Router` of the Kubernetes backend.
+
+    ``table``: the route table the watches feed (a subclass, for the event dispatcher, also keeps the
+    event triggers: one watch feeds both).
+    """
+
+    def __init__(self, kube: KubeClient, settings: KubeSettings, table: RouteTable | None = None) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.table = table if table is not None else RouteTable()
+        self.watch = RouteWatch(kube, self.table)
+
+    def start(self) -> None:
+        self.watch.start()
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.watch.stop)
+
+    def add_namespace(self, namespace: str) -> None:
+        """A tenant namespace the API has touched (watched on its own when cluster-wide watches are refused)."""
+        self.watch.add_namespace(namespace)
+
+    async def _wait_synced(self, namespace: str) -> bool:
+        """Wait (briefly) until NAMESPACE's watches have listed; False when they already had."""
+        if self.watch.synced(namespace):
+            return False
+        deadline = time.monotonic() + SYNC_WAIT_SEC
+        while not self.watch.synced(namespace):
+            if time.monotonic() > deadline:
+                raise Unavailable("the route table is still loading from the cluster; try again")
+            await asyncio.sleep(0.05)
+        return True
+
+    async def route(self, namespace: str, name: str) -> Route:
+        """From memory only; waits (briefly) only before the watches have listed for the first time."""
+        route = self.table.lookup(namespace, name)
+        if route is not None:
+            return route
+        if await self._wait_synced(namespace):
+            route = self.table.lookup(namespace, name)
+            if route is not None:
+                return route
+        raise NotFound(self.table.explain(namespace, name))
+
+    async def event_route(self, namespace: str, name: str) -> Route:
+        """Any deployed function (by the http route's rule), whether or not it has an http trigger."""
+        fn = self.table.function(namespace, name)
+        if fn is None and await self._wait_synced(namespace):
+            fn = self.table.function(namespace, name)
+        if fn is None:
+            raise NotFound(f"function {name!r} not found in {namespace}")
+        if not fn.deployed:
+            raise Unavailable(f"function {name!r} is not ready (phase {fn.phase})")
+        return Route(namespace, name, fn.timeout_sec, "public", fn.max_concurrency)
+
+    def upstream(self, route: Route) -> contextlib.nullcontext[str]:
+        """The function's Service; nothing to hold (a plain context, not a generator's: it is entered per call)."""
+        return contextlib.nullcontext(self.settings.service_url(route.namespace, route.target or route.function))

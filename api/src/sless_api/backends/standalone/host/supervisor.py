@@ -1,0 +1,1011 @@
+"""Supervised runtime processes for the standalone backend.
+
+Each deployed function with an enabled HTTP trigger is one runtime server
+(runtimes/<runtime>/server.*) running as a child process on a loopback port.
+The supervisor owns their whole life so the invoke proxy only asks "where do I
+send this call?":
+
+- lazy cold start on the first call (concurrent callers share one start; a
+  Python runtime says when it listens on a readiness pipe, readiness.py, others
+  are polled every few milliseconds, so the overhead over the runtime's own
+  start-up stays small); where a spec allows it, the start takes over a warm
+  spare of its tenant instead of starting a process (spares.py);
+- zero-downtime redeploy: a new version is started and found healthy before
+  traffic switches, and the old process is only told to stop once the calls it
+  leased have finished (then SIGTERM lets the runtime drain whatever else it
+  serves);
+- scale to zero: processes idle for ``idle_timeout_sec`` are stopped;
+- crash restart with exponential backoff, so a crash-looping function costs a
+  fast StartFailed (with the process's stderr tail) rather than a hung call;
+- process output appended to ``<log_dir>/<key>.log``, size-capped by rotation.
+
+Children run in their own session (Ctrl-C on the terminal reaches only the
+platform, which then drains them) and, on Linux, get SIGTERM when the platform
+process dies, so a crashed platform does not leave runtimes behind (Linux
+ties that signal to the forking thread: run the supervisor's event loop in a
+thread that lives as long as the platform, as uvicorn's main thread does).
+All methods must be called from that one event loop.
+
+A spec with a ``sandbox`` and a ``jail`` runs in a bubblewrap sandbox (see
+sandbox.py): its own PID namespace, mounts, user and limits; the tree dies
+when the sandbox's PID 1 does, and its cgroups are removed with it. Healthy
+processes are probed every ``health_interval_sec``: one that stops answering
+(SIGSTOPped, a wedged event loop) ``health_failures`` times in a row is killed
+and counted as a crash, so the next call starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from sless_api import metrics
+from sless_api.backends.standalone.host.calllogs import CallLogStore, LineRouter
+from sless_api.backends.standalone.host.network import NetworkUnavailable, PortTaken
+from sless_api.backends.standalone.host.readiness import READY_FD_ENV, ReadyPipe
+from sless_api.backends.standalone.host.sandbox import JailSpec, Prepared, Sandbox
+from sless_api.backends.standalone.host.spares import SPARE_SECRETS_DIR, Spare, SparePool, SpareTemplate
+from sless_api.gateway import calltiming
+
+HEALTH_PATH = "/_/health"
+#: Pause between health probes during a start; a refused connection costs microseconds.
+HEALTH_POLL_SEC = 0.005
+#: Runtimes that say "listening" on the readiness pipe (readiness.py): no polling pause while they start.
+READY_PIPE_RUNTIMES = frozenset({"python3.11"})
+#: Longest wait for the readiness byte before probing anyway.
+READY_WAIT_SEC = 0.5
+#: Extra seconds after the drain period before SIGKILL, so a runtime whose own
+#: drain deadline (SLESS_DRAIN_SEC, the same value) fires can still exit cleanly.
+KILL_GRACE_SEC = 1.0
+#: How long a failed call waits for its sandboxed process to exit, to name the limit that killed it.
+LIMIT_NOTE_WAIT_SEC = 4.0
+#: How much of a process's stderr is kept in memory for error messages.
+STDERR_TAIL_BYTES = 4096
+#: Start attempts with fresh ports when the chosen port was taken meanwhile.
+PORT_ATTEMPTS = 3
+#: How long to wait for output pipes to reach EOF after the process exited
+#: (a grandchild may hold them open).
+PIPE_DRAIN_SEC = 1.0
+
+_ADDR_IN_USE = re.compile(r"address already in use|EADDRINUSE|Errno 98", re.IGNORECASE)
+_UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class SupervisorError(Exception):
+    """Base of the errors callers are expected to map to HTTP answers."""
+
+
+class NotDeployed(SupervisorError):
+    """Nothing is deployed under the key (never deployed, removed, or the supervisor is closed)."""
+
+
+class StartFailed(SupervisorError):
+    """The process could not be started or is crash-looping; the message carries its stderr tail."""
+
+
+class LimitExceeded(SupervisorError):
+    """A call failed because its process was killed for exceeding a limit (memory, CPU, file size)."""
+
+
+class _PortInUseError(Exception):
+    """The child lost the race for its port; retried with another one."""
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """How to run one version of a function's runtime server.
+
+    ``env`` is the complete environment of the child: the platform's own
+    environment (with its credentials) is deliberately not inherited. The
+    supervisor adds PORT and SLESS_HOST=127.0.0.1, and SLESS_DRAIN_SEC unless
+    set. ``version`` identifies code plus configuration; a different version
+    means "redeploy".
+    """
+
+    argv: list[str]
+    env: dict[str, str] = field(repr=False)  # it holds the function's secrets referenced as env vars
+    cwd: Path
+    version: str
+    #: How long a retired process may finish its calls; None = the supervisor's drain_sec.
+    #: The platform sets the function's timeout here, so a redeploy never cuts a call short.
+    drain_sec: float | None = None
+    #: Where and how confined the process runs; both or neither (None: a plain child process).
+    sandbox: Sandbox | None = None
+    jail: JailSpec | None = None
+    #: The runtime's name: a metrics label, and whether it reports readiness (READY_PIPE_RUNTIMES).
+    runtime: str = ""
+    #: The warm spares this version may be started from (spares.py); None: always a fresh process.
+    spare: SpareTemplate | None = None
+
+
+def free_port(exclude: set[int] | frozenset[int] = frozenset()) -> int:
+    """A loopback port nothing listens on right now, and not one we handed out already.
+
+    The kernel may give the same ephemeral port to two bind(0) calls in a row
+    once the first socket is closed; ``exclude`` keeps two of our own starts
+    from racing for one port. Races with other programs are caught later by
+    the child failing with "address in use".
+    """
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in exclude:
+            return port
+    raise OSError("no free loopback port found")
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A preexec hook asking Linux to SIGTERM the child when the platform process dies."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    prctl = libc.prctl
+    pr_set_pdeathsig = 1
+
+    def set_pdeathsig() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+
+    return set_pdeathsig
+
+
+_PREEXEC = _parent_death_signal()
+
+
+class _LogSink:
+    """Appends a key's process output to one file, rotating it to ``<name>.1`` past ``max_bytes``.
+
+    Writes are synchronous: they are small appends to a local file (page
+    cache), cheaper than a thread hop per chunk, and a failing disk must never
+    take a function down, so OSErrors are swallowed.
+    """
+
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self._fh: BinaryIO | None = None
+        self._size = 0
+
+    def write(self, data: bytes) -> None:
+        try:
+            if self._fh is None:
+                self._open()
+            if self._size and self._size + len(data) > self.max_bytes:
+                self.close()
+                os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+                self._open()
+            assert self._fh is not None
+            self._fh.write(data)
+            self._size += len(data)
+        except OSError:
+            self.close()
+
+    def note(self, text: str) -> None:
+        """A supervisor line (start, exit), marked so it stands out from the function's output."""
+        self.write(f"--- sless {time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n".encode())
+
+    def close(self) -> None:
+        if self._fh is not None:
+            with contextlib.suppress(OSError):
+                self._fh.close()
+            self._fh = None
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the slot
+        self._size = self._fh.tell()
+
+
+@dataclass(eq=False)
+class _Proc:
+    """One running runtime server."""
+
+    proc: asyncio.subprocess.Process
+    port: int
+    version: str
+    started_at: float
+    drain_sec: float
+    stderr_tail: bytearray = field(default_factory=bytearray)
+    readers: list[asyncio.Task[None]] = field(default_factory=list)
+    monitor: asyncio.Task[None] | None = None
+    healthy: bool = False
+    stopping: bool = False
+    inflight: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    jail: Prepared | None = None
+    probe_failures: int = 0
+    #: The readiness pipe while it starts (None: the runtime is polled); closed once healthy.
+    ready: ReadyPipe | None = None
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def alive(self) -> bool:
+        """Usable for new calls: running and not asked to stop."""
+        return self.proc.returncode is None and not self.stopping
+
+    def tail(self) -> str:
+        return self.stderr_tail.decode("utf-8", errors="replace").strip()
+
+    def exit_note(self) -> str | None:
+        """A limit that ended the process (memory, CPU, file size), if one did."""
+        return self.jail.exit_note(self.proc.returncode) if self.jail is not None else None
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the runtime itself (inside its sandbox, bwrap does not forward signals)."""
+        if self.jail is not None:
+            self.jail.signal_main(self.proc.pid, sig)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(sig)
+
+
+@dataclass(eq=False)
+class _Slot:
+    """Everything the supervisor knows about one key."""
+
+    key: str
+    spec: ProcessSpec
+    log: _LogSink
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    current: _Proc | None = None
+    starting: asyncio.Task[_Proc] | None = None
+    failures: int = 0
+    restarts: int = 0
+    retry_at: float = 0.0
+    last_error: str | None = None
+    last_activity: float = field(default_factory=time.monotonic)
+    removed: bool = False
+
+
+class Lease:
+    """One call's hold on a function's process (``Supervisor.lease``).
+
+    A class rather than a generator-based context manager: it is entered on every proxied call, and the
+    generator machinery cost several microseconds of it.
+    """
+
+    __slots__ = ("key", "proc", "slot", "supervisor")
+
+    def __init__(self, supervisor: Supervisor, key: str) -> None:
+        self.supervisor = supervisor
+        self.key = key
+        self.slot: _Slot | None = None
+        self.proc: _Proc | None = None
+
+    async def __aenter__(self) -> str:
+        self.slot, self.proc = await self.supervisor._acquire(self.key)
+        self.proc.inflight += 1
+        self.proc.idle.clear()
+        return self.proc.url
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        proc, slot = self.proc, self.slot
+        assert proc is not None and slot is not None
+        try:
+            if isinstance(exc, Exception):
+                note = await _limit_note(proc)
+                if note:
+                    raise LimitExceeded(f"{self.key}: {note}") from exc
+        finally:
+            proc.inflight -= 1
+            if proc.inflight == 0:
+                proc.idle.set()
+            slot.last_activity = time.monotonic()
+
+
+def _with_tail(message: str, tail: str) -> str:
+    return f"{message}; stderr:\n{tail}" if tail else f"{message} (no stderr output)"
+
+
+class Supervisor:
+    """Runs one runtime process per deployed key; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        log_dir: Path,
+        idle_timeout_sec: float = 300.0,
+        start_timeout_sec: float = 30.0,
+        drain_sec: float = 25.0,
+        backoff_base_sec: float = 1.0,
+        backoff_max_sec: float = 30.0,
+        stable_after_sec: float = 60.0,
+        log_max_bytes: int = 4 * 1024 * 1024,
+        health_interval_sec: float = 5.0,
+        health_timeout_sec: float = 2.0,
+        health_failures: int = 3,
+        call_logs: CallLogStore | None = None,
+        warm_spares: int = 0,
+    ) -> None:
+        """``stable_after_sec``: a process that ran this long before crashing resets the backoff.
+
+        A running process failing ``health_failures`` probes in a row (one every
+        ``health_interval_sec``, each given ``health_timeout_sec``) is replaced.
+        ``warm_spares``: spares kept per tenant for specs that allow them (spares.py); 0: none.
+        """
+        self.log_dir = Path(log_dir)
+        self.idle_timeout_sec = idle_timeout_sec
+        self.start_timeout_sec = start_timeout_sec
+        self.drain_sec = drain_sec
+        self.backoff_base_sec = backoff_base_sec
+        self.backoff_max_sec = backoff_max_sec
+        self.stable_after_sec = stable_after_sec
+        self.log_max_bytes = log_max_bytes
+        self.health_interval_sec = health_interval_sec
+        self.health_timeout_sec = health_timeout_sec
+        self.health_failures = health_failures
+        #: Where the tagged lines of each call go (runtimes/README.md, "Output of a call"); None keeps none.
+        self.call_logs = call_logs
+        self._prober: asyncio.Task[None] | None = None
+        self._slots: dict[str, _Slot] = {}
+        self._ports: set[int] = set()
+        self._background: dict[asyncio.Task[None], _Slot] = {}
+        self._reaper: asyncio.Task[None] | None = None
+        self._closed = False
+        self.spares = SparePool(warm_spares, self._ports)
+
+    # ------------------------------------------------------------------ public API
+
+    async def deploy(self, key: str, spec: ProcessSpec, eager: bool = False) -> None:
+        """Record ``spec`` as the desired state of ``key``.
+
+        If an older version is running (or ``eager``), start the new version,
+        wait until it is healthy, switch traffic to it and stop the old one in
+        the background (it finishes its calls first). Otherwise the process is
+        started by the next call. If the new version fails to start, the old
+        one keeps serving and StartFailed is raised.
+        """
+        if self._closed:
+            raise NotDeployed(f"{key}: the supervisor is closed")
+        self._ensure_reaper()
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = _Slot(key, spec, _LogSink(self._log_path(key), self.log_max_bytes))
+            self._slots[key] = slot
+        else:
+            if slot.spec.version != spec.version:
+                # A new version deserves a fresh start, not the old one's crash backoff.
+                slot.failures, slot.retry_at, slot.last_error = 0, 0.0, None
+            old_spare, slot.spec = slot.spec.spare, spec
+            if old_spare is not None and (spec.spare is None or spec.spare.tenant != old_spare.tenant):
+                await self._drop_spares_unless_wanted(old_spare.tenant)  # e.g. rebuilt for another runtime
+        self._want_spare(spec)
+        async with slot.lock:
+            if slot.removed or slot.spec is not spec:
+                return  # removed, or a newer deploy() takes over
+            old = slot.current
+            running = old is not None and old.alive
+            if running and old is not None and old.version == spec.version:
+                return
+            if not running and not eager:
+                return
+            new = await self._start(slot, spec)
+            slot.current = new
+            slot.last_activity = time.monotonic()
+            if old is not None and running:
+                self._retire(slot, old)
+
+    async def endpoint(self, key: str) -> str:
+        """Base URL of a healthy process for ``key``, starting one if needed.
+
+        Prefer :meth:`lease` for calls: a bare endpoint is not protected from
+        the idle reaper or a redeploy between this return and the request.
+        """
+        _, proc = await self._acquire(key)
+        return proc.url
+
+    def lease(self, key: str) -> Lease:
+        """``async with supervisor.lease(key) as base_url:`` one call's use of a process.
+
+        While leased, the process is neither reaped as idle nor sent SIGTERM
+        by a redeploy, so a call that got its URL always reaches a listening
+        server.
+        """
+        return Lease(self, key)
+
+    async def remove(self, key: str) -> None:
+        """Stop every process of ``key`` (leases finish, then SIGTERM, SIGKILL after drain) and forget it."""
+        slot = self._slots.pop(key, None)
+        if slot is None:
+            return
+        slot.removed = True  # aborts a start in progress within one health poll
+        async with slot.lock:
+            if slot.current is not None:
+                self._retire(slot, slot.current)
+        pending = [task for task, owner in self._background.items() if owner is slot]
+        await asyncio.gather(*pending, return_exceptions=True)
+        slot.log.close()
+        if slot.spec.spare is not None:
+            await self._drop_spares_unless_wanted(slot.spec.spare.tenant)
+
+    async def close(self) -> None:
+        """Stop every process concurrently; used at shutdown. The supervisor cannot be used afterwards."""
+        self._closed = True
+        for task in (self._reaper, self._prober):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._reaper = self._prober = None
+        await self.spares.close()
+        slots = list(self._slots.values())
+        self._slots.clear()
+        for slot in slots:
+            slot.removed = True
+
+        async def retire_when_unlocked(slot: _Slot) -> None:
+            async with slot.lock:
+                if slot.current is not None:
+                    self._retire(slot, slot.current)
+
+        await asyncio.gather(*(retire_when_unlocked(s) for s in slots), return_exceptions=True)
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+        for slot in slots:
+            slot.log.close()
+
+    def status(self, key: str) -> dict[str, Any]:
+        """State of ``key`` for the API and console.
+
+        ``state`` is one of running, starting, backoff (waiting before the next
+        restart attempt), crashed (will restart on the next call) or stopped
+        (scaled to zero; starts on the next call).
+        """
+        slot = self._slots.get(key)
+        if slot is None:
+            raise NotDeployed(key)
+        now = time.monotonic()
+        proc = slot.current
+        if proc is not None and proc.alive:
+            state = "running"
+        elif slot.lock.locked() or (slot.starting is not None and not slot.starting.done()):
+            state = "starting"
+        elif slot.failures and slot.retry_at > now:
+            state = "backoff"
+        elif slot.failures or (proc is not None and not proc.stopping):
+            # The second case: exited on its own, and the exit is not accounted for yet.
+            state = "crashed"
+        else:
+            state = "stopped"
+        running = proc if proc is not None and proc.alive else None
+        return {
+            "state": state,
+            "pid": running.proc.pid if running else None,
+            "port": running.port if running else None,
+            "version": slot.spec.version,
+            "running_version": running.version if running else None,
+            "restarts": slot.restarts,
+            "failures": slot.failures,
+            "last_error": slot.last_error,
+            "inflight": running.inflight if running else 0,
+            "idle_sec": round(now - slot.last_activity, 3),
+            "retry_in_sec": round(max(0.0, slot.retry_at - now), 3) if slot.failures else 0.0,
+        }
+
+    def keys(self) -> list[str]:
+        """Every deployed key."""
+        return list(self._slots)
+
+    # ------------------------------------------------------------------ acquiring
+
+    async def _acquire(self, key: str) -> tuple[_Slot, _Proc]:
+        for _ in range(5):
+            slot = self._slots.get(key)
+            if slot is None:
+                raise NotDeployed(key)
+            slot.last_activity = time.monotonic()
+            proc = slot.current
+            if proc is not None and proc.alive:
+                return slot, proc
+            if slot.starting is None or slot.starting.done():
+                slot.starting = asyncio.create_task(self._start_for_call(slot), name=f"sless-start-{key}")
+                slot.starting.add_done_callback(_retrieve_exception)
+            waited = time.monotonic()
+            try:
+                proc = await asyncio.shield(slot.starting)
+            finally:
+                calltiming.note_start(time.monotonic() - waited)
+            # Between the start finishing and this task resuming, a redeploy or
+            # removal may already have retired the process: ask again.
+            if proc.alive:
+                return slot, proc
+        raise StartFailed(f"{key}: processes keep being replaced while starting")
+
+    async def _start_for_call(self, slot: _Slot) -> _Proc:
+        async with slot.lock:
+            if slot.removed:
+                raise NotDeployed(slot.key)
+            proc = slot.current
+            if proc is not None and proc.alive:
+                return proc
+            if proc is not None:
+                if proc.monitor is not None:
+                    # Let the exit be accounted for (stderr tail, backoff) before deciding.
+                    await asyncio.shield(proc.monitor)
+                slot.current = None
+            wait = slot.retry_at - time.monotonic()
+            if slot.failures and wait > 0:
+                raise StartFailed(
+                    f"{slot.key}: not restarting for another {wait:.1f}s after "
+                    f"{slot.failures} failure(s); last error: {slot.last_error}"
+                )
+            began = time.monotonic()
+            proc = await self._start(slot, slot.spec)
+            metrics.COLD_STARTS.labels(slot.spec.runtime).inc()
+            metrics.COLD_START_SECONDS.labels(slot.spec.runtime).observe(time.monotonic() - began)
+            slot.current = proc
+            slot.last_activity = time.monotonic()
+            return proc
+
+    # ------------------------------------------------------------------ starting
+
+    async def _start(self, slot: _Slot, spec: ProcessSpec) -> _Proc:
+        """Launch ``spec`` (slot lock held) with failure accounting."""
+        if slot.failures:
+            slot.restarts += 1
+        try:
+            proc = await self._from_spare(slot, spec)
+            if proc is None:
+                proc = await self._launch(slot, spec)
+        except StartFailed as exc:
+            self._record_failure(slot, str(exc), crashed=False)
+            raise
+        if slot.removed:
+            self._retire(slot, proc)
+            raise NotDeployed(f"{slot.key} was removed while starting")
+        return proc
+
+    async def _drop_spares_unless_wanted(self, tenant: str) -> None:
+        """Stop the tenant's spares when none of its deployed specs may use them any more."""
+        if not any(s.spec.spare is not None and s.spec.spare.tenant == tenant for s in self._slots.values()):
+            await self.spares.drop(tenant)
+
+    def _want_spare(self, spec: ProcessSpec) -> None:
+        if spec.spare is not None and spec.sandbox is not None and not self._closed:
+            self.spares.want(spec.spare, spec.sandbox)
+
+    async def _from_spare(self, slot: _Slot, spec: ProcessSpec) -> _Proc | None:
+        """``spec`` served by a warm spare of its tenant, None when there is no ready one that fits.
+
+        The spare's memory limit becomes the function's, then the claim (the complete environment, the
+        working directory, the secret files) goes over its stdin; a replacement starts in the background.
+        """
+        if spec.spare is None:
+            return None
+        spare = self.spares.take(spec.argv, spec.env, spec.jail, spec.sandbox)
+        if spare is None:
+            self._want_spare(spec)
+            return None
+        try:
+            return await self._claim(slot, spec, spare)
+        finally:
+            self._want_spare(spec)  # the replacement starts once the claimed process serves (or failed)
+
+    async def _claim(self, slot: _Slot, spec: ProcessSpec, spare: Spare) -> _Proc | None:
+        assert spec.jail is not None
+        drain = spec.drain_sec if spec.drain_sec is not None else self.drain_sec
+        env = self._child_env(spec, spare.port, drain)
+        env.update(spare.jail.env)
+        if spec.jail.files:
+            env["SLESS_SECRETS_DIR"] = SPARE_SECRETS_DIR
+        claim = json.dumps({"env": env, "cwd": str(spec.cwd), "secrets_dir": SPARE_SECRETS_DIR,
+                            "files": [[name, content.hex()] for name, content in spec.jail.files]}).encode()
+        slot.log.note(f"starting version {spec.version} on port {spare.port} in warm spare pid {spare.proc.pid}")
+        child = spare.proc
+        try:
+            assert spare.jail.cgroup is not None and child.stdin is not None
+            spare.jail.cgroup.set_memory(spec.jail.limits.memory_mb)
+            spare.jail.limits = spec.jail.limits  # the function's, for exit notes
+            child.stdin.write(claim)
+            await child.stdin.drain()
+            child.stdin.close()
+        except (OSError, ConnectionError) as exc:
+            slot.log.note(f"warm spare pid {child.pid} unusable ({exc}); starting a fresh process")
+            spare.claimed = False
+            await self.spares.discard(spare)
+            return None
+        proc = _Proc(child, spare.port, spec.version, time.monotonic(), drain, jail=spare.jail, ready=spare.ready)
+        adopted = await self._adopt(slot, proc)
+        metrics.WARM_SPARE_CLAIMS.labels(spec.runtime).inc()
+        return adopted
+
+    def _child_env(self, spec: ProcessSpec, port: int, drain: float) -> dict[str, str]:
+        env = dict(spec.env)
+        env["PORT"] = str(port)
+        env["SLESS_HOST"] = "127.0.0.1"
+        env.setdefault("SLESS_DRAIN_SEC", f"{drain:g}")
+        return env
+
+    async def _launch(self, slot: _Slot, spec: ProcessSpec) -> _Proc:
+        last = ""
+        for _ in range(PORT_ATTEMPTS):
+            port = free_port(self._ports)
+            self._ports.add(port)
+            try:
+                return await self._launch_on(slot, spec, port)
+            except _PortInUseError as exc:
+                self._ports.discard(port)
+                last = str(exc)
+            except BaseException:
+                self._ports.discard(port)
+                raise
+        raise StartFailed(f"{slot.key}: port taken on {PORT_ATTEMPTS} attempts; stderr:\n{last}")
+
+    async def _launch_on(self, slot: _Slot, spec: ProcessSpec, port: int) -> _Proc:
+        drain = spec.drain_sec if spec.drain_sec is not None else self.drain_sec
+        env = self._child_env(spec, port, drain)
+        slot.log.note(f"starting version {spec.version} on port {port}")
+        argv, preexec, jail = list(spec.argv), _PREEXEC, None
+        ready = ReadyPipe() if spec.runtime in READY_PIPE_RUNTIMES else None
+        if ready is not None:
+            env[READY_FD_ENV] = str(ready.write_fd)
+        try:
+            if spec.sandbox is not None and spec.jail is not None:
+                # In a thread: cgroup set-up and the port rule (an iptables run) must not stall other calls.
+                jail = await asyncio.to_thread(
+                    spec.sandbox.prepare, spec.argv, spec.cwd, spec.jail, f"{slot.key}-{port}", port=port,
+                )
+                argv, preexec = jail.argv, jail.preexec
+                env.update(jail.env)
+            child = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=spec.cwd,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=preexec,  # a prctl call (and, sandboxed, a cgroup join and rlimits)
+                pass_fds=(*(jail.pass_fds if jail is not None else ()), *([ready.write_fd] if ready else [])),
+            )
+            if jail is not None:
+                jail.release_fds()
+            if ready is not None:
+                ready.release_write()
+        except OSError as exc:
+            if ready is not None:
+                ready.close()
+            if jail is not None:
+                jail.cleanup()
+            message = f"{slot.key}: cannot start {spec.argv[0] if spec.argv else '(empty argv)'}: {exc}"
+            slot.log.note(message)
+            raise StartFailed(message) from exc
+        if jail is not None:
+            try:
+                await asyncio.to_thread(jail.attach)  # its own network, then its command starts
+            except NetworkUnavailable as exc:
+                jail.kill(child.pid)
+                await child.wait()
+                if ready is not None:
+                    ready.close()
+                await asyncio.to_thread(jail.cleanup)
+                message = f"{slot.key}: {exc}"
+                slot.log.note(message)
+                if isinstance(exc, PortTaken):
+                    raise _PortInUseError(message) from exc  # address in use: another port
+                raise StartFailed(message) from exc
+        return await self._adopt(slot, _Proc(child, port, spec.version, time.monotonic(), drain, jail=jail,
+                                             ready=ready))
+
+    async def _adopt(self, slot: _Slot, proc: _Proc) -> _Proc:
+        """Capture a just started (or claimed) process's output and wait until it is healthy."""
+        child = proc.proc
+        assert child.stdout is not None and child.stderr is not None
+        proc.readers = [
+            asyncio.create_task(_pump(child.stdout, slot.log, None, self._router(slot.key, "stdout"))),
+            asyncio.create_task(_pump(child.stderr, slot.log, proc.stderr_tail, self._router(slot.key, "stderr"))),
+        ]
+        try:
+            await self._wait_healthy(slot, proc)
+        except BaseException:
+            await _kill(proc)
+            await _drain_pipes(proc)
+            slot.log.note(f"pid {child.pid} failed to start (exit code {child.returncode})")
+            raise
+        finally:
+            if proc.ready is not None:
+                proc.ready.close()
+                proc.ready = None
+        proc.healthy = True
+        proc.monitor = asyncio.create_task(self._watch(slot, proc), name=f"sless-watch-{slot.key}")
+        slot.log.note(f"pid {child.pid} healthy after {time.monotonic() - proc.started_at:.3f}s")
+        return proc
+
+    async def _wait_healthy(self, slot: _Slot, proc: _Proc) -> None:
+        deadline = proc.started_at + self.start_timeout_sec
+        while True:
+            if slot.removed:
+                raise NotDeployed(f"{slot.key} was removed while starting")
+            if proc.proc.returncode is not None:
+                await _drain_pipes(proc)
+                tail = proc.tail()
+                if _ADDR_IN_USE.search(tail):
+                    raise _PortInUseError(tail)
+                code = proc.proc.returncode
+                message = f"{slot.key}: process exited with code {code} during start-up"
+                note = proc.exit_note()
+                if note:
+                    message = f"{message} ({note})"
+                raise StartFailed(_with_tail(message, tail))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise StartFailed(
+                    _with_tail(f"{slot.key}: not healthy within {self.start_timeout_sec:g}s", proc.tail())
+                )
+            if await _health_ok(proc.port, min(remaining, 2.0)):
+                return
+            await _pause(proc, remaining)
+
+    # ------------------------------------------------------------------ stopping and crashes
+
+    def _retire(self, slot: _Slot, proc: _Proc) -> None:
+        """Take ``proc`` out of service now and stop it in the background."""
+        if slot.current is proc:
+            slot.current = None
+        if proc.stopping:
+            return
+        proc.stopping = True
+        task = asyncio.create_task(self._stop(proc), name=f"sless-stop-{slot.key}")
+        self._background[task] = slot
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[None]) -> None:
+        self._background.pop(task, None)
+        _retrieve_exception(task)
+
+    async def _stop(self, proc: _Proc) -> None:
+        """Wait for leases to end, SIGTERM (the runtime drains), SIGKILL after the drain period."""
+        deadline = time.monotonic() + proc.drain_sec
+        if proc.inflight:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.idle.wait(), proc.drain_sec)
+        if proc.proc.returncode is None:
+            proc.signal(signal.SIGTERM)
+            grace = max(0.0, deadline - time.monotonic()) + KILL_GRACE_SEC
+            try:
+                await asyncio.wait_for(proc.proc.wait(), grace)
+            except TimeoutError:
+                await _kill(proc)
+        if proc.monitor is not None:
+            await asyncio.shield(proc.monitor)
+        self._ports.discard(proc.port)
+
+    async def _watch(self, slot: _Slot, proc: _Proc) -> None:
+        """Notice the exit of a healthy process; an exit we did not ask for is a crash."""
+        code = await proc.proc.wait()
+        await _drain_pipes(proc)
+        if proc.jail is None or not proc.jail.sandboxed:
+            _kill_group(proc.proc.pid)
+        # Sandboxed: bwrap's init and the function run in their own session, so once the reaped bwrap's
+        # group is empty its number may be reused by anyone; the PID namespace and cgroup took care of
+        # the stragglers already.
+        note = proc.exit_note()
+        if proc.jail is not None:
+            await asyncio.to_thread(proc.jail.cleanup)
+        self._ports.discard(proc.port)
+        if proc.stopping:
+            slot.log.note(f"pid {proc.proc.pid} stopped (exit code {code})")
+            return
+        ran = time.monotonic() - proc.started_at
+        why = f" ({note})" if note else ""
+        message = _with_tail(
+            f"{slot.key}: process {proc.proc.pid} (version {proc.version}) exited unexpectedly "
+            f"with code {code} after {ran:.1f}s{why}",
+            proc.tail(),
+        )
+        slot.log.note(f"pid {proc.proc.pid} exited unexpectedly (exit code {code}){why}")
+        if ran >= self.stable_after_sec:
+            slot.failures = 0
+        self._record_failure(slot, message, crashed=True)
+        proc.stopping = True
+        if slot.current is proc:
+            slot.current = None
+
+    def _record_failure(self, slot: _Slot, message: str, crashed: bool) -> None:
+        """Count a failure and set the earliest next start: the first crash restarts at once."""
+        slot.failures += 1
+        slot.last_error = message
+        if crashed and slot.failures == 1:
+            delay = 0.0
+        else:
+            delay = min(self.backoff_max_sec, self.backoff_base_sec * 2 ** (slot.failures - 1))
+        slot.retry_at = time.monotonic() + delay
+
+    # ------------------------------------------------------------------ idle reaper
+
+    def _ensure_reaper(self) -> None:
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.create_task(self._reap_idle(), name="sless-idle-reaper")
+        if self._prober is None or self._prober.done():
+            self._prober = asyncio.create_task(self._probe_health(), name="sless-health-prober")
+
+    async def _probe_health(self) -> None:
+        """Replace running processes that stopped answering their health probe (SIGSTOP, a wedged loop)."""
+        while True:
+            await asyncio.sleep(self.health_interval_sec)
+            procs = [
+                (slot, slot.current)
+                for slot in list(self._slots.values())
+                if slot.current is not None and slot.current.alive and slot.current.healthy
+            ]
+            if not procs:
+                continue
+            results = await asyncio.gather(
+                *(_health_ok(proc.port, self.health_timeout_sec) for _, proc in procs)
+            )
+            for (slot, proc), ok in zip(procs, results, strict=True):
+                if ok or not proc.alive:
+                    proc.probe_failures = 0
+                    continue
+                proc.probe_failures += 1
+                if proc.probe_failures >= self.health_failures:
+                    self._replace_wedged(slot, proc)
+
+    def _replace_wedged(self, slot: _Slot, proc: _Proc) -> None:
+        """Kill a process that stopped answering and count it as a crash (the next call restarts it)."""
+        message = (
+            f"{slot.key}: process {proc.proc.pid} did not answer {proc.probe_failures} health probes "
+            f"in a row (stopped or wedged) and was killed"
+        )
+        slot.log.note(message)
+        self._record_failure(slot, message, crashed=True)
+        proc.stopping = True
+        if slot.current is proc:
+            slot.current = None
+        task = asyncio.create_task(_kill(proc), name=f"sless-kill-{slot.key}")
+        self._background[task] = slot
+        task.add_done_callback(self._background_done)
+
+    async def _reap_idle(self) -> None:
+        """Stop processes without calls for ``idle_timeout_sec`` (scale to zero)."""
+        interval = min(1.0, max(0.05, self.idle_timeout_sec / 4))
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for slot in list(self._slots.values()):
+                proc = slot.current
+                if (
+                    proc is not None
+                    and proc.alive
+                    and proc.inflight == 0
+                    and not slot.lock.locked()
+                    and now - slot.last_activity >= self.idle_timeout_sec
+                ):
+                    slot.log.note(f"pid {proc.proc.pid} idle for {now - slot.last_activity:.1f}s, stopping")
+                    self._retire(slot, proc)
+
+    def _router(self, key: str, stream: str) -> LineRouter | None:
+        return LineRouter(self.call_logs, key, stream) if self.call_logs is not None else None
+
+    def _log_path(self, key: str) -> Path:
+        name = _UNSAFE_FILENAME.sub("_", key)
+        if name.startswith("."):
+            name = "_" + name
+        return self.log_dir / f"{name}.log"
+
+
+# ---------------------------------------------------------------------- process helpers
+
+
+async def _health_ok(port: int, timeout: float) -> bool:
+    """One GET /_/health probe; any failure is just "not yet"."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
+    except (OSError, TimeoutError):
+        return False
+    try:
+        request = f"GET {HEALTH_PATH} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+        writer.write(request.encode())
+        line = await asyncio.wait_for(reader.readline(), timeout)
+        parts = line.split()
+        return len(parts) >= 2 and parts[0].startswith(b"HTTP/1.") and parts[1] == b"200"
+    except (OSError, TimeoutError):
+        return False
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def _pause(proc: _Proc, remaining: float) -> None:
+    """Between two health probes of a start: until the readiness byte when one is still to come, else a poll."""
+    pipe = proc.ready
+    if pipe is not None and not pipe.ended:
+        got = await pipe.wait(min(remaining, READY_WAIT_SEC))
+        if got is True:
+            pipe.ended = True  # one byte is all a runtime says; from here on, poll
+        if got is not False:
+            return
+    await asyncio.sleep(HEALTH_POLL_SEC)
+
+
+async def _pump(stream: asyncio.StreamReader, log: _LogSink, tail: bytearray | None,
+                lines: LineRouter | None = None) -> None:
+    """Copy a child's output pipe into the log (and the in-memory stderr tail, and the calls' lines)."""
+    while True:
+        chunk = await stream.read(65536)
+        if not chunk:
+            if lines is not None:
+                lines.finish(time.time())
+            return
+        log.write(chunk)
+        if lines is not None:
+            lines.feed(chunk, time.time())
+        if tail is not None:
+            tail.extend(chunk)
+            if len(tail) > STDERR_TAIL_BYTES:
+                del tail[: len(tail) - STDERR_TAIL_BYTES]
+
+
+async def _drain_pipes(proc: _Proc) -> None:
+    """Wait (briefly) until the output of an exited process is fully captured."""
+    pending = [t for t in proc.readers if not t.done()]
+    if pending:
+        await asyncio.wait(pending, timeout=PIPE_DRAIN_SEC)
+
+
+async def _kill(proc: _Proc) -> None:
+    """SIGKILL the process and everything in its session's process group, and reap it."""
+    if proc.proc.returncode is None:
+        if proc.jail is not None:
+            proc.jail.kill(proc.proc.pid)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(proc.proc.wait()), 1.0)
+        _kill_group(proc.proc.pid)
+        with contextlib.suppress(ProcessLookupError):
+            proc.proc.kill()
+    await proc.proc.wait()
+    if proc.jail is not None:
+        await asyncio.to_thread(proc.jail.cleanup)
+
+
+async def _limit_note(proc: _Proc) -> str | None:
+    """After a failed call: whether the sandbox killed the process for a limit (waits briefly for its exit).
+
+    The kernel's kill and the exit's report can lag the broken connection by more than a second on a busy
+    host; without the wait the caller gets a bare 502 instead of the limit that was hit.
+    """
+    if proc.jail is None:
+        return None
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(proc.proc.wait()), LIMIT_NOTE_WAIT_SEC)
+    return proc.exit_note()
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL what is left of a child's process group (stray grandchildren).
+
+    Linux does not reuse a pid while it still names a process group; once the
+    group is empty the number could only name a new group after pids wrapped
+    around, which does not happen in the moment between reaping and this call.
+    """
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _retrieve_exception(task: asyncio.Task[Any]) -> None:
+    """Mark a background task's exception as seen (its waiters got it, or nobody was waiting)."""
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,57 @@
+"""One run of a function's runner (a job, a cron firing), in its sandbox, recorded as an invocation.
+
+On Kubernetes the same runs are a runner pod each; here a process per run, with the limits and the
+secrets of the function's own server process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from typing import Any
+
+from sless_api import metrics
+from sless_api.backends.settings import SandboxSettings
+from sless_api.backends.standalone.host.sandbox import Limits, Sandbox
+from sless_api.backends.standalone.runner import KILL_MARGIN_SEC, RunResult, run_once
+from sless_api.backends.standalone.state import artifact_from_dict
+from sless_api.domain.records import FunctionRecord
+from sless_api.gateway.requestid import new_request_id
+from sless_api.stores.invocations import Invocation, InvocationLog
+from sless_api.stores.secrets.store import SecretStore
+from sless_api.stores.secrets.usage import deliver
+
+
+class OneShot:
+    def __init__(self, secrets: SecretStore, sandbox: Sandbox, invocations: InvocationLog | None,
+                 host: SandboxSettings) -> None:
+        self.secrets = secrets
+        self.sandbox = sandbox
+        self.invocations = invocations
+        self.host = host  # the host-wide limits of function processes
+
+    async def run(self, namespace: str, fn: FunctionRecord, artifact: dict[str, Any],
+                  event: dict[str, Any]) -> RunResult:
+        """One run of FN's runner with EVENT, in the function's sandbox (jobs and cron firings)."""
+        built = artifact_from_dict(artifact)
+        cpu = int(fn.spec.timeout_sec + KILL_MARGIN_SEC) + 1
+        limits = Limits.for_function(fn.spec.memory_mb, fn.spec.runtime, cpu_sec=cpu, host=self.host)
+        secrets = await deliver(self.secrets, namespace, fn.spec.name, fn.spec.secrets)
+        jail = dataclasses.replace(built.jail(namespace, limits), files=secrets.files)
+        return await asyncio.to_thread(run_once, built, event, float(fn.spec.timeout_sec),
+                                       env={**fn.spec.env_vars, **secrets.env}, sandbox=self.sandbox, jail=jail)
+
+    def record(self, namespace: str, function: str, path: str, trigger: str, event: dict[str, Any],
+               result: RunResult, started: float) -> None:
+        """A run (job, cron firing) in the metrics and the invocation log, as the proxy records a call."""
+        status, duration = (200 if result.ok else 500), time.monotonic() - started
+        metrics.observe_invocation(namespace, function, trigger, status, duration)
+        if self.invocations is None:
+            return
+        self.invocations.record(Invocation(
+            namespace=namespace, function=function, method="RUN", path=path, status=status,
+            duration_ms=duration * 1000, request_bytes=len(json.dumps(event)), response_bytes=len(result.output),
+            trigger=trigger, error=None if result.ok else result.output[-500:], started_at=time.time(),
+            request_id=new_request_id()))

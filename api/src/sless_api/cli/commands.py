@@ -1,0 +1,236 @@
+"""The ``sless`` command: run the platform standalone, mint development tokens, deploy and call functions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sless_api.cli import secrets as clisecrets
+from sless_api.cli import verbs as cliverbs
+from sless_api.cli import versions as cliversions
+from sless_api.cli.client import Client, CliError, emit
+
+DEFAULT_URL = "http://127.0.0.1:8090"
+TERMINAL_PHASES = ("Ready", "Failed")
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("SLESS_DATA_DIR") or Path.home() / ".local/share/sless")
+
+
+def local_secret(data_dir: Path) -> str:
+    """The HS256 secret of a standalone install: from the environment, else one generated once per data dir."""
+    if os.environ.get("SLESS_JWT_SECRET", "").strip():
+        return os.environ["SLESS_JWT_SECRET"].strip()
+    path = data_dir / "jwt-secret"
+    if not path.exists():
+        from sless_api.stores.datadir import DataDirError, secure_data_dir
+
+        try:
+            secure_data_dir(data_dir)  # a new data dir is private from the start (0700)
+        except DataDirError as exc:
+            raise CliError(str(exc)) from None
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from sless_api.auth import issue_token
+
+    secret = local_secret(Path(args.data_dir))
+    extra = {"sless_admin": True} if args.admin else None
+    print(issue_token(secret, args.sub, args.ttl, issuer=os.environ.get("SLESS_JWT_ISSUER"),
+                      audience=os.environ.get("SLESS_JWT_AUDIENCE"), extra=extra))
+    return 0
+
+
+def client_from(args: argparse.Namespace) -> Client:
+    from sless_api.auth import issue_token
+    from sless_core.errors import ValidationError
+    from sless_core.naming import validate_namespace
+
+    if args.namespace is not None:
+        try:
+            validate_namespace(args.namespace, "--namespace")
+        except ValidationError as exc:
+            raise CliError(str(exc)) from None
+    token = os.environ.get("SLESS_TOKEN") or issue_token(local_secret(Path(args.data_dir)), args.sub, 3600)
+    return Client(args.url, token, args.namespace)
+
+
+def zip_folder(folder: Path) -> bytes:
+    """The folder's files as a zip that is the same bytes for the same content (an unchanged folder is no rebuild)."""
+    from sless_api.domain.archive import zip_bytes
+
+    files = [(path, path.relative_to(folder)) for path in sorted(folder.rglob("*"))]
+    return zip_bytes((rel.as_posix(), path.read_bytes(), os.access(path, os.X_OK)) for path, rel in files
+                     if path.is_file() and not any(p in ("node_modules", "__pycache__", ".git") for p in rel.parts))
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    manifest = folder / "sless.json"
+    if manifest.exists():
+        data: dict[str, Any] = json.loads(manifest.read_text())
+        return data
+    if (folder / "go.mod").exists() or list(folder.glob("*.go")):
+        return {"runtime": "go1.23"}
+    if (folder / "handler.js").exists() or (folder / "package.json").exists():
+        return {"runtime": "nodejs20"}
+    return {"runtime": "python3.11"}
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    folder = Path(args.folder)
+    manifest = read_manifest(folder)
+    name = args.name or manifest.pop("name", None) or folder.resolve().name
+    trigger = manifest.pop("trigger", {"type": "http"})
+    client = client_from(args)
+    client.request("POST", client.ns_path("/ensure"))
+    spec = {"name": name, **manifest}
+    created = client.request("POST", client.ns_path("/functions"), json=spec, ok=(201, 409))
+    if created is None or created.get("error"):
+        client.request("PUT", client.ns_path(f"/functions/{name}"), json=manifest)
+    archive = zip_folder(folder)
+    print(f"uploading {len(archive)} bytes of code for {name}...", file=sys.stderr)
+    client.request("POST", client.ns_path(f"/functions/{name}/upload"), files={"code": ("code.zip", archive)})
+    if trigger:
+        client.request("POST", client.ns_path("/triggers"), json={"name": name, "function": name, **trigger},
+                       ok=(201, 409))
+    record = wait_for_build(client, name, args.wait)
+    url = f"{client.url}/fn/{client.namespace()}/{name}"
+    print(json.dumps({"name": name, "phase": record["phase"], "url": url, "message": record["message"]}))
+    return 0 if record["phase"] == "Ready" else 1
+
+
+def wait_for_build(client: Client, name: str, timeout: float) -> dict[str, Any]:
+    deadline, last = time.monotonic() + timeout, ""
+    while True:
+        record: dict[str, Any] = client.request("GET", client.ns_path(f"/functions/{name}"))
+        line = f"{record['phase']}: {record['message']}"
+        if line != last:
+            print(f"  {line}", file=sys.stderr)
+            last = line
+        if record["phase"] in TERMINAL_PHASES or time.monotonic() > deadline:
+            return record
+        time.sleep(0.3)
+
+
+def cmd_invoke(args: argparse.Namespace) -> int:
+    client = client_from(args)
+    resp = client.http.post(f"{client.url}/fn/{client.namespace()}/{args.name}{args.path}",
+                            data=args.data.encode() if args.data else None,
+                            headers={"Content-Type": "application/json"} if args.data else {}, timeout=args.timeout)
+    sys.stdout.write(resp.text + ("" if resp.text.endswith("\n") else "\n"))
+    return 0 if resp.status_code < 400 else 1
+
+
+def cmd_ls(args: argparse.Namespace, client: Client) -> int:
+    items = client.items("/functions")
+    emit({"items": items}, args.output == "json", "\n".join(ls_row(fn) for fn in items))
+    return 0
+
+
+def ls_row(fn: dict[str, Any]) -> str:
+    """One line per function, whatever its message holds (a build log tail has many lines)."""
+    message = " ".join(str(fn.get("message") or "").split())
+    if len(message) > 60:
+        message = message[:59] + "…"
+    return f"{fn['name']:30} {fn['runtime']:11} {fn['phase']:9} {message}"
+
+
+#: adds verbs the client does not implement itself (``sless up``: the platform, from ``main.up``)
+Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+
+def parser(extra: Sequence[Registrar] = ()) -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="sless", description="sless: serverless functions, self-hosted")
+    verbs = root.add_subparsers(dest="verb", required=True)
+    for register in extra:
+        register(verbs)
+    token = verbs.add_parser("token", help="print a token signed with the configured HS256 secret")
+    token.add_argument("--sub", required=True)
+    token.add_argument("--ttl", type=int, default=3600)
+    token.add_argument("--admin", action="store_true", help="may cross namespaces")
+    token.add_argument("--data-dir", default=str(default_data_dir()))
+    token.set_defaults(run=cmd_token)
+
+    def client_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--url", default=os.environ.get("SLESS_URL", DEFAULT_URL))
+        p.add_argument("--sub", default=os.environ.get("SLESS_SUB", "developer"),
+                       help="subject of the locally signed token (ignored when SLESS_TOKEN is set)")
+        p.add_argument("--data-dir", default=str(default_data_dir()))
+        p.add_argument("--namespace", "-n", default=None,
+                       help="the tenant namespace (default: the token's own); another tenant's is refused (403) "
+                            "unless the token is an admin's")
+        p.add_argument("--output", "-o", choices=("table", "json"), default="table",
+                       help="json: the API's own JSON, for scripts")
+
+    def with_client(p: argparse.ArgumentParser, verb: cliverbs.Verb) -> None:
+        client_args(p)
+        p.set_defaults(run=lambda args: verb(args, client_from(args)))
+
+    deploy = verbs.add_parser("deploy", help="zip a folder, create or update the function, upload, wait")
+    deploy.add_argument("folder")
+    deploy.add_argument("--name")
+    deploy.add_argument("--wait", type=float, default=600)
+    client_args(deploy)
+    deploy.set_defaults(run=cmd_deploy)
+    invoke = verbs.add_parser("invoke", help="call a function over HTTP")
+    invoke.add_argument("name")
+    invoke.add_argument("--data", help="JSON body")
+    invoke.add_argument("--path", default="")
+    invoke.add_argument("--timeout", type=float, default=930)
+    client_args(invoke)
+    invoke.set_defaults(run=cmd_invoke)
+    logs = verbs.add_parser("logs", help="recent invocations of a function (--follow: keep printing new ones; "
+                                         "--id N: what call N wrote)")
+    logs.add_argument("name")
+    logs.add_argument("--id", type=int, default=None, help="an invocation's id (first column): print its output")
+    logs.add_argument("--limit", type=int, default=20)
+    logs.add_argument("--follow", "-f", action="store_true")
+    logs.add_argument("--interval", type=float, default=1.0, help="--follow: seconds between polls")
+    with_client(logs, cliverbs.cmd_logs)
+    ls = verbs.add_parser("ls", help="list functions")
+    with_client(ls, cmd_ls)
+    cliverbs.register(verbs, with_client)
+    clisecrets.register(verbs, with_client)
+    cliversions.register(verbs, with_client)
+    completion = verbs.add_parser("completion",
+                                  help="print a shell completion script: eval \"$(sless completion bash)\"")
+    completion.add_argument("shell", choices=("bash",))
+    completion.set_defaults(run=lambda args: print_completion(root))
+    return root
+
+
+def print_completion(root: argparse.ArgumentParser) -> int:
+    from sless_api.cli.completion import bash_script
+
+    sys.stdout.write(bash_script(root))
+    return 0
+
+
+def main(argv: list[str] | None = None, extra: Sequence[Registrar] = ()) -> int:
+    """Run the verb ARGV names; EXTRA registers the verbs of other layers (the composition root passes ``up``)."""
+    args = parser(extra).parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except CliError as exc:
+        print(f"sless: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # requests' connection errors are OSErrors: one line, not a traceback
+        print(f"sless: cannot reach the API ({type(exc).__name__}): is `sless up` running at --url?",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code
+

@@ -1,0 +1,266 @@
+"""The CLI's verbs for what a function has around it: removal, triggers, jobs, its source, a log that follows.
+
+Each verb is a thin mapping onto one or two REST calls, so the CLI never knows more than the API says;
+``--output json`` prints the API's own JSON for scripts, the default is a table for people.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from sless_api.cli.client import Client, CliError, emit
+
+Verb = Callable[[argparse.Namespace, Client], int]
+
+
+def one_line(text: Any, width: int) -> str:
+    """Any text as one line of at most WIDTH characters (build logs have many lines)."""
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+# -- functions -------------------------------------------------------------------------------------
+
+
+def cmd_rm(args: argparse.Namespace, client: Client) -> int:
+    client.request("DELETE", client.ns_path(f"/functions/{args.name}"))
+    print(f"deleted function {args.name} (and its triggers)", file=sys.stderr)
+    return 0
+
+
+def cmd_source(args: argparse.Namespace, client: Client) -> int:
+    files: list[dict[str, Any]] = client.request("GET", client.ns_path(f"/functions/{args.name}/source"))["files"]
+    if args.out:
+        write_source(Path(args.out), files)
+        print(f"wrote {len(files)} file(s) to {args.out}", file=sys.stderr)
+        return 0
+    if args.output == "json":
+        emit({"files": files}, True, "")
+        return 0
+    for item in files:
+        print(f"==> {item['name']}{' (binary, base64)' if item['binary'] else ''} <==")
+        print(item["content"])
+    return 0
+
+
+def write_source(folder: Path, files: list[dict[str, Any]]) -> None:
+    """Write the files under FOLDER; a name that would land outside it (absolute, ``..``) is refused first."""
+    import base64
+
+    targets = []
+    for item in files:
+        rel = PurePosixPath(str(item["name"]))
+        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+            raise CliError(f"refusing to write {item['name']!r}: it is not a path inside {folder}")
+        data = base64.b64decode(item["content"]) if item["binary"] else str(item["content"]).encode()
+        targets.append((folder.joinpath(*rel.parts), data))
+    for path, data in targets:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def cmd_logs(args: argparse.Namespace, client: Client) -> int:
+    """Recent invocations, oldest first; with --follow, new ones as they are recorded (Ctrl-C ends);
+    with --id, what that one call wrote."""
+    path = client.ns_path(f"/functions/{args.name}/invocations")
+    if args.id is not None:
+        return print_call_output(client.request("GET", f"{path}/{args.id}/logs"), args.output == "json")
+    items: list[dict[str, Any]] = client.request("GET", path, params={"limit": args.limit})["items"]
+    last = max((int(i["id"]) for i in items if i.get("id") is not None), default=0)
+    for item in reversed(items):
+        print_invocation(item, args.output == "json")
+    while args.follow:
+        time.sleep(args.interval)
+        fresh = [i for i in client.request("GET", path, params={"limit": 500})["items"] if int(i["id"]) > last]
+        for item in reversed(fresh):
+            print_invocation(item, args.output == "json")
+        last = max([last, *(int(i["id"]) for i in fresh)])
+        sys.stdout.flush()
+    return 0
+
+
+def print_invocation(item: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(item, sort_keys=True))
+        return
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(item["started_at"])))
+    cold = "-" if item.get("cold") is None else "cold" if item["cold"] else "warm"
+    version = f"v{item['version']}" if item.get("version") is not None else "-"
+    print(f"{item.get('id') or '-':>8} {at} {item['trigger']:6} {item['method']:6} {item['status']:3} {version:>4} "
+          f"{item['duration_ms']:9.1f}ms {cold:4} {item.get('request_id') or '-':32} {one_line(item['path'], 40)} "
+          f"{one_line(item.get('error'), 60)}")
+
+
+def print_call_output(found: dict[str, Any], as_json: bool) -> int:
+    """One call's lines as the function wrote them: stderr's on stderr, the rest on stdout."""
+    if as_json:
+        print(json.dumps(found, sort_keys=True))
+        return 0
+    for line in found["lines"]:
+        print(line["text"], file=sys.stderr if line["stream"] == "stderr" else sys.stdout)
+    if found.get("truncated"):
+        print("[sless: this call wrote more than is kept; the rest is cut]", file=sys.stderr)
+    return 0
+
+
+# -- triggers --------------------------------------------------------------------------------------
+
+
+def trigger_row(t: dict[str, Any]) -> str:
+    what = t.get("schedule") or t.get("queue") or t.get("url") or ""
+    state = "enabled" if t.get("enabled", True) else "disabled"
+    return f"{t['name']:30} {t['type']:6} {t['function']:30} {state:8} {one_line(what, 50)}"
+
+
+def cmd_trigger_ls(args: argparse.Namespace, client: Client) -> int:
+    items = [t for t in client.items("/triggers") if args.function in (None, t["function"])]
+    emit({"items": items}, args.output == "json", "\n".join(trigger_row(t) for t in items))
+    return 0
+
+
+def cmd_trigger_add(args: argparse.Namespace, client: Client) -> int:
+    spec: dict[str, Any] = {"name": args.name, "type": args.type, "function": args.function,
+                            "enabled": not args.disabled}
+    for key in ("schedule", "queue", "auth"):
+        if getattr(args, key) is not None:
+            spec[key] = getattr(args, key)
+    created = client.request("POST", client.ns_path("/triggers"), json=spec)
+    emit(created, args.output == "json", trigger_row(created))
+    return 0
+
+
+def toggle(enabled: bool) -> Verb:
+    def cmd(args: argparse.Namespace, client: Client) -> int:
+        record = client.request("PATCH", client.ns_path(f"/triggers/{args.name}"), json={"enabled": enabled})
+        emit(record, args.output == "json", trigger_row(record))
+        return 0
+
+    return cmd
+
+
+def cmd_trigger_rm(args: argparse.Namespace, client: Client) -> int:
+    client.request("DELETE", client.ns_path(f"/triggers/{args.name}"))
+    print(f"deleted trigger {args.name}", file=sys.stderr)
+    return 0
+
+
+# -- jobs ------------------------------------------------------------------------------------------
+
+
+def job_row(j: dict[str, Any]) -> str:
+    return f"{j['name']:30} {j['function']:30} run {j['run_id']:<4} {j['phase']:9} {one_line(j.get('message'), 60)}"
+
+
+def cmd_job_run(args: argparse.Namespace, client: Client) -> int:
+    """Create the job (run_id 1), or run an existing one again with the next run_id."""
+    event = parse_event(args.event)
+    found = client.request("GET", client.ns_path(f"/jobs/{args.name}"), ok=(200, 404))
+    if found is None or "error" in found:
+        if not args.function:
+            raise CliError(f"job {args.name} does not exist yet: --function is needed to create it")
+        record = client.request("POST", client.ns_path("/jobs"),
+                                json={"name": args.name, "function": args.function, "event": event, "run_id": 1})
+    else:
+        if args.function and args.function != found["function"]:
+            raise CliError(f"job {args.name} runs {found['function']}, not {args.function}: delete it first")
+        record = client.request("PATCH", client.ns_path(f"/jobs/{args.name}"), json={"run_id": found["run_id"] + 1})
+    if args.wait:
+        record = wait_job(client, args.name, args.wait)
+    emit(record, args.output == "json", job_row(record))
+    return 0 if record["phase"] != "Failed" else 1
+
+
+def parse_event(text: str | None) -> Any:
+    if text is None:
+        return {}
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"--event is not JSON: {exc}") from None
+
+
+def wait_job(client: Client, name: str, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        record: dict[str, Any] = client.request("GET", client.ns_path(f"/jobs/{name}"))
+        if record["phase"] in ("Succeeded", "Failed") or time.monotonic() > deadline:
+            return record
+        time.sleep(0.3)
+
+
+def cmd_job_ls(args: argparse.Namespace, client: Client) -> int:
+    items = client.items("/jobs")
+    emit({"items": items}, args.output == "json", "\n".join(job_row(j) for j in items))
+    return 0
+
+
+def cmd_job_get(args: argparse.Namespace, client: Client) -> int:
+    record = wait_job(client, args.name, args.wait) if args.wait else client.request(
+        "GET", client.ns_path(f"/jobs/{args.name}"))
+    emit(record, args.output == "json", job_row(record) + (f"\n{record['message']}" if record.get("message") else ""))
+    return 0
+
+
+def cmd_job_rm(args: argparse.Namespace, client: Client) -> int:
+    client.request("DELETE", client.ns_path(f"/jobs/{args.name}"))
+    print(f"deleted job {args.name}", file=sys.stderr)
+    return 0
+
+
+# -- the parser ------------------------------------------------------------------------------------
+
+
+def register(verbs: Any, with_client: Callable[[argparse.ArgumentParser, Verb], None]) -> None:
+    """Add this module's verbs to the ``sless`` parser; WITH_CLIENT adds --url/--output/... and binds the verb."""
+    rm = verbs.add_parser("rm", help="delete a function (and its triggers)")
+    rm.add_argument("name")
+    with_client(rm, cmd_rm)
+    source = verbs.add_parser("source", help="show a function's uploaded files, or write them to a folder")
+    source.add_argument("name")
+    source.add_argument("--out", help="write the files into this folder instead of printing them")
+    with_client(source, cmd_source)
+
+    trigger = verbs.add_parser("trigger", help="http, cron and event triggers").add_subparsers(
+        dest="trigger_verb", required=True)
+    ls = trigger.add_parser("ls", help="list triggers")
+    ls.add_argument("--function", help="only this function's")
+    with_client(ls, cmd_trigger_ls)
+    add = trigger.add_parser("add", help="create a trigger")
+    add.add_argument("name")
+    add.add_argument("--function", required=True)
+    add.add_argument("--type", choices=("http", "cron", "event"), default="http")
+    add.add_argument("--schedule", help="cron: 5-field expression")
+    add.add_argument("--queue", help="event: the queue name (becomes <namespace>.<queue>)")
+    add.add_argument("--auth", choices=("none", "token"), help="http: require a token of this tenant")
+    add.add_argument("--disabled", action="store_true", help="create it disabled")
+    with_client(add, cmd_trigger_add)
+    for verb, enabled in (("enable", True), ("disable", False)):
+        p = trigger.add_parser(verb, help=f"{verb} a trigger")
+        p.add_argument("name")
+        with_client(p, toggle(enabled))
+    trm = trigger.add_parser("rm", help="delete a trigger")
+    trm.add_argument("name")
+    with_client(trm, cmd_trigger_rm)
+
+    job = verbs.add_parser("job", help="one-shot runs of a function").add_subparsers(dest="job_verb", required=True)
+    run = job.add_parser("run", help="run a job: create it, or run it again (next run_id)")
+    run.add_argument("name")
+    run.add_argument("--function", help="the function to run (needed when the job is new)")
+    run.add_argument("--event", help="the JSON event the function gets")
+    run.add_argument("--wait", type=float, default=0, help="wait up to this many seconds for the result")
+    with_client(run, cmd_job_run)
+    jls = job.add_parser("ls", help="list jobs")
+    with_client(jls, cmd_job_ls)
+    get = job.add_parser("get", help="a job's phase and result")
+    get.add_argument("name")
+    get.add_argument("--wait", type=float, default=0, help="wait up to this many seconds for it to finish")
+    with_client(get, cmd_job_get)
+    jrm = job.add_parser("rm", help="delete a job")
+    jrm.add_argument("name")
+    with_client(jrm, cmd_job_rm)

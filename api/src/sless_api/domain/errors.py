@@ -1,0 +1,38 @@
+"""The errors a backend reports: each maps to one HTTP status (``rest.http``), with details as JSON fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PlatformError(Exception):
+    """Base of the errors a backend reports; the API maps each to one status code."""
+
+    status = 500
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class NotFound(PlatformError):
+    status = 404
+
+
+class Conflict(PlatformError):
+    status = 409
+
+
+class Unsupported(PlatformError):
+    status = 422
+
+
+class Unavailable(PlatformError):
+    """The function exists but cannot serve now (it failed to start, it is building)."""
+
+    status = 503
+
+
+class CallbackRefused(ValueError):
+    """An async call's callback URL is malformed or points where the platform may not send requests."""

@@ -1,9 +1,0 @@
-"""Event triggers: RabbitMQ queues consumed by a dispatcher that calls functions (see README.md here)."""
-
-from sless_api.events.config import EventsConfig
-from sless_api.events.dedup import DedupStore, SqliteDedupStore
-from sless_api.events.dispatcher import Dispatcher
-from sless_api.events.model import CallResult, EventTarget, broker_queue, dead_letter_queue
-
-__all__ = ["CallResult", "DedupStore", "Dispatcher", "EventTarget", "EventsConfig", "SqliteDedupStore",
-           "broker_queue", "dead_letter_queue"]

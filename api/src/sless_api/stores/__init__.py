@@ -1,0 +1,1 @@
+"""Where the platform keeps data: code archives, tenant secrets, the invocation log."""

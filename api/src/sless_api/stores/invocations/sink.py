@@ -1,0 +1,49 @@
+"""The storage side of the invocation log: write batches, read pages."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from sless_api.stores.invocations.model import Invocation
+
+COLUMNS = (
+    "namespace",
+    "function",
+    "method",
+    "path",
+    "status",
+    "duration_ms",
+    "request_bytes",
+    "response_bytes",
+    "trigger",
+    "error",
+    "started_at",
+    "request_id",
+    "cold",
+    "queue_ms",
+    "start_ms",
+    "handler_ms",
+    "version",
+)
+
+
+class Sink(Protocol):
+    """Where invocation records end up. Called from one writer thread plus readers."""
+
+    def write_batch(self, batch: Sequence[Invocation]) -> None:
+        """Insert BATCH in one transaction; raise on failure (the log retries and counts)."""
+
+    def list(self, namespace: str, function: str | None, limit: int, before_id: int | None,
+             since: float | None = None) -> list[Invocation]:
+        """Up to LIMIT records of the function (or the whole namespace), newest first,
+        only ids below BEFORE_ID and records started at or after SINCE (epoch seconds) when given."""
+
+    def get(self, namespace: str, function: str, ident: int) -> Invocation | None:
+        """The record ``ident`` when it belongs to that function of that namespace, else None."""
+
+    def find_request(self, namespace: str, function: str, request_id: str) -> Invocation | None:
+        """The newest record of that function with that request id, else None."""
+
+    def close(self) -> None:
+        """Release connections."""

@@ -1,0 +1,23 @@
+"""The interface every secret store implements (local encrypted file, Kubernetes Secrets, Vault KV v2)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sless_api.domain.secrets import SecretMeta, SecretValues
+
+
+class SecretStore(Protocol):
+    """CRUD of one tenant namespace's secrets. Blocking: callers run it in a worker thread.
+
+    Missing secrets raise ``NotFound``, an existing one on create ``Conflict`` (``sless_api.domain.ports``);
+    error messages name secrets and keys, never values.
+    """
+
+    def list(self, namespace: str) -> list[SecretMeta]: ...
+    def get(self, namespace: str, name: str) -> SecretMeta: ...
+    def values(self, namespace: str, name: str) -> SecretValues: ...
+    def create(self, namespace: str, name: str, data: SecretValues) -> SecretMeta: ...
+    def replace(self, namespace: str, name: str, data: SecretValues) -> SecretMeta: ...
+    def delete(self, namespace: str, name: str) -> None: ...
+    def close(self) -> None: ...
