@@ -87,7 +87,7 @@ async def serve(settings: ServiceSettings, config: ApiConfig, events_config: Eve
         return EXIT_CONFIG
     router, table = event_router(kube, kube_settings)
     invoker = Invoker(router, invocations, config.proxy_timeout_margin_sec, config.stream_max_sec)
-    events = KubeEvents(router, table, invoker, config.platform_settings(), events_config, store)
+    events = KubeEvents(router, table, invoker, events_config, store, config.max_body_bytes)
     probes = Probes(events, invocations, config.metrics_token)
     try:
         await probes.start(settings.host, settings.port)

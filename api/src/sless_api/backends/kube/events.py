@@ -34,11 +34,12 @@ from typing import Any
 from sless_api.backends.kube.client import KubeClient
 from sless_api.backends.kube.router import KubeRouter
 from sless_api.backends.kube.routes import FUNCTIONS, TRIGGERS, FunctionView, RouteTable, function_view
-from sless_api.backends.settings import KubeSettings, PlatformSettings
+from sless_api.backends.settings import KubeSettings
 from sless_api.domain.changes import ChangeListeners
 from sless_api.domain.ports import CallInvoker
 from sless_api.domain.records import iso
 from sless_api.domain.routing import Route
+from sless_api.services.events.call import call_function
 from sless_api.services.events.config import EventsConfig
 from sless_api.services.events.dedup import DedupStore
 from sless_api.services.events.dispatcher import Dispatcher
@@ -170,14 +171,14 @@ def event_router(kube: KubeClient, settings: KubeSettings) -> tuple[KubeRouter, 
 class KubeEvents:
     """The dispatcher wired to a router and the :class:`EventTable` its watches feed (:func:`event_router`)."""
 
-    def __init__(self, router: KubeRouter, table: EventTable, invoker: CallInvoker, config: PlatformSettings,
-                 events_config: EventsConfig, store: DedupStore) -> None:
+    def __init__(self, router: KubeRouter, table: EventTable, invoker: CallInvoker, events_config: EventsConfig,
+                 store: DedupStore, max_body_bytes: int) -> None:
         self.router = router
         self.invoker = invoker
         self.table = table
         self._unsubscribe = table.subscribe(self._changed)
         self.dispatcher = Dispatcher(events_config, self.targets, self.invoke, store, self.report,
-                                     max_body_bytes=config.max_body_bytes)
+                                     max_body_bytes=max_body_bytes)
         self.replica = socket.gethostname()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._last_active: dict[Key, float] = {}
@@ -235,12 +236,7 @@ class KubeEvents:
     async def invoke(self, target: EventTarget, body: bytes) -> CallResult:
         """One call through the same path as HTTP and cron, recorded with trigger type ``event``."""
         route = Route(target.namespace, target.function, target.timeout_sec, "public")
-        result = await self.invoker.call(
-            route, "POST", "/", [("Content-Type", "application/json"), ("X-Sless-Trigger", target.trigger)],
-            body, trigger="event")
-        # The invoker sets ``error`` on a 4xx only when the platform answered (not the function).
-        platform_error = 400 <= result.status < 500 and result.error is not None
-        return CallResult(result.status, result.error, platform_error=platform_error)
+        return await call_function(self.invoker, route, target, body)
 
     async def report(self, target: EventTarget, message: str, active: bool) -> None:
         """Consumer state changes are written at once; activity (counters, ``lastFiredAt``) at most every

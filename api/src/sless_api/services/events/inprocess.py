@@ -14,6 +14,7 @@ from typing import Protocol
 
 from sless_api.domain.errors import PlatformError
 from sless_api.domain.ports import CallInvoker, ChangeFeed, Router
+from sless_api.services.events.call import call_function
 from sless_api.services.events.config import EventsConfig
 from sless_api.services.events.dedup import SqliteDedupStore
 from sless_api.services.events.dispatcher import Dispatcher
@@ -69,12 +70,7 @@ class InProcessEvents:
             route = await self.router.event_route(target.namespace, target.function)
         except PlatformError as exc:
             return CallResult(exc.status, exc.message, platform_error=True)
-        result = await self.invoker.call(
-            route, "POST", "/", [("Content-Type", "application/json"), ("X-Sless-Trigger", target.trigger)],
-            body, trigger="event")
-        # The invoker sets ``error`` on a 4xx only when the platform answered (not deployed, ...).
-        platform_error = 400 <= result.status < 500 and result.error is not None
-        return CallResult(result.status, result.error, platform_error=platform_error)
+        return await call_function(self.invoker, route, target, body)
 
     async def report(self, target: EventTarget, message: str, active: bool) -> None:
         self.source.event_report(target, message, active)
