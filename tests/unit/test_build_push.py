@@ -16,7 +16,7 @@ import pytest
 from sless_core.envconfig import ConfigError
 from sless_operator import manifests
 from sless_operator.config import OperatorConfig
-from tests.unit.test_operator_manifests import NS, fn_ref
+from tests.support.operator_refs import NS, fn_ref
 
 PUSH, KANIKO_ONLY = "sless-registry-push", "sless-registry-cache"
 WITH_PUSH = OperatorConfig(registry="registry.test/sless", build_registry_secret=PUSH)

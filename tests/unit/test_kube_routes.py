@@ -7,23 +7,7 @@ from typing import Any
 from sless_api.backends.kube.routes import FUNCTIONS, TRIGGERS, RouteTable
 from sless_api.domain.routing import Route
 from sless_core.traffic import other_version_name
-
-NS, OTHER = "sless-0123456789abcdef", "sless-fedcba9876543210"
-
-
-def fn(name: str, phase: str | None = "Ready", ns: str = NS, image: str | None = None,
-       timeout: int = 30) -> dict[str, Any]:
-    obj: dict[str, Any] = {"metadata": {"name": name, "namespace": ns},
-                           "spec": {"runtime": "python3.11", "timeoutSec": timeout}}
-    if phase is not None:
-        obj["status"] = {"phase": phase, **({"image": image} if image else {})}
-    return obj
-
-
-def trg(name: str, function: str, kind: str = "http", enabled: bool = True, auth: str = "public",
-        ns: str = NS) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": ns},
-            "spec": {"type": kind, "function": function, "enabled": enabled, "auth": auth}}
+from tests.support.kube_objects import NS, OTHER, fn, trg
 
 
 def test_routable_only_when_ready_and_an_http_trigger_is_enabled() -> None:

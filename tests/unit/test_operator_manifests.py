@@ -24,7 +24,7 @@ from sless_core import contract, crd
 from sless_core.buildcontext import make_build_context
 from sless_core.crcodec import InvalidResource
 from sless_core.envconfig import ConfigError
-from sless_core.models import FunctionSpec, SecretRef
+from sless_core.models import SecretRef
 from sless_operator import capture, contextfetch, manifests, tenancy
 from sless_operator.children import merged_owner_refs, needs_update
 from sless_operator.config import OperatorConfig
@@ -36,25 +36,11 @@ from sless_operator.observe import (
     trigger_summary,
 )
 from sless_operator.status import StatusBuilder, keep_head, keep_tail
+from tests.support.operator_refs import HASH, NS, fn_ref
 from tests.support.services import S3Endpoint
 
-NS = "sless-0123456789abcdef"
-HASH = "ab" * 32
 OTHER_HASH = "cd" * 32
 CONFIG = OperatorConfig(registry="registry.test/sless", build_namespace="sless-build", s3_endpoint="http://minio:9000")
-
-
-def fn_ref(runtime: str = "python3.11", **spec: Any) -> FunctionRef:
-    entry = "Handle" if runtime == "go1.23" else "handler.handle"
-    fields: dict[str, Any] = {"name": "hello", "runtime": runtime, "entrypoint": entry, **spec}
-    return FunctionRef(
-        namespace=NS,
-        name="hello",
-        spec=FunctionSpec(**fields),
-        code_hash=HASH,
-        context_key=f"contexts/{NS}/hello/1.tar.gz",
-        owner=Owner(crd.API_VERSION, "Function", "hello", "uid-1"),
-    )
 
 
 def container(obj: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from sless_api.domain.changes import ChangeListeners
 from sless_api.domain.errors import Unavailable
 from sless_api.domain.ports import Router
 from sless_api.domain.routing import Route
-from tests.unit.test_kube_routes import NS, fn, trg
+from tests.support.kube_objects import NS, fn, trg
 
 
 def kube_router(*objects: tuple[str, dict[str, Any]]) -> KubeRouter:
