@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.e2e.test_async_calls import ECHO, FAILING, FAST_RETRIES, wait_call
+from tests.support.async_calls import ECHO, FAILING, FAST_RETRIES, wait_call
 from tests.support.platform import SlessProcess, Tenant, running_sless
 
 pytestmark = pytest.mark.e2e

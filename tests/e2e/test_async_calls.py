@@ -13,16 +13,11 @@ from typing import Any
 import pytest
 import requests
 
+from tests.support.async_calls import ECHO, FAILING, FAST_RETRIES, wait_call
 from tests.support.platform import SlessProcess, Tenant, running_sless, start_sless
 
 pytestmark = pytest.mark.e2e
 
-FAST_RETRIES = {"SLESS_ASYNC_RETRY_BACKOFF_SEC": "0.1", "SLESS_ASYNC_RETRY_BACKOFF_MAX_SEC": "0.3",
-                "SLESS_ASYNC_MAX_RETRIES": "2"}
-ECHO = ("def handle(event):\n"
-        "    headers = {k.lower(): v for k, v in event['_headers'].items()}\n"
-        "    return {'got': event.get('x'), 'path': event['_path'], 'rid': headers.get('x-request-id')}\n")
-FAILING = "def handle(event):\n    raise RuntimeError('always broken')\n"
 SLOW = "import time\ndef handle(event):\n    time.sleep(1.5)\n    return {'n': event.get('n')}\n"
 
 
@@ -43,18 +38,6 @@ def owner(platform: SlessProcess) -> Tenant:
 def submit(tenant: Tenant, function: str, body: dict[str, Any], header: tuple[str, str] = ("Prefer", "respond-async"),
            path: str = "") -> requests.Response:
     return requests.post(tenant.fn_url(function, path), json=body, headers=dict([header]), timeout=30)
-
-
-def wait_call(tenant: Tenant, call_id: str, states: tuple[str, ...] = ("succeeded", "dead"),
-              timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    call: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        call = tenant.api("GET", f"/calls/{call_id}", expect=200).json()
-        if call["state"] in states:
-            return call
-        time.sleep(0.1)
-    raise AssertionError(f"call {call_id} did not reach {states}: {call}")
 
 
 def wait_records(tenant: Tenant, function: str, match: Callable[[dict[str, Any]], bool], count: int = 1) -> bool:

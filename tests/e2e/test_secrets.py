@@ -4,7 +4,6 @@ files, restarts on change, and no value anywhere it must not be (responses, logs
 from __future__ import annotations
 
 import hashlib
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,25 +11,13 @@ import pytest
 import requests
 
 from tests.support.platform import SlessProcess, Tenant, running_sless
+from tests.support.secret_delivery import READER, REFS, call_until, files_containing
 
 pytestmark = pytest.mark.e2e
 
 VALUE = "pw-4c1d9e7a-plaintext"
 TOKEN = "tok-88f2b6d0-plaintext"
 NEW_VALUE = "pw-new-0b5e3f19-plaintext"
-# Answers hashes of what it received, never the values: whatever appears in a record or log came from the platform.
-READER = """\
-import hashlib, os
-
-def _h(text):
-    return hashlib.sha256(text.encode()).hexdigest()
-
-def handle(event):
-    with open(os.path.join(os.environ["SLESS_SECRETS_DIR"], "api-token")) as fh:
-        token = fh.read()
-    return {"env": _h(os.environ.get("DB_PASSWORD", "")), "file": _h(token), "pid": os.getpid()}
-"""
-REFS = [{"name": "db", "key": "password", "env": "DB_PASSWORD"}, {"name": "db", "key": "token", "file": "api-token"}]
 
 
 def sha(text: str) -> str:
@@ -42,18 +29,6 @@ def make_secret(tenant: Tenant, name: str = "db", **data: str) -> dict[str, Any]
     body = tenant.api("POST", "/secrets", json={"name": name, "data": data or {"password": VALUE, "token": TOKEN}},
                       expect=201).json()
     return dict(body)
-
-
-def call_until(tenant: Tenant, name: str, want: dict[str, str], wait: float = 60) -> dict[str, Any]:
-    deadline, last = time.monotonic() + wait, {}
-    while time.monotonic() < deadline:
-        resp = requests.post(tenant.fn_url(name), json={}, timeout=30)
-        if resp.status_code == 200:
-            last = resp.json()
-            if all(last.get(k) == v for k, v in want.items()):
-                return dict(last)
-        time.sleep(0.3)
-    raise AssertionError(f"{name} did not answer {want} within {wait}s: {last}")
 
 
 def test_values_are_write_only(tenant: Tenant) -> None:
@@ -131,20 +106,6 @@ def test_delivery_restart_and_no_leaks(sless: SlessProcess, tenant: Tenant) -> N
     assert leaks == [], f"plain-text secret values on disk: {leaks}"
     tenant.api("DELETE", "/functions/reader", expect=204)
     tenant.api("DELETE", "/secrets/db", expect=204)
-
-
-def files_containing(root: Path, values: tuple[str, ...]) -> list[str]:
-    """Every file below ROOT (databases, their WAL, logs, code, the platform's own log) holding a value."""
-    found = []
-    needles = [v.encode() for v in values]
-    for path in root.rglob("*"):
-        try:
-            if path.is_file() and not path.is_symlink():
-                data = path.read_bytes()
-                found += [f"{path}: {n.decode()}" for n in needles if n in data]
-        except OSError:
-            continue
-    return found
 
 
 def test_key_file_and_database_are_private(sless: SlessProcess, tenant: Tenant) -> None:

@@ -7,9 +7,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import time
-import urllib.parse
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -17,6 +15,7 @@ import requests
 
 from tests.support.platform import Tenant, running_sless
 from tests.support.platform import invocation_record as record
+from tests.support.streams import open_stream, read_until
 
 pytestmark = pytest.mark.e2e
 
@@ -71,23 +70,6 @@ exports.handle = async (event) => {
 def streamer(tenant: Tenant) -> Tenant:
     tenant.deploy("streamer", "nodejs20", {"handler.js": STREAMER}, timeout_sec=1)
     return tenant
-
-
-def open_stream(url: str, request_id: str | None = None) -> tuple[http.client.HTTPConnection, Any]:
-    parsed = urllib.parse.urlparse(url)
-    conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=30)
-    conn.request("GET", parsed.path + (f"?{parsed.query}" if parsed.query else ""),
-                 headers={"X-Request-Id": request_id} if request_id else {})
-    return conn, conn.getresponse()
-
-
-def read_until(resp: Any, marker: bytes) -> bytes:
-    data = b""
-    while marker not in data:
-        chunk = resp.read1(65536)
-        assert chunk, f"the stream ended before {marker!r}: {data!r}"
-        data += chunk
-    return data
 
 
 def test_server_sent_events_pass_through_as_produced(streamer: Tenant) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.platform import Tenant
 from tests.support.platform import invocation_record as record
+from tests.support.streams import exchange, ws_url
 
 pytestmark = pytest.mark.e2e
 
@@ -48,32 +49,6 @@ PLAIN = "def handle(event):\n    return 'no websockets here'\n"
 def echo(tenant: Tenant) -> Tenant:
     tenant.deploy("wsecho", "python3.11", {"handler.py": ECHO}, timeout_sec=2)
     return tenant
-
-
-def ws_url(tenant: Tenant, name: str, path: str = "") -> str:
-    return tenant.fn_url(name, path).replace("http://", "ws://")
-
-
-def exchange(url: str, messages: list[str | bytes], headers: dict[str, str] | None = None,
-             request_id: str | None = None) -> tuple[list[str | bytes], int | None]:
-    """Send each message, read one answer each, until the server closes: (answers, close code)."""
-
-    async def run() -> tuple[list[str | bytes], int | None]:
-        answers: list[str | bytes] = []
-        extra = {**(headers or {}), **({"X-Request-Id": request_id} if request_id else {})}
-        async with aiohttp.ClientSession() as session, session.ws_connect(
-                url, headers=extra, timeout=aiohttp.ClientWSTimeout(ws_close=30)) as ws:
-            for message in messages:
-                await (ws.send_str(message) if isinstance(message, str) else ws.send_bytes(message))
-                reply = await ws.receive(timeout=30)
-                if reply.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
-                    break
-                answers.append(reply.data)
-            else:
-                await ws.close()
-            return answers, ws.close_code
-
-    return asyncio.run(run())
 
 
 def handshake(url: str) -> socket.socket:

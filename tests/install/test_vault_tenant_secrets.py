@@ -14,10 +14,10 @@ from pathlib import Path
 import hvac
 import pytest
 
-from tests.e2e.test_secrets import READER, REFS, call_until, files_containing
 from tests.install import vaultbed
 from tests.k8s.test_api_kube import start_api
 from tests.support.platform import Tenant, running_sless
+from tests.support.secret_delivery import READER, REFS, call_until, files_containing
 from tests.support.services import S3Endpoint, free_port
 from tests.support.testbed import Testbed
 

@@ -21,8 +21,6 @@ import pytest
 import requests
 
 from sless_operator import manifests
-from tests.e2e.test_streaming import open_stream, read_until
-from tests.e2e.test_websocket import exchange, ws_url
 from tests.k8s.conftest import Operator, strip_finalizers
 from tests.realnode.test_realnode_operator import (
     api_server,
@@ -34,6 +32,7 @@ from tests.realnode.test_realnode_operator import (
 )
 from tests.support.platform import Tenant
 from tests.support.realnode import RealNode
+from tests.support.streams import exchange, open_stream, read_until, ws_url
 
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1800)]
 
