@@ -5,7 +5,7 @@ with no tables)."""
 from __future__ import annotations
 
 from sless_api.rest.console.resource import ASSETS, _static
-from sless_api.stores.invocations.migrate import MIGRATIONS_DIR, load_migrations
+from sless_api.stores.migrate import MIGRATIONS_DIR, load_migrations
 
 
 def test_the_migrations_are_found() -> None:

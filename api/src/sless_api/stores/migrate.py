@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"  # sless_api/migrations
+MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"  # sless_api/migrations
 Dialect = Literal["postgresql", "sqlite"]
 _NAME = re.compile(r"^(?P<version>\d{4}_[a-z0-9_]+?)(?:\.(?P<dialect>postgresql|sqlite))?\.sql$")
 #: pg_advisory_xact_lock key: "sless" + "mig" in ASCII; any constant shared by all replicas.

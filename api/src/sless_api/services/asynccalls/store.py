@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sless_api.services.asynccalls.model import AsyncCall, CallState
-from sless_api.stores.invocations.migrate import migrate_postgres, migrate_sqlite
+from sless_api.stores.migrate import migrate_postgres, migrate_sqlite
 
 _COLUMNS = ("id", "namespace", "function", "method", "path", "headers", "body", "request_id", "created_at", "state",
             "attempts", "next_attempt_at", "lease_owner", "lease_until", "result_status", "result_headers",
@@ -206,19 +206,21 @@ class PostgresCallStore(_SqlStore):
     def __init__(self, dsn: str) -> None:
         import psycopg2.pool
 
-        self._pool = psycopg2.pool.ThreadedConnectionPool(1, 8, dsn, connect_timeout=5, application_name="sless-async")
+        from sless_api.stores.postgres import connect_options
+
+        self._pool = psycopg2.pool.ThreadedConnectionPool(1, 8, dsn, **connect_options("sless-async"))
         with self._connection() as conn:
             migrate_postgres(conn)
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Any]:
-        import psycopg2
+        from sless_api.stores.postgres import DISCONNECTS
 
         conn = self._pool.getconn()
         broken = False
         try:
             yield conn
-        except (psycopg2.OperationalError, psycopg2.InterfaceError):
+        except DISCONNECTS:
             broken = True
             raise
         finally:

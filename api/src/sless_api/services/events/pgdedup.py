@@ -42,32 +42,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import psycopg2
 import psycopg2.extensions
 
 from sless_api.services.events.dedup import PURGE_BATCH, Claim, State
-from sless_api.stores.invocations.migrate import migrate_postgres
+from sless_api.stores.postgres import DISCONNECTS, connect
 
 log = logging.getLogger("sless.events.store")
 T = TypeVar("T")
 
-#: libpq options: fail fast when the server is unreachable; notice a dead peer on idle sockets.
-CONNECT_OPTIONS: dict[str, Any] = {
-    "connect_timeout": 5,
-    "keepalives": 1,
-    "keepalives_idle": 30,
-    "keepalives_interval": 10,
-    "keepalives_count": 3,
-    "application_name": "sless-events",
-}
 #: Pauses between attempts of one statement after a lost connection (about 3.5 s in all).
 RETRY_DELAYS = (0.0, 0.5, 1.0, 2.0)
 #: Keys longer than this (or holding NUL, which TEXT cannot) are stored as their SHA-256.
 KEY_MAX = 400
 REASON_MAX = 2000
-DISCONNECTS = (psycopg2.OperationalError, psycopg2.InterfaceError)
 
 _INSERT_NEW = (
     "INSERT INTO event_deliveries (queue, message_key, state, attempts, owner, lease_until, reason, updated_at) "
@@ -115,14 +105,8 @@ class _Pool:
         self._closed = False
 
     def _open(self) -> psycopg2.extensions.connection:
-        conn: psycopg2.extensions.connection = psycopg2.connect(self._dsn, **CONNECT_OPTIONS)
-        try:
-            if not self._migrated:
-                migrate_postgres(conn)  # an advisory lock makes concurrent replicas take turns
-                self._migrated = True
-        except BaseException:
-            conn.close()
-            raise
+        conn = connect(self._dsn, "sless-events", migrate=not self._migrated)
+        self._migrated = True
         return conn
 
     @contextlib.contextmanager

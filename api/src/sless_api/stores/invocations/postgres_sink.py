@@ -18,25 +18,15 @@ from typing import Any, cast
 import psycopg2
 import psycopg2.extensions
 
-from sless_api.stores.invocations.migrate import migrate_postgres
 from sless_api.stores.invocations.model import Invocation, from_row, sanitized_row
 from sless_api.stores.invocations.sink import COLUMNS
+from sless_api.stores.postgres import DISCONNECTS, connect
 
 _COPY = f"COPY invocations ({', '.join(COLUMNS)}) FROM STDIN"
 # started_at is a timestamptz in the table and epoch seconds in Python
 _READ = ", ".join("EXTRACT(EPOCH FROM started_at)::double precision" if c == "started_at" else c for c in COLUMNS)
 _SELECT = f"SELECT id, {_READ} FROM invocations"  # noqa: S608 - constant columns
 _STARTED_AT = COLUMNS.index("started_at")
-#: libpq options: fail fast when the server is unreachable; notice a dead peer on idle sockets.
-CONNECT_OPTIONS: dict[str, Any] = {
-    "connect_timeout": 5,
-    "keepalives": 1,
-    "keepalives_idle": 30,
-    "keepalives_interval": 10,
-    "keepalives_count": 3,
-    "application_name": "sless-invocations",
-}
-_DISCONNECTS = (psycopg2.OperationalError, psycopg2.InterfaceError)
 _Rows = list[tuple[Any, ...]]  # module-level: the class's list() method shadows the builtin
 
 
@@ -67,15 +57,8 @@ class _Connection:
 
     def get(self) -> psycopg2.extensions.connection:
         if self._conn is None or self._conn.closed:
-            conn = psycopg2.connect(self._dsn, **CONNECT_OPTIONS)
-            try:
-                if self._migrate:
-                    migrate_postgres(conn)
-                    self._migrate = False
-            except BaseException:
-                conn.close()
-                raise
-            self._conn = conn
+            self._conn = connect(self._dsn, "sless-invocations", migrate=self._migrate)
+            self._migrate = False
         return self._conn
 
     def reset(self) -> None:
@@ -103,7 +86,7 @@ class PostgresSink:
                 conn = self._writer.get()
                 with conn, conn.cursor() as cur:
                     cur.copy_expert(_COPY, payload)
-            except _DISCONNECTS:
+            except DISCONNECTS:
                 self._writer.reset()
                 raise
 
@@ -149,7 +132,7 @@ class PostgresSink:
                     with conn, conn.cursor() as cur:
                         cur.execute(sql, args)
                         return list(cur.fetchall())
-                except _DISCONNECTS:
+                except DISCONNECTS:
                     self._reader.reset()
                     if attempt == 2:
                         raise

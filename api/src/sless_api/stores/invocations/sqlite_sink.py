@@ -10,9 +10,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from sless_api.stores.invocations.migrate import migrate_sqlite
 from sless_api.stores.invocations.model import Invocation, from_row, sanitized_row
 from sless_api.stores.invocations.sink import COLUMNS
+from sless_api.stores.migrate import migrate_sqlite
 
 _QUOTED = ", ".join(f'"{c}"' for c in COLUMNS)
 _PLACEHOLDERS = ", ".join("?" for _ in COLUMNS)
