@@ -25,7 +25,7 @@ import pytest
 from aiohttp import web
 
 from sless_api.domain.routing import Route
-from sless_api.gateway import proxy
+from sless_api.gateway.invoker import CONNECT_RETRY_PAUSES_SEC, Invoker
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON_SERVER = REPO / "runtimes" / "python3.11" / "server.py"
@@ -84,7 +84,7 @@ async def _serve_on(sock: socket.socket, after_sec: float) -> web.AppRunner:
 
 async def _call_once(base_url: str, timeout_sec: float = 5, margin: float = 1.0) -> tuple[int, bytes, float]:
     """One buffered POST through a fresh Invoker: (status, body, seconds it took)."""
-    invoker = proxy.Invoker(OneAddress(base_url, timeout_sec), None, margin)
+    invoker = Invoker(OneAddress(base_url, timeout_sec), None, margin)
     started = time.monotonic()
     try:
         result = await invoker.call(await invoker.platform.route("t", "f"), "POST", "/", [], b"{}", "http")
@@ -114,10 +114,10 @@ def test_an_address_that_keeps_refusing_answers_502_after_every_pause() -> None:
         status, body, elapsed = asyncio.run(_call_once(f"http://127.0.0.1:{sock.getsockname()[1]}"))
     finally:
         sock.close()
-    tries = len(proxy.CONNECT_RETRY_PAUSES_SEC) + 1
+    tries = len(CONNECT_RETRY_PAUSES_SEC) + 1
     assert status == 502 and b"function unreachable: connection refused" in body
     assert f"({tries} tries in ".encode() in body
-    assert elapsed >= sum(proxy.CONNECT_RETRY_PAUSES_SEC)
+    assert elapsed >= sum(CONNECT_RETRY_PAUSES_SEC)
 
 
 def test_the_retries_end_at_the_calls_own_limit() -> None:
@@ -127,7 +127,7 @@ def test_the_retries_end_at_the_calls_own_limit() -> None:
     finally:
         sock.close()
     assert status == 502 and b"connection refused" in body
-    assert elapsed < 1.0 < sum(proxy.CONNECT_RETRY_PAUSES_SEC)
+    assert elapsed < 1.0 < sum(CONNECT_RETRY_PAUSES_SEC)
 
 
 def test_a_name_that_does_not_resolve_is_tried_once_more_only() -> None:
@@ -185,7 +185,7 @@ def test_a_runtime_replaced_under_traffic_drops_no_call(tmp_path: Path) -> None:
     stop = threading.Event()
 
     async def callers() -> None:
-        invoker = proxy.Invoker(OneAddress(f"http://127.0.0.1:{port}"), None, 1.0)
+        invoker = Invoker(OneAddress(f"http://127.0.0.1:{port}"), None, 1.0)
         route = await invoker.platform.route("t", "f")
 
         async def keep_calling() -> None:

@@ -70,7 +70,7 @@ class CallOutcome(Protocol):
 
 
 class CallInvoker(Protocol):
-    """What a background service calls functions through (the proxy's :class:`~sless_api.gateway.proxy.Invoker`), so
+    """What a background service calls functions through (the proxy's :class:`~sless_api.gateway.invoker.Invoker`), so
     a backend hands out services without importing the proxy."""
 
     async def call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]], body: bytes,

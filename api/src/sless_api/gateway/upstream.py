@@ -14,7 +14,7 @@ answer allowed keep-alive; a call that stops early (a client gone, a capped read
 
 A reused connection that the runtime closed before a byte of the answer came is retried once on a new
 connection for idempotent methods only (the request may have been processed); a connection that could not be
-made is retried by the caller (``proxy.Invoker``), since nothing was sent.
+made is retried by the caller (``invoker.Invoker``), since nothing was sent.
 """
 
 from __future__ import annotations

@@ -23,9 +23,11 @@ from sless_api import metrics
 from sless_api.domain.errors import PlatformError
 from sless_api.domain.routing import Route
 from sless_api.gateway.admission import Throttled
+from sless_api.gateway.asgi import Receive, Scope, Send
 from sless_api.gateway.calltiming import CallTiming
+from sless_api.gateway.headers import upstream_headers
 from sless_api.gateway.pathguard import raw_path, reaches_runtime_internals, split_invoke
-from sless_api.gateway.proxy import ProxyApp, Receive, Scope, Send, _Reply, upstream_headers
+from sless_api.gateway.proxy import ProxyApp, _Reply
 from sless_api.gateway.requestid import scope_request_id
 
 #: Handshake headers of the client's hop: the upstream handshake makes its own.

@@ -22,8 +22,9 @@ from sless_api.domain.errors import PlatformError
 from sless_api.domain.ports import Background, Platform
 from sless_api.gateway.accesslog import AccessLog, flush_access_lines
 from sless_api.gateway.admission import Admission
+from sless_api.gateway.invoker import Invoker
 from sless_api.gateway.pathguard import is_canonical, is_invoke_path, raw_path, refuse_path
-from sless_api.gateway.proxy import Invoker, ProxyApp
+from sless_api.gateway.proxy import ProxyApp
 from sless_api.gateway.wsproxy import WsProxy
 from sless_api.main.config import ApiConfig
 from sless_api.rest.console.resource import Console, ConsoleAsset

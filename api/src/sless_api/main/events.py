@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from sless_api.backends.kube.client import KubeClient
 from sless_api.backends.kube.events import KubeEvents, event_router
 from sless_api.backends.settings import KubeSettings
-from sless_api.gateway.proxy import Invoker
+from sless_api.gateway.invoker import Invoker
 from sless_api.logsetup import configure_logging
 from sless_api.main.config import ApiConfig
 from sless_api.services.events.config import EventsConfig

@@ -13,7 +13,7 @@ a store, exactly as in `sless up` (:mod:`sless_api.services.events.inprocess`).
   failed to rebuild while the Deployment still serves an earlier image). Otherwise its messages wait
   in the queue. Two event triggers of one namespace on one queue (possible with kubectl, which skips
   the API's check) would split the messages: only the first by name is consumed.
-- Invoke: ``POST /`` to the function's Service through :class:`~sless_api.gateway.proxy.Invoker` (as the
+- Invoke: ``POST /`` to the function's Service through :class:`~sless_api.gateway.invoker.Invoker` (as the
   proxy and cron do), recorded in the invocation log with trigger ``event``.
 - Report: the Trigger's status gets ``lastFiredAt`` and ``dispatcher`` (what the consumer does), by
   a merge patch of the status subresource; the operator owns ``message`` and ``conditions``.

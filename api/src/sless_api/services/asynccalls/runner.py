@@ -17,7 +17,7 @@ import logging
 import time
 
 from sless_api.domain.errors import PlatformError
-from sless_api.gateway.proxy import Invoker
+from sless_api.gateway.invoker import Invoker
 from sless_api.services.asynccalls.callback import CallbackSender, check_url
 from sless_api.services.asynccalls.model import FINISHED, AsyncCall, CallState, new_call_id
 from sless_api.services.asynccalls.settings import AsyncSettings
