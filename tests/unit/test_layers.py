@@ -58,7 +58,8 @@ def test_the_copied_tree_keeps_every_contract(copied: Path) -> None:
 
 
 @pytest.mark.parametrize(("planted", "code", "broken"), [
-    ("domain/planted.py", "from sless_api.main import app\n", "sless_api.domain is not allowed to import sless_api.main"),
+    ("domain/planted.py", "from sless_api.main import app\n",
+     "sless_api.domain is not allowed to import sless_api.main"),
     ("gateway/planted.py", "import sless_api.backends.kube.client\n",
      "sless_api.gateway is not allowed to import sless_api.backends"),
     ("stores/planted.py", "from sless_api.services import cron\n",
