@@ -49,14 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sless_api import metrics
-from sless_api.backends.standalone.host.sandbox import (
-    JailSpec,
-    Limits,
-    Prepared,
-    Sandbox,
-    set_parent_death_signal,
-    tenant_uid,
-)
+from sless_api.backends.standalone.host.process import kill_group, set_parent_death_signal
+from sless_api.backends.standalone.host.sandbox import JailSpec, Limits, Prepared, Sandbox, tenant_uid
 from sless_core import rebuild
 
 Progress = Callable[[str], None]
@@ -298,12 +292,6 @@ def tail_lines(text: str, lines: int = LOG_TAIL_LINES) -> str:
 def is_transient(log: str) -> bool:
     """Whether a failed tool's log points at the network rather than the input."""
     return _TRANSIENT.search(log) is not None
-
-
-def kill_group(pid: int) -> None:
-    """SIGKILL a process group led by ``pid`` (ignoring one that is already gone)."""
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 @dataclass

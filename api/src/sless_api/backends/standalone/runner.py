@@ -29,10 +29,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
-from sless_api.backends.standalone.builder import BuildArtifact, kill_group
+from sless_api.backends.standalone.builder import BuildArtifact
 from sless_api.backends.standalone.host.fdwait import readable_within
 from sless_api.backends.standalone.host.network import NetworkUnavailable
-from sless_api.backends.standalone.host.sandbox import JailSpec, Prepared, Sandbox, set_parent_death_signal
+from sless_api.backends.standalone.host.process import kill_group, set_parent_death_signal
+from sless_api.backends.standalone.host.sandbox import JailSpec, Prepared, Sandbox
 
 #: Length limit of RunResult.output (the FunctionJob's message).
 MAX_OUTPUT_CHARS = 2000

@@ -41,15 +41,12 @@ environment and per-process limits; single-tenant use only).
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import hashlib
 import os
 import resource
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -61,6 +58,7 @@ from sless_api.backends.standalone.host import seccomp
 from sless_api.backends.standalone.host.cgroups import Cgroups, CgroupSet
 from sless_api.backends.standalone.host.network import NetnsLaunch, Pasta
 from sless_api.backends.standalone.host.portguard import PortGuard
+from sless_api.backends.standalone.host.process import set_parent_death_signal
 
 #: The host-wide limits when the caller has no config (tests of the sandbox alone).
 HOST_DEFAULTS = SandboxSettings()
@@ -169,25 +167,6 @@ def tenant_uid(tenant: str) -> int:
     """The unprivileged uid of a tenant (also its gid): stable, derived from the namespace."""
     digest = hashlib.sha256(tenant.encode()).digest()
     return UID_BASE + int.from_bytes(digest[:8], "big") % UID_SPAN
-
-
-def _libc() -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
-
-
-_LIBC = _libc()
-_PR_SET_PDEATHSIG = 1
-
-
-def set_parent_death_signal(sig: int) -> None:
-    """Ask Linux to send ``sig`` to this process when the thread that forked it dies (preexec use)."""
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, int(sig))
 
 
 def _set_limit(which: int, value: int, hard_value: int | None = None) -> None:

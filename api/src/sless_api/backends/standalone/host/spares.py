@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sless_api.backends.standalone.host.process import free_port
 from sless_api.backends.standalone.host.readiness import READY_FD_ENV, ReadyPipe
 from sless_api.backends.standalone.host.sandbox import JailSpec, Limits, Prepared, Sandbox
 
@@ -194,8 +195,6 @@ class SparePool:
             log.warning("warm spare of %s failed to start: %s", tenant, task.exception())
 
     async def _start(self, template: SpareTemplate, sandbox: Sandbox, generation: int) -> None:
-        from sless_api.backends.standalone.host.supervisor import free_port
-
         port = free_port(self._ports)
         self._ports.add(port)
         cwd = template.roots[0]

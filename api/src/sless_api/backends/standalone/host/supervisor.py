@@ -38,47 +38,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import json
-import os
 import re
 import signal
-import socket
-import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from sless_api import metrics
 from sless_api.backends.standalone.host.calllogs import CallLogStore, LineRouter
+from sless_api.backends.standalone.host.child import (
+    Child,
+    ChildLog,
+    drain_pipes,
+    kill_child,
+    limit_note,
+    pause_between_probes,
+    pump,
+    with_tail,
+)
+from sless_api.backends.standalone.host.health import health_ok
 from sless_api.backends.standalone.host.network import NetworkUnavailable, PortTaken
+from sless_api.backends.standalone.host.process import TERM_WITH_PLATFORM, free_port, kill_group
 from sless_api.backends.standalone.host.readiness import READY_FD_ENV, ReadyPipe
-from sless_api.backends.standalone.host.sandbox import JailSpec, Prepared, Sandbox
+from sless_api.backends.standalone.host.sandbox import JailSpec, Sandbox
 from sless_api.backends.standalone.host.spares import SPARE_SECRETS_DIR, Spare, SparePool, SpareTemplate
 from sless_api.gateway import calltiming
 
-HEALTH_PATH = "/_/health"
-#: Pause between health probes during a start; a refused connection costs microseconds.
-HEALTH_POLL_SEC = 0.005
 #: Runtimes that say "listening" on the readiness pipe (readiness.py): no polling pause while they start.
 READY_PIPE_RUNTIMES = frozenset({"python3.11"})
-#: Longest wait for the readiness byte before probing anyway.
-READY_WAIT_SEC = 0.5
 #: Extra seconds after the drain period before SIGKILL, so a runtime whose own
 #: drain deadline (SLESS_DRAIN_SEC, the same value) fires can still exit cleanly.
 KILL_GRACE_SEC = 1.0
-#: How long a failed call waits for its sandboxed process to exit, to name the limit that killed it.
-LIMIT_NOTE_WAIT_SEC = 4.0
-#: How much of a process's stderr is kept in memory for error messages.
-STDERR_TAIL_BYTES = 4096
 #: Start attempts with fresh ports when the chosen port was taken meanwhile.
 PORT_ATTEMPTS = 3
-#: How long to wait for output pipes to reach EOF after the process exited
-#: (a grandchild may hold them open).
-PIPE_DRAIN_SEC = 1.0
 
 _ADDR_IN_USE = re.compile(r"address already in use|EADDRINUSE|Errno 98", re.IGNORECASE)
 _UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9._-]")
@@ -131,146 +125,16 @@ class ProcessSpec:
     spare: SpareTemplate | None = None
 
 
-def free_port(exclude: set[int] | frozenset[int] = frozenset()) -> int:
-    """A loopback port nothing listens on right now, and not one we handed out already.
-
-    The kernel may give the same ephemeral port to two bind(0) calls in a row
-    once the first socket is closed; ``exclude`` keeps two of our own starts
-    from racing for one port. Races with other programs are caught later by
-    the child failing with "address in use".
-    """
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in exclude:
-            return port
-    raise OSError("no free loopback port found")
-
-
-def _parent_death_signal() -> Callable[[], None] | None:
-    """A preexec hook asking Linux to SIGTERM the child when the platform process dies."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
-    prctl = libc.prctl
-    pr_set_pdeathsig = 1
-
-    def set_pdeathsig() -> None:
-        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
-
-    return set_pdeathsig
-
-
-_PREEXEC = _parent_death_signal()
-
-
-class _LogSink:
-    """Appends a key's process output to one file, rotating it to ``<name>.1`` past ``max_bytes``.
-
-    Writes are synchronous: they are small appends to a local file (page
-    cache), cheaper than a thread hop per chunk, and a failing disk must never
-    take a function down, so OSErrors are swallowed.
-    """
-
-    def __init__(self, path: Path, max_bytes: int) -> None:
-        self.path = path
-        self.max_bytes = max_bytes
-        self._fh: BinaryIO | None = None
-        self._size = 0
-
-    def write(self, data: bytes) -> None:
-        try:
-            if self._fh is None:
-                self._open()
-            if self._size and self._size + len(data) > self.max_bytes:
-                self.close()
-                os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-                self._open()
-            assert self._fh is not None
-            self._fh.write(data)
-            self._size += len(data)
-        except OSError:
-            self.close()
-
-    def note(self, text: str) -> None:
-        """A supervisor line (start, exit), marked so it stands out from the function's output."""
-        self.write(f"--- sless {time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n".encode())
-
-    def close(self) -> None:
-        if self._fh is not None:
-            with contextlib.suppress(OSError):
-                self._fh.close()
-            self._fh = None
-
-    def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the slot
-        self._size = self._fh.tell()
-
-
-@dataclass(eq=False)
-class _Proc:
-    """One running runtime server."""
-
-    proc: asyncio.subprocess.Process
-    port: int
-    version: str
-    started_at: float
-    drain_sec: float
-    stderr_tail: bytearray = field(default_factory=bytearray)
-    readers: list[asyncio.Task[None]] = field(default_factory=list)
-    monitor: asyncio.Task[None] | None = None
-    healthy: bool = False
-    stopping: bool = False
-    inflight: int = 0
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
-    jail: Prepared | None = None
-    probe_failures: int = 0
-    #: The readiness pipe while it starts (None: the runtime is polled); closed once healthy.
-    ready: ReadyPipe | None = None
-
-    def __post_init__(self) -> None:
-        self.idle.set()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def alive(self) -> bool:
-        """Usable for new calls: running and not asked to stop."""
-        return self.proc.returncode is None and not self.stopping
-
-    def tail(self) -> str:
-        return self.stderr_tail.decode("utf-8", errors="replace").strip()
-
-    def exit_note(self) -> str | None:
-        """A limit that ended the process (memory, CPU, file size), if one did."""
-        return self.jail.exit_note(self.proc.returncode) if self.jail is not None else None
-
-    def signal(self, sig: int) -> None:
-        """Send ``sig`` to the runtime itself (inside its sandbox, bwrap does not forward signals)."""
-        if self.jail is not None:
-            self.jail.signal_main(self.proc.pid, sig)
-            return
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(sig)
-
-
 @dataclass(eq=False)
 class _Slot:
     """Everything the supervisor knows about one key."""
 
     key: str
     spec: ProcessSpec
-    log: _LogSink
+    log: ChildLog
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    current: _Proc | None = None
-    starting: asyncio.Task[_Proc] | None = None
+    current: Child | None = None
+    starting: asyncio.Task[Child] | None = None
     failures: int = 0
     restarts: int = 0
     retry_at: float = 0.0
@@ -292,7 +156,7 @@ class Lease:
         self.supervisor = supervisor
         self.key = key
         self.slot: _Slot | None = None
-        self.proc: _Proc | None = None
+        self.proc: Child | None = None
 
     async def __aenter__(self) -> str:
         self.slot, self.proc = await self.supervisor._acquire(self.key)
@@ -305,7 +169,7 @@ class Lease:
         assert proc is not None and slot is not None
         try:
             if isinstance(exc, Exception):
-                note = await _limit_note(proc)
+                note = await limit_note(proc)
                 if note:
                     raise LimitExceeded(f"{self.key}: {note}") from exc
         finally:
@@ -313,10 +177,6 @@ class Lease:
             if proc.inflight == 0:
                 proc.idle.set()
             slot.last_activity = time.monotonic()
-
-
-def _with_tail(message: str, tail: str) -> str:
-    return f"{message}; stderr:\n{tail}" if tail else f"{message} (no stderr output)"
 
 
 class Supervisor:
@@ -382,7 +242,7 @@ class Supervisor:
         self._ensure_reaper()
         slot = self._slots.get(key)
         if slot is None:
-            slot = _Slot(key, spec, _LogSink(self._log_path(key), self.log_max_bytes))
+            slot = _Slot(key, spec, ChildLog(self._log_path(key), self.log_max_bytes))
             self._slots[key] = slot
         else:
             if slot.spec.version != spec.version:
@@ -510,7 +370,7 @@ class Supervisor:
 
     # ------------------------------------------------------------------ acquiring
 
-    async def _acquire(self, key: str) -> tuple[_Slot, _Proc]:
+    async def _acquire(self, key: str) -> tuple[_Slot, Child]:
         for _ in range(5):
             slot = self._slots.get(key)
             if slot is None:
@@ -533,7 +393,7 @@ class Supervisor:
                 return slot, proc
         raise StartFailed(f"{key}: processes keep being replaced while starting")
 
-    async def _start_for_call(self, slot: _Slot) -> _Proc:
+    async def _start_for_call(self, slot: _Slot) -> Child:
         async with slot.lock:
             if slot.removed:
                 raise NotDeployed(slot.key)
@@ -561,7 +421,7 @@ class Supervisor:
 
     # ------------------------------------------------------------------ starting
 
-    async def _start(self, slot: _Slot, spec: ProcessSpec) -> _Proc:
+    async def _start(self, slot: _Slot, spec: ProcessSpec) -> Child:
         """Launch ``spec`` (slot lock held) with failure accounting."""
         if slot.failures:
             slot.restarts += 1
@@ -586,7 +446,7 @@ class Supervisor:
         if spec.spare is not None and spec.sandbox is not None and not self._closed:
             self.spares.want(spec.spare, spec.sandbox)
 
-    async def _from_spare(self, slot: _Slot, spec: ProcessSpec) -> _Proc | None:
+    async def _from_spare(self, slot: _Slot, spec: ProcessSpec) -> Child | None:
         """``spec`` served by a warm spare of its tenant, None when there is no ready one that fits.
 
         The spare's memory limit becomes the function's, then the claim (the complete environment, the
@@ -603,7 +463,7 @@ class Supervisor:
         finally:
             self._want_spare(spec)  # the replacement starts once the claimed process serves (or failed)
 
-    async def _claim(self, slot: _Slot, spec: ProcessSpec, spare: Spare) -> _Proc | None:
+    async def _claim(self, slot: _Slot, spec: ProcessSpec, spare: Spare) -> Child | None:
         assert spec.jail is not None
         drain = spec.drain_sec if spec.drain_sec is not None else self.drain_sec
         env = self._child_env(spec, spare.port, drain)
@@ -626,7 +486,7 @@ class Supervisor:
             spare.claimed = False
             await self.spares.discard(spare)
             return None
-        proc = _Proc(child, spare.port, spec.version, time.monotonic(), drain, jail=spare.jail, ready=spare.ready)
+        proc = Child(child, spare.port, spec.version, time.monotonic(), drain, jail=spare.jail, ready=spare.ready)
         adopted = await self._adopt(slot, proc)
         metrics.WARM_SPARE_CLAIMS.labels(spec.runtime).inc()
         return adopted
@@ -638,7 +498,7 @@ class Supervisor:
         env.setdefault("SLESS_DRAIN_SEC", f"{drain:g}")
         return env
 
-    async def _launch(self, slot: _Slot, spec: ProcessSpec) -> _Proc:
+    async def _launch(self, slot: _Slot, spec: ProcessSpec) -> Child:
         last = ""
         for _ in range(PORT_ATTEMPTS):
             port = free_port(self._ports)
@@ -653,11 +513,11 @@ class Supervisor:
                 raise
         raise StartFailed(f"{slot.key}: port taken on {PORT_ATTEMPTS} attempts; stderr:\n{last}")
 
-    async def _launch_on(self, slot: _Slot, spec: ProcessSpec, port: int) -> _Proc:
+    async def _launch_on(self, slot: _Slot, spec: ProcessSpec, port: int) -> Child:
         drain = spec.drain_sec if spec.drain_sec is not None else self.drain_sec
         env = self._child_env(spec, port, drain)
         slot.log.note(f"starting version {spec.version} on port {port}")
-        argv, preexec, jail = list(spec.argv), _PREEXEC, None
+        argv, preexec, jail = list(spec.argv), TERM_WITH_PLATFORM, None
         ready = ReadyPipe() if spec.runtime in READY_PIPE_RUNTIMES else None
         if ready is not None:
             env[READY_FD_ENV] = str(ready.write_fd)
@@ -706,22 +566,22 @@ class Supervisor:
                 if isinstance(exc, PortTaken):
                     raise _PortInUseError(message) from exc  # address in use: another port
                 raise StartFailed(message) from exc
-        return await self._adopt(slot, _Proc(child, port, spec.version, time.monotonic(), drain, jail=jail,
+        return await self._adopt(slot, Child(child, port, spec.version, time.monotonic(), drain, jail=jail,
                                              ready=ready))
 
-    async def _adopt(self, slot: _Slot, proc: _Proc) -> _Proc:
+    async def _adopt(self, slot: _Slot, proc: Child) -> Child:
         """Capture a just started (or claimed) process's output and wait until it is healthy."""
         child = proc.proc
         assert child.stdout is not None and child.stderr is not None
         proc.readers = [
-            asyncio.create_task(_pump(child.stdout, slot.log, None, self._router(slot.key, "stdout"))),
-            asyncio.create_task(_pump(child.stderr, slot.log, proc.stderr_tail, self._router(slot.key, "stderr"))),
+            asyncio.create_task(pump(child.stdout, slot.log, None, self._router(slot.key, "stdout"))),
+            asyncio.create_task(pump(child.stderr, slot.log, proc.stderr_tail, self._router(slot.key, "stderr"))),
         ]
         try:
             await self._wait_healthy(slot, proc)
         except BaseException:
-            await _kill(proc)
-            await _drain_pipes(proc)
+            await kill_child(proc)
+            await drain_pipes(proc)
             slot.log.note(f"pid {child.pid} failed to start (exit code {child.returncode})")
             raise
         finally:
@@ -733,13 +593,13 @@ class Supervisor:
         slot.log.note(f"pid {child.pid} healthy after {time.monotonic() - proc.started_at:.3f}s")
         return proc
 
-    async def _wait_healthy(self, slot: _Slot, proc: _Proc) -> None:
+    async def _wait_healthy(self, slot: _Slot, proc: Child) -> None:
         deadline = proc.started_at + self.start_timeout_sec
         while True:
             if slot.removed:
                 raise NotDeployed(f"{slot.key} was removed while starting")
             if proc.proc.returncode is not None:
-                await _drain_pipes(proc)
+                await drain_pipes(proc)
                 tail = proc.tail()
                 if _ADDR_IN_USE.search(tail):
                     raise _PortInUseError(tail)
@@ -748,19 +608,19 @@ class Supervisor:
                 note = proc.exit_note()
                 if note:
                     message = f"{message} ({note})"
-                raise StartFailed(_with_tail(message, tail))
+                raise StartFailed(with_tail(message, tail))
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise StartFailed(
-                    _with_tail(f"{slot.key}: not healthy within {self.start_timeout_sec:g}s", proc.tail())
+                    with_tail(f"{slot.key}: not healthy within {self.start_timeout_sec:g}s", proc.tail())
                 )
-            if await _health_ok(proc.port, min(remaining, 2.0)):
+            if await health_ok(proc.port, min(remaining, 2.0)):
                 return
-            await _pause(proc, remaining)
+            await pause_between_probes(proc, remaining)
 
     # ------------------------------------------------------------------ stopping and crashes
 
-    def _retire(self, slot: _Slot, proc: _Proc) -> None:
+    def _retire(self, slot: _Slot, proc: Child) -> None:
         """Take ``proc`` out of service now and stop it in the background."""
         if slot.current is proc:
             slot.current = None
@@ -775,7 +635,7 @@ class Supervisor:
         self._background.pop(task, None)
         _retrieve_exception(task)
 
-    async def _stop(self, proc: _Proc) -> None:
+    async def _stop(self, proc: Child) -> None:
         """Wait for leases to end, SIGTERM (the runtime drains), SIGKILL after the drain period."""
         deadline = time.monotonic() + proc.drain_sec
         if proc.inflight:
@@ -787,17 +647,17 @@ class Supervisor:
             try:
                 await asyncio.wait_for(proc.proc.wait(), grace)
             except TimeoutError:
-                await _kill(proc)
+                await kill_child(proc)
         if proc.monitor is not None:
             await asyncio.shield(proc.monitor)
         self._ports.discard(proc.port)
 
-    async def _watch(self, slot: _Slot, proc: _Proc) -> None:
+    async def _watch(self, slot: _Slot, proc: Child) -> None:
         """Notice the exit of a healthy process; an exit we did not ask for is a crash."""
         code = await proc.proc.wait()
-        await _drain_pipes(proc)
+        await drain_pipes(proc)
         if proc.jail is None or not proc.jail.sandboxed:
-            _kill_group(proc.proc.pid)
+            kill_group(proc.proc.pid)
         # Sandboxed: bwrap's init and the function run in their own session, so once the reaped bwrap's
         # group is empty its number may be reused by anyone; the PID namespace and cgroup took care of
         # the stragglers already.
@@ -810,7 +670,7 @@ class Supervisor:
             return
         ran = time.monotonic() - proc.started_at
         why = f" ({note})" if note else ""
-        message = _with_tail(
+        message = with_tail(
             f"{slot.key}: process {proc.proc.pid} (version {proc.version}) exited unexpectedly "
             f"with code {code} after {ran:.1f}s{why}",
             proc.tail(),
@@ -853,7 +713,7 @@ class Supervisor:
             if not procs:
                 continue
             results = await asyncio.gather(
-                *(_health_ok(proc.port, self.health_timeout_sec) for _, proc in procs)
+                *(health_ok(proc.port, self.health_timeout_sec) for _, proc in procs)
             )
             for (slot, proc), ok in zip(procs, results, strict=True):
                 if ok or not proc.alive:
@@ -863,7 +723,7 @@ class Supervisor:
                 if proc.probe_failures >= self.health_failures:
                     self._replace_wedged(slot, proc)
 
-    def _replace_wedged(self, slot: _Slot, proc: _Proc) -> None:
+    def _replace_wedged(self, slot: _Slot, proc: Child) -> None:
         """Kill a process that stopped answering and count it as a crash (the next call restarts it)."""
         message = (
             f"{slot.key}: process {proc.proc.pid} did not answer {proc.probe_failures} health probes "
@@ -874,7 +734,7 @@ class Supervisor:
         proc.stopping = True
         if slot.current is proc:
             slot.current = None
-        task = asyncio.create_task(_kill(proc), name=f"sless-kill-{slot.key}")
+        task = asyncio.create_task(kill_child(proc), name=f"sless-kill-{slot.key}")
         self._background[task] = slot
         task.add_done_callback(self._background_done)
 
@@ -906,103 +766,6 @@ class Supervisor:
         return self.log_dir / f"{name}.log"
 
 
-# ---------------------------------------------------------------------- process helpers
-
-
-async def _health_ok(port: int, timeout: float) -> bool:
-    """One GET /_/health probe; any failure is just "not yet"."""
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
-    except (OSError, TimeoutError):
-        return False
-    try:
-        request = f"GET {HEALTH_PATH} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-        writer.write(request.encode())
-        line = await asyncio.wait_for(reader.readline(), timeout)
-        parts = line.split()
-        return len(parts) >= 2 and parts[0].startswith(b"HTTP/1.") and parts[1] == b"200"
-    except (OSError, TimeoutError):
-        return False
-    finally:
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-
-
-async def _pause(proc: _Proc, remaining: float) -> None:
-    """Between two health probes of a start: until the readiness byte when one is still to come, else a poll."""
-    pipe = proc.ready
-    if pipe is not None and not pipe.ended:
-        got = await pipe.wait(min(remaining, READY_WAIT_SEC))
-        if got is True:
-            pipe.ended = True  # one byte is all a runtime says; from here on, poll
-        if got is not False:
-            return
-    await asyncio.sleep(HEALTH_POLL_SEC)
-
-
-async def _pump(stream: asyncio.StreamReader, log: _LogSink, tail: bytearray | None,
-                lines: LineRouter | None = None) -> None:
-    """Copy a child's output pipe into the log (and the in-memory stderr tail, and the calls' lines)."""
-    while True:
-        chunk = await stream.read(65536)
-        if not chunk:
-            if lines is not None:
-                lines.finish(time.time())
-            return
-        log.write(chunk)
-        if lines is not None:
-            lines.feed(chunk, time.time())
-        if tail is not None:
-            tail.extend(chunk)
-            if len(tail) > STDERR_TAIL_BYTES:
-                del tail[: len(tail) - STDERR_TAIL_BYTES]
-
-
-async def _drain_pipes(proc: _Proc) -> None:
-    """Wait (briefly) until the output of an exited process is fully captured."""
-    pending = [t for t in proc.readers if not t.done()]
-    if pending:
-        await asyncio.wait(pending, timeout=PIPE_DRAIN_SEC)
-
-
-async def _kill(proc: _Proc) -> None:
-    """SIGKILL the process and everything in its session's process group, and reap it."""
-    if proc.proc.returncode is None:
-        if proc.jail is not None:
-            proc.jail.kill(proc.proc.pid)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(proc.proc.wait()), 1.0)
-        _kill_group(proc.proc.pid)
-        with contextlib.suppress(ProcessLookupError):
-            proc.proc.kill()
-    await proc.proc.wait()
-    if proc.jail is not None:
-        await asyncio.to_thread(proc.jail.cleanup)
-
-
-async def _limit_note(proc: _Proc) -> str | None:
-    """After a failed call: whether the sandbox killed the process for a limit (waits briefly for its exit).
-
-    The kernel's kill and the exit's report can lag the broken connection by more than a second on a busy
-    host; without the wait the caller gets a bare 502 instead of the limit that was hit.
-    """
-    if proc.jail is None:
-        return None
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(asyncio.shield(proc.proc.wait()), LIMIT_NOTE_WAIT_SEC)
-    return proc.exit_note()
-
-
-def _kill_group(pgid: int) -> None:
-    """SIGKILL what is left of a child's process group (stray grandchildren).
-
-    Linux does not reuse a pid while it still names a process group; once the
-    group is empty the number could only name a new group after pids wrapped
-    around, which does not happen in the moment between reaping and this call.
-    """
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 def _retrieve_exception(task: asyncio.Task[Any]) -> None:
