@@ -20,15 +20,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import urllib3.exceptions
+from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from sless_api.backends.settings import KubeSettings
 from sless_core import crd
-
-if TYPE_CHECKING:
-    from sless_api.backends.kube.client import KubeClient
 
 log = logging.getLogger("sless.kube.access")
 #: The admission policy reads a namespace's labels from the API server's cache, which may lag a namespace
@@ -36,10 +35,23 @@ log = logging.getLogger("sless.kube.access")
 SETTLE_SEC = (0.2, 0.5, 1.0, 2.0)
 
 
+class Cluster(Protocol):
+    """What granting needs of the API's client (``kube.client.KubeClient``, which holds a TenantAccess: so this
+    module names the client's shape, not its module)."""
+
+    settings: KubeSettings
+    rbac: k8s.RbacAuthorizationV1Api
+
+    @property
+    def timeout(self) -> tuple[float, float]: ...
+
+    def translate(self, exc: BaseException, what: str) -> Exception: ...
+
+
 class TenantAccess:
     """Creates the API's RoleBinding in tenant namespaces, once per namespace and process."""
 
-    def __init__(self, kube: KubeClient) -> None:
+    def __init__(self, kube: Cluster) -> None:
         self.kube = kube
         self.role = kube.settings.tenant_role
         self.subject = kube.settings.service_account
