@@ -33,10 +33,10 @@ from pathlib import Path
 import requests
 
 from bench.common import Table, median
-from tests.k8s.conftest import Operator
-from tests.realnode.test_realnode_operator import api_server, build_namespace, operator_env, s3_server
+from tests.support.kube_operator import Operator
 from tests.support.platform import Tenant
 from tests.support.realnode import RealNode, real_node_bed
+from tests.support.realnode_operator import api_server, build_namespace, operator_env, s3_server
 
 RUNTIMES = ("python3.11", "nodejs20", "go1.23")
 TARGET_SEC = {"python3.11": 5.0, "nodejs20": 5.0, "go1.23": 15.0}

@@ -30,10 +30,10 @@ import requests
 
 from bench.common import Load, Table, median, wrk
 from sless_core import crd
-from tests.k8s.conftest import Operator
-from tests.realnode.test_realnode_operator import api_server, build_namespace, operator_env, s3_server
+from tests.support.kube_operator import Operator
 from tests.support.platform import Tenant
 from tests.support.realnode import RealNode, real_node_bed
+from tests.support.realnode_operator import api_server, build_namespace, operator_env, s3_server
 
 TRIVIAL = "def handle(event):\n    return 'ok'\n"
 FUNCTION = "trivial"

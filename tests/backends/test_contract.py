@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from sless_core.models import MAX_RUN_ID
-from tests.backends.conftest import Backend
+from tests.support.backends import Backend
 from tests.support.platform import Tenant, make_zip
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq, pytest.mark.slow]

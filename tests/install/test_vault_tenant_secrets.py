@@ -15,7 +15,7 @@ import hvac
 import pytest
 
 from tests.install import vaultbed
-from tests.k8s.test_api_kube import start_api
+from tests.support.kube_api import start_api
 from tests.support.platform import Tenant, running_sless
 from tests.support.secret_delivery import READER, REFS, call_until, files_containing
 from tests.support.services import S3Endpoint, free_port

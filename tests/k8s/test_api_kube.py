@@ -12,229 +12,20 @@ server request and that an unreachable API server yields 503s instead of 500s.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import tarfile
-import threading
-import time
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
-import requests
-import yaml
 
-from sless_api.stores.code import S3CodeStore
 from sless_core import crd, rebuild
-from tests.support.platform import SECRET, Tenant, make_zip
-from tests.support.quotas import wait_counted
-from tests.support.services import S3Endpoint, free_port
+from tests.support.kube_api import HELLO, KubeApi, cr, set_status, start_api, upload_raw, zip_hash
+from tests.support.platform import Tenant, make_zip
+from tests.support.services import S3Endpoint
 from tests.support.testbed import Testbed
 
 pytestmark = pytest.mark.k8s
-
-REPO = Path(__file__).resolve().parents[2]
-CRDS = REPO / "charts" / "sless" / "crds"
-START_TIMEOUT = 60
-HELLO = {"handler.py": "def handle(event):\n    return 'hello'\n"}
-
-
-class Gate:
-    """A TCP forwarder between the API process and the API server that counts and can cut traffic."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.open = True
-        self.bytes_up = 0  # bytes the API sent to the API server
-        self.connections = 0
-        self._lock = threading.Lock()
-        self._socks: set[socket.socket] = set()
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            if not self.open:
-                conn.close()
-                continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=10)
-            except OSError:
-                conn.close()
-                continue
-            upstream.settimeout(None)
-            with self._lock:
-                self.connections += 1
-                self._socks |= {conn, upstream}
-            threading.Thread(target=self._pump, args=(conn, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, conn, False), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, up: bool) -> None:
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                if up:
-                    with self._lock:
-                        self.bytes_up += len(data)
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (src, dst):
-                self._drop(sock)
-
-    def _drop(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._socks.discard(sock)
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-        sock.close()
-
-    def cut(self) -> None:
-        """Refuse new connections and break every open one (the API server 'goes away')."""
-        self.open = False
-        with self._lock:
-            socks = list(self._socks)
-        for sock in socks:
-            self._drop(sock)
-
-    def restore(self) -> None:
-        self.open = True
-
-    def close(self) -> None:
-        self._closed = True
-        self.cut()
-        self.listener.close()
-
-
-def gated_kubeconfig(source: Path, dest: Path) -> tuple[Path, tuple[str, int]]:
-    """A copy of SOURCE (a kubeconfig) with absolute paths, and the address of its current server."""
-    config = yaml.safe_load(source.read_text())
-    current = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]["cluster"]
-    cluster = next(c for c in config["clusters"] if c["name"] == current)["cluster"]
-    url = urlsplit(cluster["server"])
-    target = (url.hostname or "127.0.0.1", url.port or 443)
-    entries = [(e["cluster"], "certificate-authority") for e in config.get("clusters") or []]
-    entries += [(e["user"], k) for e in config.get("users") or [] for k in ("client-certificate", "client-key")]
-    for section, key in entries:
-        if key in section and not os.path.isabs(section[key]):
-            section[key] = str(source.parent / section[key])
-    dest.write_text(json.dumps(config))
-    return dest, target
-
-
-def point_at(kubeconfig: Path, gate: Gate) -> None:
-    config = json.loads(kubeconfig.read_text())
-    for entry in config["clusters"]:
-        host = urlsplit(entry["cluster"]["server"]).hostname or ""
-        if not host.replace(".", "").isdigit():
-            entry["cluster"]["tls-server-name"] = host  # the gate's 127.0.0.1 is not in a real cluster's cert
-        entry["cluster"]["server"] = f"https://127.0.0.1:{gate.port}"
-    kubeconfig.write_text(json.dumps(config))
-
-
-@dataclass
-class KubeApi:
-    url: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    gate: Gate
-    bed: Testbed
-    s3: S3Endpoint
-
-    def tenant(self, label: str = "t") -> Tenant:
-        return Tenant(self.url, f"{label}-{uuid.uuid4()}")
-
-    def store(self) -> S3CodeStore:
-        return S3CodeStore(self.s3.endpoint, self.s3.access_key, self.s3.secret_key, self.s3.bucket)
-
-    def log_tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> bool:
-        """SIGTERM; True when the API shut down cleanly (uvicorn re-raises the signal after its shutdown)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        clean = "Application shutdown complete" in self.log_tail(20)
-        return clean and self.proc.returncode in (0, -signal.SIGTERM)
-
-
-def apply_crds(bed: Testbed) -> None:
-    bed.kubectl("apply", "-f", str(CRDS))
-    bed.wait_established(*[f"{p}.{crd.GROUP}" for p in (crd.FUNCTION_PLURAL, crd.TRIGGER_PLURAL, crd.JOB_PLURAL)])
-    wait_counted(bed)  # the tenant quota counts them
-
-
-def start_api(bed: Testbed, s3: S3Endpoint, work: Path, extra_env: dict[str, str] | None = None,
-              kubeconfig: Path | None = None) -> KubeApi:
-    """The API process on a free loopback port, reaching the API server (as KUBECONFIG says) through a gate."""
-    apply_crds(bed)
-    work.mkdir(parents=True, exist_ok=True)
-    kubeconfig, target = gated_kubeconfig(kubeconfig or bed.kubeconfig, work / "kubeconfig")
-    gate = Gate(target)
-    point_at(kubeconfig, gate)
-    port = free_port()
-    env = {**bed.env, **s3.env(), "KUBECONFIG": str(kubeconfig), "SLESS_BACKEND": "kubernetes",
-           "SLESS_JWT_SECRET": SECRET, "SLESS_DATA_DIR": str(work / "data"), "SLESS_MAX_TIMEOUT_SEC": "7200",
-           "SLESS_KUBE_WATCH_TIMEOUT_SEC": "60", "SLESS_KUBE_REQUEST_TIMEOUT_SEC": "10", **(extra_env or {})}
-    env.pop("SLESS_DATABASE_URL", None)
-    if "SLESS_RABBITMQ_URL" not in (extra_env or {}):
-        env.pop("SLESS_RABBITMQ_URL", None)
-    log_path = work / "api.log"
-    with log_path.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "sless_api.main.app:create_app", "--host", "127.0.0.1",
-             "--port", str(port), "--log-level", "info"],
-            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
-    api = KubeApi(f"http://127.0.0.1:{port}", proc, log_path, gate, bed, s3)
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            gate.close()
-            raise RuntimeError(f"the API exited with {proc.returncode}:\n{api.log_tail()}")
-        try:
-            if requests.get(api.url + "/health", timeout=1).status_code == 200:
-                return api
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    api.stop()
-    gate.close()
-    raise RuntimeError(f"the API did not answer /health within {START_TIMEOUT}s:\n{api.log_tail()}")
-
-
-@pytest.fixture(scope="module")
-def kube_api(k8s_testbed: Testbed, s3_endpoint: S3Endpoint,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApi]:
-    api = start_api(k8s_testbed, s3_endpoint, tmp_path_factory.mktemp("kube-api"))
-    yield api
-    clean = api.stop()
-    api.gate.close()
-    assert clean, f"the API did not stop cleanly ({api.proc.returncode}):\n{api.log_tail()}"
 
 
 @pytest.fixture
@@ -245,25 +36,6 @@ def tenant(kube_api: KubeApi) -> Tenant:
 
 
 # helpers on the cluster side
-
-def cr(bed: Testbed, plural: str, ns: str, name: str) -> dict[str, Any] | None:
-    result: dict[str, Any] | None = bed.get(f"{plural}.{crd.GROUP}", name, "-n", ns)
-    return result
-
-
-def set_status(bed: Testbed, plural: str, ns: str, name: str, status: dict[str, Any]) -> None:
-    """What the operator does: a merge patch of the status subresource."""
-    bed.kubectl("patch", f"{plural}.{crd.GROUP}", name, "-n", ns, "--subresource=status", "--type=merge",
-                "-p", json.dumps({"status": status}))
-
-
-def zip_hash(files: dict[str, str | bytes]) -> tuple[bytes, str]:
-    data = make_zip(files)
-    return data, hashlib.sha256(data).hexdigest()
-
-
-def upload_raw(t: Tenant, name: str, data: bytes) -> requests.Response:
-    return t.api("POST", f"/functions/{name}/upload", files={"code": ("code.zip", data, "application/zip")})
 
 
 def context_files(api: KubeApi, key: str) -> dict[str, str]:

@@ -14,20 +14,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 import yaml
 
 from sless_core import crd
-from tests.k8s.test_api_kube import KubeApi, set_status, start_api
-from tests.k8s.test_api_kube_routes import READY, status_is, until
-from tests.support.platform import Tenant
+from tests.support.kube_api import (
+    KubeApi,
+    call,
+    function_pod,
+    logs_of,
+    routable,
+    start_api,
+)
 from tests.support.services import S3Endpoint
 from tests.support.testbed import Testbed
 
 pytestmark = pytest.mark.k8s
-
-RESTRICTED = {"runAsNonRoot": True, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}}
-CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 @pytest.fixture(scope="module")
@@ -38,38 +39,6 @@ def logs_api(k8s_testbed: Testbed, s3_endpoint: S3Endpoint,
     clean = api.stop()
     api.gate.close()
     assert clean, f"the API did not stop cleanly ({api.proc.returncode}):\n{api.log_tail()}"
-
-
-def function_pod(bed: Testbed, ns: str, function: str, pod: str, lines: list[str]) -> None:
-    """A pod like the operator's (labels, container name) whose log holds LINES."""
-    bed.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": pod, "namespace": ns,
-        "labels": {crd.LABEL_FUNCTION: function, crd.LABEL_COMPONENT: "function"}},
-        "spec": {"securityContext": RESTRICTED, "containers": [
-            {"name": "function", "image": "registry.local/sless/fn:1", "securityContext": CONTAINER_SECURITY}]}})
-    bed.set_pod_logs(ns, pod, lines, container="function")
-
-
-def routable(api: KubeApi, t: Tenant, name: str) -> None:
-    t.api("POST", "/functions", json={"name": name, "runtime": "python3.11", "timeout_sec": 5}, expect=201)
-    t.api("POST", "/triggers", json={"name": name, "type": "http", "function": name}, expect=201)
-    set_status(api.bed, crd.FUNCTION_PLURAL, t.ns, name, READY)
-    until("route appears", status_is(t, name, 502), timeout=30)
-
-
-def call(t: Tenant, name: str, request_id: str) -> None:
-    resp = requests.get(t.fn_url(name), headers={"X-Request-Id": request_id}, timeout=30)
-    assert resp.status_code == 502, resp.text  # no cluster DNS here: recorded all the same
-
-
-def logs_of(t: Tenant, name: str, ident: str, expect: int = 200) -> Any:
-    deadline = time.monotonic() + 30
-    while True:  # the record is written in batches
-        resp = t.api("GET", f"/functions/{name}/invocations/{ident}/logs")
-        if resp.status_code != 404 or expect == 404 or time.monotonic() > deadline:
-            assert resp.status_code == expect, resp.text
-            return resp.json()
-        time.sleep(0.2)
 
 
 def test_a_calls_lines_are_read_from_its_functions_pods(logs_api: KubeApi) -> None:

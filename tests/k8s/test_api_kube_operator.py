@@ -17,14 +17,12 @@ import requests
 
 from sless_core import crd
 from sless_core.traffic import other_version_name
-from tests.k8s.conftest import Operator, strip_finalizers
-from tests.k8s.test_api_kube import HELLO, KubeApi, cr, kube_api, upload_raw, zip_hash
-from tests.k8s.test_api_kube_routes import invoke, status_is, until
+from tests.support.kube_api import HELLO, KubeApi, cr, invoke, status_is, until, upload_raw, wait_api, zip_hash
+from tests.support.kube_operator import Operator, strip_finalizers
 from tests.support.platform import Tenant, invocation_record
 from tests.support.testbed import Testbed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
-__all__ = ["kube_api"]  # the module's API process (fixture)
 
 
 @pytest.fixture
@@ -41,22 +39,6 @@ def served(kube_api: KubeApi, tmp_path: Path) -> Iterator[tuple[Tenant, Operator
         op.stop()
         strip_finalizers(bed, t.ns)
         bed.kubectl("delete", "namespace", t.ns, build_ns, "--wait=false", "--ignore-not-found", check=False)
-
-
-def wait_api(op: Operator, what: str, t: Tenant, rest: str, check: object, timeout: float = 120) -> dict:
-    """Poll GET REST through the API until CHECK(body) holds; the operator's log on failure."""
-    last: dict = {}
-
-    def probe() -> bool:
-        nonlocal last
-        last = t.api("GET", rest, expect=200).json()
-        return bool(check(last))  # type: ignore[operator]
-
-    try:
-        op.wait(what, probe, timeout)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\nlast API answer: {last}") from None
-    return last
 
 
 def test_function_lifecycle_with_the_operator(kube_api: KubeApi, served: tuple[Tenant, Operator]) -> None:

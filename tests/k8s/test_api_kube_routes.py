@@ -10,23 +10,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 import yaml
 
 from sless_core import crd
-from tests.k8s.test_api_kube import KubeApi, cr, set_status, start_api
+from tests.support.kube_api import READY, KubeApi, cr, invoke, set_status, start_api, status_is, until
 from tests.support.platform import Tenant
 from tests.support.services import S3Endpoint
 from tests.support.testbed import Testbed
 
 pytestmark = pytest.mark.k8s
-
-READY = {"phase": "Ready", "message": "ready", "image": "registry.local/sless/fn:1"}
 
 
 @pytest.fixture(scope="module")
@@ -39,34 +36,6 @@ def routes_api(k8s_testbed: Testbed, s3_endpoint: S3Endpoint,
     clean = api.stop()
     api.gate.close()
     assert clean, f"the API did not stop cleanly ({api.proc.returncode}):\n{api.log_tail()}"
-
-
-def invoke(t: Tenant, name: str, token: str | None = None, **kw: Any) -> requests.Response:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return requests.get(t.fn_url(name, "/x?y=1"), headers=headers, timeout=30, **kw)
-
-
-def until(what: str, probe: Callable[[], bool], timeout: float = 20.0) -> float:
-    """Seconds until PROBE holds; fail after TIMEOUT (generous: a shared, noisy machine)."""
-    started = time.monotonic()
-    while not probe():
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"{what}: not within {timeout}s (last: {getattr(probe, 'last', None)})")
-        time.sleep(0.05)
-    return time.monotonic() - started
-
-
-class status_is:  # a predicate, named like one
-    """A probe: the function answers CODE with TEXT in the body; remembers the last answer for the failure."""
-
-    def __init__(self, t: Tenant, name: str, code: int, text: str = "") -> None:
-        self.t, self.name, self.code, self.text = t, name, code, text
-        self.last = ""
-
-    def __call__(self) -> bool:
-        resp = invoke(self.t, self.name)
-        self.last = f"{resp.status_code} {resp.text[:200]}"
-        return resp.status_code == self.code and self.text in resp.text
 
 
 def routable_function(api: KubeApi, name: str = "web") -> Tenant:

@@ -26,8 +26,7 @@ import yaml
 from sless_operator import manifests
 from sless_operator.config import OperatorConfig
 from tests.install.helm import render
-from tests.k8s.test_api_kube import KubeApi, apply_crds, start_api
-from tests.k8s.test_api_kube_calllogs import call, function_pod, logs_of, routable
+from tests.support.kube_api import KubeApi, apply_crds, call, function_pod, logs_of, routable, start_api
 from tests.support.platform import Tenant
 from tests.support.services import S3Endpoint
 from tests.support.testbed import Testbed

@@ -16,51 +16,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import requests
 
-from tests.k8s.conftest import CODE_A
+from tests.support.kube_operator import CODE_A
 from tests.support.metrics import sample, scrape
+from tests.support.stages import FETCH_FAILED
 from tests.support.testbed import Testbed
 
 if TYPE_CHECKING:
-    from tests.k8s.conftest import Sless
+    from tests.support.kube_operator import Sless
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
-# a Pending pod whose init container ended with an error: Failed, its app container never started
-_FETCH_FAILED = """\
-{{ $now := Now }}
-conditions:
-- lastTransitionTime: {{ $now | Quote }}
-  status: "False"
-  type: Initialized
-- lastTransitionTime: {{ $now | Quote }}
-  status: "False"
-  type: Ready
-initContainerStatuses:
-{{ range .spec.initContainers }}
-- image: {{ .image | Quote }}
-  name: {{ .name | Quote }}
-  ready: false
-  restartCount: 0
-  state:
-    terminated:
-      exitCode: 1
-      reason: Error
-      message: %(message)s
-      startedAt: {{ $now | Quote }}
-      finishedAt: {{ $now | Quote }}
-{{ end }}
-containerStatuses:
-{{ range .spec.containers }}
-- image: {{ .image | Quote }}
-  name: {{ .name | Quote }}
-  ready: false
-  restartCount: 0
-  state:
-    waiting:
-      reason: PodInitializing
-{{ end }}
-phase: Failed
-"""
 
 # the init containers (fetch-context, kaniko) ended well, the push step failed: what imagepush does when the
 # registry refuses the credential
@@ -109,7 +74,7 @@ def fetch_fails(k8s_testbed: Testbed) -> Iterator[Any]:
     """``fetch_fails(namespace, labels, message)``: matching build pods fail in their init container."""
     made: list[str] = []
 
-    def make(namespace: str, labels: dict[str, str], message: str, template: str = _FETCH_FAILED) -> None:
+    def make(namespace: str, labels: dict[str, str], message: str, template: str = FETCH_FAILED) -> None:
         name = f"sless-fetch-fails-{secrets.token_hex(4)}"
         expressions = [
             {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.k8s.test_operator_build import _FETCH_FAILED
+from tests.support.stages import FETCH_FAILED
 from tests.support.testbed import Testbed
 
 if TYPE_CHECKING:
-    from tests.k8s.conftest import Sless
+    from tests.support.kube_operator import Sless
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
@@ -108,7 +108,7 @@ def fetch_code_fails(k8s_testbed: Testbed) -> Iterator[Any]:
             {"key": '.metadata.labels["sless.dev/function"]', "operator": "In", "values": [function]},
             {"key": '.metadata.labels["sless.dev/code-hash"]', "operator": "In", "values": [CODE_2[:16]]},
         ]
-        k8s_testbed.apply_stage(name, expressions, _FETCH_FAILED % {"message": json.dumps(message)})
+        k8s_testbed.apply_stage(name, expressions, FETCH_FAILED % {"message": json.dumps(message)})
         made.append(name)
 
     try:

@@ -21,7 +21,7 @@ from sless_operator.config import OperatorConfig
 from sless_operator.manifests import FunctionRef, Owner
 
 if TYPE_CHECKING:
-    from tests.k8s.conftest import Sless
+    from tests.support.kube_operator import Sless
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 

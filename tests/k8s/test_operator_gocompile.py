@@ -20,7 +20,7 @@ from sless_core.traffic import other_version_name
 from tests.support.testbed import Testbed
 
 if TYPE_CHECKING:
-    from tests.k8s.conftest import Sless
+    from tests.support.kube_operator import Sless
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 

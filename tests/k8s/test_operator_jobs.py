@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from tests.k8s.conftest import Sless
+    from tests.support.kube_operator import Sless
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 

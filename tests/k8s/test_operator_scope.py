@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.install.helm import render
-from tests.k8s.conftest import CODE_A, RESOURCES, Operator, Sless, strip_finalizers
+from tests.support.kube_operator import CODE_A, RESOURCES, Operator, Sless, strip_finalizers
 from tests.support.testbed import Testbed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]

@@ -8,14 +8,14 @@ import uuid
 import jwt
 import pytest
 
-from tests.k8s.test_api_kube import HELLO, KubeApi, kube_api  # noqa: F401 - module fixture
 from tests.support.attack import VICTIM_FUNCTION, VICTIM_JOB, raw_request, walk
+from tests.support.kube_api import HELLO, KubeApi
 from tests.support.platform import SECRET
 
 pytestmark = pytest.mark.k8s
 
 
-def test_every_route_denies_an_attacker_however_the_path_is_spelled(kube_api: KubeApi) -> None:  # noqa: F811
+def test_every_route_denies_an_attacker_however_the_path_is_spelled(kube_api: KubeApi) -> None:
     victim = kube_api.tenant("victim")
     victim.api("POST", "/ensure", expect=201)
     mark = f"mark-{uuid.uuid4()}"
@@ -29,7 +29,7 @@ def test_every_route_denies_an_attacker_however_the_path_is_spelled(kube_api: Ku
 
 
 @pytest.mark.parametrize("namespace", ["default", "kube-system", "sless-system", "..", "sless-0123456789ABCDEF"])
-def test_admins_cannot_leave_tenant_namespaces(kube_api: KubeApi, namespace: str) -> None:  # noqa: F811
+def test_admins_cannot_leave_tenant_namespaces(kube_api: KubeApi, namespace: str) -> None:
     token = jwt.encode({"sub": "root", "exp": int(time.time()) + 600, "sless_admin": True}, SECRET, "HS256")
     for method, suffix in (("POST", "/ensure"), ("GET", "/functions"), ("POST", "/functions")):
         answer = raw_request(kube_api.url, method, f"/v1/namespaces/{namespace}{suffix}",

@@ -13,14 +13,12 @@ from typing import Any
 import pytest
 
 from sless_core import crd
-from tests.k8s.conftest import Operator, strip_finalizers
-from tests.k8s.test_api_kube import HELLO, KubeApi, cr, kube_api, upload_raw, zip_hash
-from tests.k8s.test_api_kube_operator import wait_api
+from tests.support.kube_api import HELLO, KubeApi, cr, upload_raw, wait_api, zip_hash
+from tests.support.kube_operator import Operator, strip_finalizers
 from tests.support.platform import Tenant
 from tests.support.testbed import Testbed
 
 pytestmark = pytest.mark.k8s
-__all__ = ["kube_api"]
 
 VALUE = "kube-pw-6d2f90aa"
 NEW_VALUE = "kube-pw-new-1c77e3b4"

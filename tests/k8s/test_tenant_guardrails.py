@@ -11,7 +11,7 @@ import pytest
 from sless_core import crd
 from sless_operator import manifests
 from sless_operator.config import OperatorConfig
-from tests.k8s.conftest import Operator, Sless
+from tests.support.kube_operator import Operator, Sless
 
 pytestmark = pytest.mark.k8s
 

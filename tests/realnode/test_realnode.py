@@ -17,11 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.realnode import RESTRICTED, RealNode, http_get, pod_ready, restricted_security
+from tests.support.realnode import HANDLER, RESTRICTED, RealNode, http_get, pod_ready, restricted_security, runtime_pod
 
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1800)]
-
-HANDLER = 'def handle(event):\n    return {"hello": "real node", "method": event.get("_method")}\n'
 
 
 def _namespace(real_node: RealNode, labels: dict[str, str]) -> Iterator[str]:
@@ -44,22 +42,6 @@ def namespace(real_node: RealNode) -> Iterator[str]:
 def build_namespace(real_node: RealNode) -> Iterator[str]:
     """A fresh namespace without Pod Security labels: kaniko runs as root, like the platform's builds."""
     yield from _namespace(real_node, {})
-
-
-def runtime_pod(name: str, image: str, labels: dict[str, str], handler_configmap: str | None) -> dict[str, Any]:
-    """A pod of a runtime image the way the operator shapes it: non-root, read-only root, probed."""
-    pod_sec, ctr_sec = restricted_security()
-    container: dict[str, Any] = {
-        "name": "function", "image": image, "ports": [{"containerPort": 8080}],
-        "securityContext": ctr_sec | {"readOnlyRootFilesystem": True},
-        "readinessProbe": {"httpGet": {"path": "/_/health", "port": 8080}, "periodSeconds": 1},
-        "env": [{"name": "SLESS_ENTRYPOINT", "value": "handler.handle"}],
-    }  # fmt: skip
-    spec: dict[str, Any] = {"securityContext": pod_sec, "containers": [container], "terminationGracePeriodSeconds": 2}
-    if handler_configmap:
-        spec["volumes"] = [{"name": "code", "configMap": {"name": handler_configmap}}]
-        container["volumeMounts"] = [{"name": "code", "mountPath": "/app/function", "readOnly": True}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
 
 
 def wait_ready(real_node: RealNode, namespace: str, name: str, timeout: float = 120) -> tuple[dict[str, Any], float]:

@@ -19,18 +19,10 @@ from typing import Any
 
 import pytest
 
-from tests.k8s.conftest import Operator, strip_finalizers
-from tests.realnode.test_realnode_operator import (  # noqa: F401  (fixtures)
-    ACCESS,
-    BUCKET,
-    SECRET_KEY,
-    api_url,
-    build_namespace,
-    operator_env,
-    s3_on_bridge,
-)
+from tests.support.kube_operator import Operator, strip_finalizers
 from tests.support.platform import Tenant
 from tests.support.realnode import RealNode
+from tests.support.realnode_operator import ACCESS, BUCKET, SECRET_KEY, build_namespace, operator_env
 
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1200)]
 
@@ -55,7 +47,7 @@ def _phase(t: Tenant, want: str) -> dict[str, Any] | None:
 
 
 def test_code_only_change_serves_without_a_build_and_a_bad_archive_fails_the_pod(
-    real_node: RealNode, s3_on_bridge: str, api_url: str, tmp_path: Path  # noqa: F811
+    real_node: RealNode, s3_on_bridge: str, api_url: str, tmp_path: Path
 ) -> None:
     from minio import Minio
 

@@ -21,17 +21,10 @@ import pytest
 import requests
 
 from sless_operator import manifests
-from tests.k8s.conftest import Operator, strip_finalizers
-from tests.realnode.test_realnode_operator import (
-    api_server,
-    apply_crds,
-    build_logs,
-    build_namespace,
-    operator_env,
-    s3_server,
-)
+from tests.support.kube_operator import Operator, strip_finalizers
 from tests.support.platform import Tenant
 from tests.support.realnode import RealNode
+from tests.support.realnode_operator import api_server, apply_crds, build_logs, build_namespace, operator_env, s3_server
 from tests.support.streams import exchange, open_stream, read_until, ws_url
 
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1800)]

@@ -17,15 +17,10 @@ from typing import Any
 
 import pytest
 
-from tests.k8s.conftest import Operator, strip_finalizers
-from tests.realnode.test_realnode_operator import (  # noqa: F401  (fixtures)
-    api_url,
-    build_namespace,
-    operator_env,
-    s3_on_bridge,
-)
+from tests.support.kube_operator import Operator, strip_finalizers
 from tests.support.platform import Tenant
 from tests.support.realnode import RealNode
+from tests.support.realnode_operator import build_namespace, operator_env
 
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1200)]
 
@@ -47,7 +42,7 @@ def serves(t: Tenant, version: int) -> bool:
 
 
 def test_a_go_code_change_compiles_in_the_tenant_namespace_and_bad_code_says_why(
-    real_node: RealNode, s3_on_bridge: str, api_url: str, tmp_path: Path  # noqa: F811
+    real_node: RealNode, s3_on_bridge: str, api_url: str, tmp_path: Path
 ) -> None:
     bed = real_node.bed
     t = Tenant(api_url, f"gofast-{secrets.token_hex(4)}")

@@ -17,16 +17,10 @@ from typing import Any
 import pytest
 
 from tests.install.helm import render
-from tests.k8s.conftest import Operator, strip_finalizers
-from tests.realnode.test_realnode_operator import (  # noqa: F401  (fixtures)
-    api_url,
-    build_logs,
-    build_namespace,
-    operator_env,
-    s3_on_bridge,
-)
+from tests.support.kube_operator import Operator, strip_finalizers
 from tests.support.platform import Tenant
 from tests.support.realnode import RealNode
+from tests.support.realnode_operator import build_logs, build_namespace, operator_env
 
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1200)]
 
@@ -67,7 +61,7 @@ def sandbox_events(real_node: RealNode, ns: str) -> str:
 
 
 def test_a_function_that_requires_gvisor_runs_under_runsc(
-    real_node: RealNode, s3_on_bridge: str, api_url: str, tmp_path: Path  # noqa: F811
+    real_node: RealNode, s3_on_bridge: str, api_url: str, tmp_path: Path
 ) -> None:
     bed = real_node.bed
     if not bed.info["real_node"].get("gvisor"):

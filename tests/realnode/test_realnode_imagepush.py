@@ -39,19 +39,10 @@ from sless_core.models import FunctionSpec
 from sless_operator import manifests
 from sless_operator.config import OperatorConfig
 from sless_operator.manifests import FunctionRef, Owner
-from tests.k8s.conftest import Operator, strip_finalizers
-from tests.realnode.test_realnode_operator import (  # noqa: F401  (fixtures)
-    ACCESS,
-    BUCKET,
-    SECRET_KEY,
-    api_url,
-    build_logs,
-    build_namespace,
-    operator_env,
-    s3_on_bridge,
-)
+from tests.support.kube_operator import Operator, strip_finalizers
 from tests.support.platform import Tenant
 from tests.support.realnode import RealNode
+from tests.support.realnode_operator import ACCESS, BUCKET, SECRET_KEY, build_logs, build_namespace, operator_env
 
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1800)]
 
@@ -260,7 +251,7 @@ def _push_result(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_python_function_with_requirements_gets_its_dependency_image_pushed_by_the_push_step_and_answers(
-    real_node: RealNode, s3_on_bridge: str, api_url: str, tmp_path: Path  # noqa: F811
+    real_node: RealNode, s3_on_bridge: str, api_url: str, tmp_path: Path
 ) -> None:
     bed = real_node.bed
     t = Tenant(api_url, f"realnode-{secrets.token_hex(4)}")
@@ -332,7 +323,7 @@ def _build(real_node: RealNode, config: OperatorConfig, build_ns: str, tenant: s
 
 
 def test_a_build_pushes_to_a_registry_behind_a_login_and_its_install_script_finds_no_credential(
-    real_node: RealNode, s3_on_bridge: str, tmp_path: Path  # noqa: F811
+    real_node: RealNode, s3_on_bridge: str, tmp_path: Path
 ) -> None:
     bed = real_node.bed
     user, password = "sless-push", secrets.token_urlsafe(24)

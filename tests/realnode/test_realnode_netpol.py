@@ -32,9 +32,8 @@ from sless_core import crd
 from sless_operator import manifests
 from sless_operator.config import OperatorConfig
 from tests.install.helm import render
-from tests.realnode.test_realnode import HANDLER, runtime_pod
-from tests.realnode.test_realnode_operator import s3_server
-from tests.support.realnode import RESTRICTED, RealNode, http_get, pod_ready
+from tests.support.realnode import HANDLER, RESTRICTED, RealNode, http_get, pod_ready, runtime_pod
+from tests.support.realnode_operator import s3_server
 
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(900)]
 

@@ -16,15 +16,10 @@ import pytest
 
 from sless_core import crd
 from sless_core.traffic import other_version_name
-from tests.k8s.conftest import Operator, strip_finalizers
-from tests.realnode.test_realnode_operator import (  # noqa: F401  (fixtures)
-    api_url,
-    build_namespace,
-    operator_env,
-    s3_on_bridge,
-)
+from tests.support.kube_operator import Operator, strip_finalizers
 from tests.support.platform import Tenant, invocation_record
 from tests.support.realnode import RealNode
+from tests.support.realnode_operator import build_namespace, operator_env
 
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1200)]
 
@@ -45,7 +40,7 @@ def answer(t: Tenant, rid: str | None = None) -> str | None:
 
 
 def test_a_split_shares_calls_between_two_running_versions(
-    real_node: RealNode, s3_on_bridge: str, api_url: str, tmp_path: Path  # noqa: F811
+    real_node: RealNode, s3_on_bridge: str, api_url: str, tmp_path: Path
 ) -> None:
     bed = real_node.bed
     t = Tenant(api_url, f"split-{secrets.token_hex(4)}")
