@@ -38,7 +38,6 @@ from sless_api.backends.settings import KubeSettings
 from sless_api.domain.changes import ChangeListeners
 from sless_api.domain.ports import CallInvoker
 from sless_api.domain.records import iso
-from sless_api.domain.routing import Route
 from sless_api.services.events.call import call_function
 from sless_api.services.events.config import EventsConfig
 from sless_api.services.events.dedup import DedupStore
@@ -235,8 +234,7 @@ class KubeEvents:
 
     async def invoke(self, target: EventTarget, body: bytes) -> CallResult:
         """One call through the same path as HTTP and cron, recorded with trigger type ``event``."""
-        route = Route(target.namespace, target.function, target.timeout_sec, "public")
-        return await call_function(self.invoker, route, target, body)
+        return await call_function(self.router, self.invoker, target, body)
 
     async def report(self, target: EventTarget, message: str, active: bool) -> None:
         """Consumer state changes are written at once; activity (counters, ``lastFiredAt``) at most every

@@ -1,16 +1,21 @@
-"""One event's call to its function, the same on both backends: ``POST /`` through the invoker (the path HTTP
-and cron calls take), recorded with trigger type ``event``; only how the route is found differs per backend."""
+"""One event's call to its function, the same on both backends: the route as the backend's router gives it to
+any trigger (``event_route``: a deployed function, its limits, its current version), then ``POST /`` through the
+invoker (the path HTTP and cron calls take), recorded with trigger type ``event``."""
 
 from __future__ import annotations
 
-from sless_api.domain.ports import CallInvoker
-from sless_api.domain.routing import Route
+from sless_api.domain.errors import PlatformError
+from sless_api.domain.ports import CallInvoker, Router
 from sless_api.services.events.model import CallResult, EventTarget
 
 
-async def call_function(invoker: CallInvoker, route: Route, target: EventTarget, body: bytes) -> CallResult:
-    """Deliver BODY to TARGET's function at ROUTE. A 4xx carries ``error`` only when the platform answered (not
-    deployed, ...), not the function: that is what the dispatcher treats as the platform's refusal."""
+async def call_function(router: Router, invoker: CallInvoker, target: EventTarget, body: bytes) -> CallResult:
+    """Deliver BODY to TARGET's function. A function that is gone or not ready is the platform's refusal, as is a
+    4xx that carries ``error`` (the platform answered, not the function): the dispatcher tells them apart."""
+    try:
+        route = await router.event_route(target.namespace, target.function)
+    except PlatformError as exc:
+        return CallResult(exc.status, exc.message, platform_error=True)
     result = await invoker.call(
         route, "POST", "/", [("Content-Type", "application/json"), ("X-Sless-Trigger", target.trigger)],
         body, trigger="event")

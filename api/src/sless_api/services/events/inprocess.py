@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from sless_api.domain.errors import PlatformError
 from sless_api.domain.ports import CallInvoker, ChangeFeed, Router
 from sless_api.services.events.call import call_function
 from sless_api.services.events.config import EventsConfig
@@ -66,11 +65,7 @@ class InProcessEvents:
 
     async def invoke(self, target: EventTarget, body: bytes) -> CallResult:
         """One call through the same path as HTTP and cron, recorded with trigger type ``event``."""
-        try:
-            route = await self.router.event_route(target.namespace, target.function)
-        except PlatformError as exc:
-            return CallResult(exc.status, exc.message, platform_error=True)
-        return await call_function(self.invoker, route, target, body)
+        return await call_function(self.router, self.invoker, target, body)
 
     async def report(self, target: EventTarget, message: str, active: bool) -> None:
         self.source.event_report(target, message, active)
