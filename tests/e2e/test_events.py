@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +17,11 @@ import pika
 import pytest
 
 from tests.support.platform import SlessProcess, Tenant, start_sless
+from tests.support.poll import until
 from tests.support.rabbitmq import RabbitBroker, drain, publish, queue_counts, take_all
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq]
+POLL = 0.1  # s between looks: events reach a function within milliseconds; some tests act on a stream mid-way
 
 #: SLESS_SANDBOX=off: the recorder below appends to a folder of the test's, which a function's sandbox
 #: (rightly) does not show; these tests are about delivery, test_hostile_functions.py about the sandbox.
@@ -52,15 +54,6 @@ def lines(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 60, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture(scope="module")
 def sless_events(tmp_path_factory: pytest.TempPathFactory, rabbitmq_url: str) -> Iterator[SlessProcess]:
     sp = start_sless(Path(tmp_path_factory.mktemp("sless-events")), {"SLESS_RABBITMQ_URL": rabbitmq_url,
@@ -80,7 +73,7 @@ def subscriber(sp: SlessProcess, sub: str, out: Path, queue: str = "inbox",
     tenant.api("POST", "/triggers", json={"name": "on-inbox", "type": "event", "function": "recorder",
                                           "queue": queue}, expect=201)
     if broker is not None:
-        wait_for(lambda: queue_counts(broker, f"{tenant.ns}.{queue}")[1] == 1, what="the consumer")
+        until("the consumer", lambda: queue_counts(broker, f"{tenant.ns}.{queue}")[1] == 1, 60, POLL)
     return tenant
 
 
@@ -96,7 +89,7 @@ def test_messages_call_the_function_and_are_recorded_as_event_invocations(
         pika.BasicProperties(content_type="application/cloudevents+json"),
         pika.BasicProperties(content_type="application/json", headers={
             "ce-specversion": "1.0", "ce-id": "ce-2", "ce-source": "/shop", "ce-type": "shop.paid"})][i])
-    wait_for(lambda: len(lines(tmp_path)) >= 12, what="12 calls")
+    until("12 calls", lambda: len(lines(tmp_path)) >= 12, 60, POLL)
     by_id = {line["id"]: line for line in lines(tmp_path)}
     assert sorted(by_id) == sorted([f"m{i}" for i in range(10)] + ["ce-1", "ce-2"])
     assert by_id["m3"]["data"] == {"n": 3} and by_id["m3"]["trigger"] == "on-inbox"
@@ -107,10 +100,10 @@ def test_messages_call_the_function_and_are_recorded_as_event_invocations(
     def recorded() -> list[dict[str, Any]]:
         items = tenant.api("GET", "/functions/recorder/invocations", expect=200).json()["items"]
         return [i for i in items if i["trigger"] == "event"]
-    wait_for(lambda: len(recorded()) == 12, timeout=30, what="12 event invocation records")
+    until("12 event invocation records", lambda: len(recorded()) == 12, 30, POLL)
     assert {i["status"] for i in recorded()} == {200}
-    wait_for(lambda: "12 done" in tenant.api("GET", "/triggers/on-inbox").json()["message"], timeout=20,
-             what="the trigger's counters")
+    until("the trigger's counters",
+          lambda: "12 done" in tenant.api("GET", "/triggers/on-inbox").json()["message"], 20, POLL)
     assert queue_counts(rabbitmq_broker, queue) == (0, 1)
 
 
@@ -127,27 +120,27 @@ def test_a_failing_function_is_retried_then_dead_lettered(sless_events: SlessPro
     assert "ValueError" in dead["bad-1"]["x-sless-reason"] and "asked to fail" in dead["bad-1"]["x-sless-reason"]
     assert dead["poison-1"]["x-sless-kind"] == "malformed"
     assert lines(tmp_path) == []
-    wait_for(lambda: len([i for i in tenant.api("GET", "/functions/recorder/invocations").json()["items"]
-                          if i["trigger"] == "event" and i["status"] == 500]) == 3, timeout=30,
-             what="three failed event invocations recorded")
+    until("three failed event invocations recorded",
+          lambda: len([i for i in tenant.api("GET", "/functions/recorder/invocations").json()["items"]
+                       if i["trigger"] == "event" and i["status"] == 500]) == 3, 30, POLL)
 
 
 def test_disable_enable_and_delete(sless_events: SlessProcess, rabbitmq_broker: RabbitBroker, tmp_path: Path) -> None:
     tenant = subscriber(sless_events, "events-lifecycle", tmp_path, broker=rabbitmq_broker)
     queue = f"{tenant.ns}.inbox"
     tenant.api("PATCH", "/triggers/on-inbox", json={"enabled": False}, expect=200)
-    wait_for(lambda: queue_counts(rabbitmq_broker, queue)[1] == 0, what="the consumer to be cancelled")
-    wait_for(lambda: tenant.api("GET", "/triggers/on-inbox").json()["message"].startswith("not consuming"),
-             what="the trigger's status to say it no longer consumes")
+    until("the consumer to be cancelled", lambda: queue_counts(rabbitmq_broker, queue)[1] == 0, 60, POLL)
+    until("the trigger's status to say it no longer consumes",
+          lambda: tenant.api("GET", "/triggers/on-inbox").json()["message"].startswith("not consuming"), 60, POLL)
     publish(rabbitmq_broker, queue, [{"n": i} for i in range(5)])
     time.sleep(2.0)
     assert lines(tmp_path) == [] and queue_counts(rabbitmq_broker, queue) == (5, 0)
 
     tenant.api("PATCH", "/triggers/on-inbox", json={"enabled": True}, expect=200)
-    wait_for(lambda: len(lines(tmp_path)) == 5, what="the queued messages after enabling")
+    until("the queued messages after enabling", lambda: len(lines(tmp_path)) == 5, 60, POLL)
 
     tenant.api("DELETE", "/triggers/on-inbox", expect=204)
-    wait_for(lambda: queue_counts(rabbitmq_broker, queue)[1] == 0, what="the consumer to be cancelled on delete")
+    until("the consumer to be cancelled on delete", lambda: queue_counts(rabbitmq_broker, queue)[1] == 0, 60, POLL)
     publish(rabbitmq_broker, queue, [{"after": "delete"}], lambda i: pika.BasicProperties(message_id="late"))
     time.sleep(1.0)
     assert queue_counts(rabbitmq_broker, queue) == (1, 0)  # the queue and its messages belong to the tenant
@@ -156,9 +149,9 @@ def test_disable_enable_and_delete(sless_events: SlessProcess, rabbitmq_broker: 
     # Deleting the function deletes its triggers too: a new trigger, then the function goes.
     tenant.api("POST", "/triggers", json={"name": "again", "type": "event", "function": "recorder",
                                           "queue": "inbox"}, expect=201)
-    wait_for(lambda: len(lines(tmp_path)) == 6, what="the late message")
+    until("the late message", lambda: len(lines(tmp_path)) == 6, 60, POLL)
     tenant.api("DELETE", "/functions/recorder", expect=204)
-    wait_for(lambda: queue_counts(rabbitmq_broker, queue)[1] == 0, what="no consumer after the function went")
+    until("no consumer after the function went", lambda: queue_counts(rabbitmq_broker, queue)[1] == 0, 60, POLL)
 
 
 def test_messages_wait_while_the_function_is_not_ready(sless_events: SlessProcess, rabbitmq_broker: RabbitBroker,
@@ -179,7 +172,7 @@ def test_messages_wait_while_the_function_is_not_ready(sless_events: SlessProces
     assert queue_counts(rabbitmq_broker, f"{queue}.dlq") == (0, 0)
     tenant.upload("recorder", {"handler.py": RECORDER})
     tenant.wait_phase("recorder", ("Ready",))
-    wait_for(lambda: len(lines(tmp_path)) == 3, what="the waiting messages once the function is Ready")
+    until("the waiting messages once the function is Ready", lambda: len(lines(tmp_path)) == 3, 60, POLL)
     assert sorted(line["id"] for line in lines(tmp_path)) == ["m0", "m1", "m2"]
 
 
@@ -224,16 +217,16 @@ def test_broker_restart_while_consuming(sless_events: SlessProcess, rabbitmq_bro
     tenant = subscriber(sless_events, "events-broker-restart", tmp_path, broker=rabbitmq_broker)
     queue = f"{tenant.ns}.inbox"
     publish(rabbitmq_broker, queue, [{"n": i} for i in range(40)])
-    wait_for(lambda: len(lines(tmp_path)) >= 5, what="the stream to start")
+    until("the stream to start", lambda: len(lines(tmp_path)) >= 5, 60, POLL)
     try:
         rabbitmq_broker.stop()
     finally:
         rabbitmq_broker.start()
-    wait_for(lambda: queue_counts(rabbitmq_broker, queue)[1] == 1, timeout=60, what="the consumer to come back")
+    until("the consumer to come back", lambda: queue_counts(rabbitmq_broker, queue)[1] == 1, 60, POLL)
     publish(rabbitmq_broker, queue, [{"n": i} for i in range(40, 50)],
             lambda i: pika.BasicProperties(message_id=f"m{40 + i}", content_type="application/json", delivery_mode=2))
-    wait_for(lambda: {line["id"] for line in lines(tmp_path)} >= {f"m{i}" for i in range(50)}, timeout=90,
-             what="every message after the broker restart")
+    until("every message after the broker restart",
+          lambda: {line["id"] for line in lines(tmp_path)} >= {f"m{i}" for i in range(50)}, 90, POLL)
     ids = [line["id"] for line in lines(tmp_path)]
     assert len(ids) == len(set(ids)), "a message ran twice"
 
@@ -255,15 +248,15 @@ def test_sigkill_mid_message_runs_the_function_once(rabbitmq_url: str, rabbitmq_
         queue = f"{tenant.ns}.inbox"
         publish(rabbitmq_broker, queue, [{"sleep": 3}], lambda i: pika.BasicProperties(
             message_id="slow-1", content_type="application/json", delivery_mode=2))
-        wait_for(lambda: (tmp_path / "out" / "started-slow-1").exists(), what="the call to start")
+        until("the call to start", lambda: (tmp_path / "out" / "started-slow-1").exists(), 60, POLL)
         sp = _restart(sp)  # the runtime finishes the call it holds (it drains on its parent's death)
         [(props, body)] = drain(rabbitmq_broker, f"{queue}.dlq", 1, timeout=60)
         assert props.message_id == "slow-1" and props.headers["x-sless-kind"] == "interrupted"
         assert json.loads(body) == {"sleep": 3}
-        wait_for(lambda: len(lines(tmp_path / "out")) >= 1, what="the interrupted call's own side effect")
+        until("the interrupted call's own side effect", lambda: len(lines(tmp_path / "out")) >= 1, 60, POLL)
         publish(rabbitmq_broker, queue, [{"n": 2}], lambda i: pika.BasicProperties(
             message_id="after", content_type="application/json", delivery_mode=2))
-        wait_for(lambda: len(lines(tmp_path / "out")) >= 2, what="the next message")
+        until("the next message", lambda: len(lines(tmp_path / "out")) >= 2, 60, POLL)
         time.sleep(1.0)
         assert [line["id"] for line in lines(tmp_path / "out")] == ["slow-1", "after"]
     finally:
@@ -280,7 +273,7 @@ def test_sigkill_mid_stream_loses_nothing_and_repeats_nothing(rabbitmq_url: str,
         tenant = subscriber(sp, "events-sigkill-stream", out, broker=rabbitmq_broker)
         queue = f"{tenant.ns}.inbox"
         publish(rabbitmq_broker, queue, [{"n": i, "sleep": 0.2} for i in range(total)])
-        wait_for(lambda: len(lines(out)) >= 30, what="part of the stream")
+        until("part of the stream", lambda: len(lines(out)) >= 30, 60, POLL)
         sp = _restart(sp)
         ids = {f"m{i}" for i in range(total)}
         dead: dict[str, str] = {}
@@ -288,7 +281,7 @@ def test_sigkill_mid_stream_loses_nothing_and_repeats_nothing(rabbitmq_url: str,
         def settled() -> bool:
             dead.update({p.message_id: p.headers["x-sless-kind"] for p, _ in take_all(rabbitmq_broker, f"{queue}.dlq")})
             return {line["id"] for line in lines(out)} | set(dead) >= ids
-        wait_for(settled, timeout=120, what="every message to be handled or dead-lettered")
+        until("every message to be handled or dead-lettered", settled, 120, POLL)
         time.sleep(1.0)
         seen = [line["id"] for line in lines(out)]
         assert len(seen) == len(set(seen)), f"ran twice: {[i for i in set(seen) if seen.count(i) > 1]}"

@@ -25,9 +25,12 @@ import pytest
 
 from sless_api.services.events import CallResult, Dispatcher, EventsConfig, EventTarget, SqliteDedupStore
 from sless_api.services.events.dedup import process_owner
+from tests.support.poll import until
 from tests.support.rabbitmq import RabbitBroker, drain, publish, queue_counts
 
 pytestmark = pytest.mark.rabbitmq
+
+POLL = 0.05  # s between looks: a dispatcher acts in milliseconds, and some tests act on a stream mid-way
 
 Handler = Callable[[dict[str, Any]], CallResult]
 
@@ -94,12 +97,9 @@ class Harness:
 
     def wait_consuming(self, broker: RabbitBroker, queue: str | None = None, consumers: int = 1,
                        timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if queue_counts(broker, queue or self.target.broker_queue)[1] == consumers:
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"{queue or self.target.broker_queue} never had {consumers} consumer(s)")
+        name = queue or self.target.broker_queue
+        until(f"{name} with {consumers} consumer(s)", lambda: queue_counts(broker, name)[1] == consumers,
+              timeout, 0.1)
 
     def ids(self) -> list[str]:
         with self.lock:
@@ -130,15 +130,6 @@ def harness_factory(rabbitmq_url: str, tmp_path: Path) -> Iterator[Callable[...,
         h.close()
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 30, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 # ------------------------------------------------------------------------------------------ delivery
 
 
@@ -147,7 +138,7 @@ def test_delivery_acks_every_message_once(harness_factory: Callable[..., Harness
     h = harness_factory()
     h.wait_consuming(rabbitmq_broker)
     publish(rabbitmq_broker, h.target.broker_queue, [{"n": i} for i in range(30)])
-    wait_for(lambda: len(h.calls) >= 30, what="30 calls")
+    until("30 calls", lambda: len(h.calls) >= 30, 30, POLL)
     time.sleep(0.5)
     assert sorted(h.ids()) == sorted(f"m{i}" for i in range(30))
     first = next(c for c in h.calls if c["id"] == "m7")
@@ -174,7 +165,7 @@ def test_prefetch_one_keeps_queue_order_through_retries(harness_factory: Callabl
     h.delay = 0.01
     h.wait_consuming(rabbitmq_broker)
     publish(rabbitmq_broker, h.target.broker_queue, [{"n": i} for i in range(25)])
-    wait_for(lambda: len(h.calls) >= 28, what="25 messages and 3 retries")
+    until("25 messages and 3 retries", lambda: len(h.calls) >= 28, 30, POLL)
     ids = h.ids()
     expected = [f"m{i}" for i in range(25)]
     assert [i for n, i in enumerate(ids) if i not in ids[:n]] == expected  # first calls in queue order
@@ -205,7 +196,7 @@ def test_retries_then_dead_letter_with_reason(harness_factory: Callable[..., Har
     assert "boom: database down" in headers["x-sless-reason"]
     assert headers["x-sless-trigger"] == f"{h.ns}/trig" and headers["x-sless-function"] == "fn"
     assert h.store.get(h.target.broker_queue, "mid:doomed")[0] == "dead"
-    wait_for(lambda: queue_counts(rabbitmq_broker, h.target.broker_queue)[0] == 0, what="an empty queue")
+    until("an empty queue", lambda: queue_counts(rabbitmq_broker, h.target.broker_queue)[0] == 0, 30, POLL)
 
 
 def test_timeouts_and_429_are_retried_other_4xx_dead_lettered_at_once(
@@ -223,7 +214,7 @@ def test_timeouts_and_429_are_retried_other_4xx_dead_lettered_at_once(
     dead = drain(rabbitmq_broker, h.target.dlq, 2)
     kinds = {p.message_id: (p.headers["x-sless-kind"], p.headers["x-sless-attempts"]) for p, _ in dead}
     assert kinds == {"bad": ("rejected", 1), "gone": ("rejected", 1)}
-    wait_for(lambda: len(h.calls) == 2 + 3 + 1 + 1, what="all calls")
+    until("all calls", lambda: len(h.calls) == 2 + 3 + 1 + 1, 30, POLL)
     assert h.ids().count("slow") == 2 and h.ids().count("busy") == 3
 
 
@@ -233,7 +224,7 @@ def test_platform_errors_are_retried_even_when_4xx(harness_factory: Callable[...
     h = harness_factory(lambda e: answers.pop(0))
     h.wait_consuming(rabbitmq_broker)
     publish(rabbitmq_broker, h.target.broker_queue, [{}])
-    wait_for(lambda: len(h.calls) == 2, what="a retry")
+    until("a retry", lambda: len(h.calls) == 2, 30, POLL)
     time.sleep(0.3)
     assert queue_counts(rabbitmq_broker, h.target.dlq)[0] == 0
 
@@ -261,7 +252,7 @@ def test_poison_messages_go_straight_to_the_dlq(harness_factory: Callable[..., H
     assert "without id" in reasons["p3"] and "source" in reasons["p4"] and "type" in reasons["p4"]
     assert "at most" in reasons["p5"] and "gzip" in reasons["p6"]
     assert next(b for p, b in dead if p.message_id == "p2") == b"\xff\xfe"  # the body is kept as it was
-    wait_for(lambda: h.ids() == ["good"], what="the good message")
+    until("the good message", lambda: h.ids() == ["good"], 30, POLL)
 
 
 # ---------------------------------------------------------------------------------- CloudEvents
@@ -288,7 +279,7 @@ def test_cloudevents_structured_and_binary_modes(harness_factory: Callable[..., 
                                                            timestamp=1767225600)),
     ]
     publish(rabbitmq_broker, h.target.broker_queue, [b for b, _ in messages], lambda i: messages[i][1])
-    wait_for(lambda: len(h.calls) == 4, what="four events")
+    until("four events", lambda: len(h.calls) == 4, 30, POLL)
     by_id = {c["id"]: c for c in h.calls}
     s = by_id["ev-1"]
     assert {k: s[k] for k in structured} == structured
@@ -314,11 +305,11 @@ def test_a_message_id_runs_once_within_the_window(harness_factory: Callable[...,
     h.wait_consuming(rabbitmq_broker)
     same = lambda i: pika.BasicProperties(message_id="dup-1", content_type="application/json")  # noqa: E731
     publish(rabbitmq_broker, h.target.broker_queue, [{"n": 1}], same)
-    wait_for(lambda: len(h.calls) == 1, what="the first call")
+    until("the first call", lambda: len(h.calls) == 1, 30, POLL)
     publish(rabbitmq_broker, h.target.broker_queue, [{"n": 1}, {"n": 1}], same)  # a publisher retrying
-    wait_for(lambda: h.dispatcher.stats["duplicate"] == 2, what="two duplicates skipped")
+    until("two duplicates skipped", lambda: h.dispatcher.stats["duplicate"] == 2, 30, POLL)
     assert h.ids() == ["dup-1"]
-    wait_for(lambda: queue_counts(rabbitmq_broker, h.target.broker_queue)[0] == 0, what="all acked")
+    until("all acked", lambda: queue_counts(rabbitmq_broker, h.target.broker_queue)[0] == 0, 30, POLL)
 
 
 def test_a_call_interrupted_by_a_dead_dispatcher_is_not_repeated(harness_factory: Callable[..., Harness],
@@ -345,7 +336,7 @@ def test_failed_attempts_survive_a_dispatcher_restart(harness_factory: Callable[
     first.wait_consuming(rabbitmq_broker)
     publish(rabbitmq_broker, first.target.broker_queue, [{}],
             lambda i: pika.BasicProperties(message_id="stubborn", content_type="application/json"))
-    wait_for(lambda: len(first.calls) == 1, what="the first attempt")
+    until("the first attempt", lambda: len(first.calls) == 1, 30, POLL)
     first.close()  # during the 30 s backoff: the message goes back to the queue
     assert queue_counts(rabbitmq_broker, first.target.broker_queue)[0] == 1
     second = Harness(rabbitmq_broker.url, first.db_path, lambda e: CallResult(500, "still down"),
@@ -372,7 +363,7 @@ def test_disable_keeps_messages_queued_and_enable_resumes(harness_factory: Calla
     time.sleep(1.0)
     assert h.calls == [] and queue_counts(rabbitmq_broker, q) == (5, 0)
     h.set_targets([h.target])
-    wait_for(lambda: len(h.calls) == 5, what="the queued messages")
+    until("the queued messages", lambda: len(h.calls) == 5, 30, POLL)
     h.wait_consuming(rabbitmq_broker)
 
 
@@ -385,7 +376,7 @@ def test_a_changed_function_restarts_the_consumer(harness_factory: Callable[...,
     h.wait_consuming(rabbitmq_broker, moved.broker_queue)
     h.wait_consuming(rabbitmq_broker, h.target.broker_queue, consumers=0)
     publish(rabbitmq_broker, moved.broker_queue, [{"n": 1}])
-    wait_for(lambda: len(h.calls) == 1, what="a message from the new queue")
+    until("a message from the new queue", lambda: len(h.calls) == 1, 30, POLL)
 
 
 def test_a_deleted_queue_is_declared_again(harness_factory: Callable[..., Harness],
@@ -397,7 +388,7 @@ def test_a_deleted_queue_is_declared_again(harness_factory: Callable[..., Harnes
     conn.close()
     h.wait_consuming(rabbitmq_broker, timeout=30)  # the broker cancelled the consumer; it came back
     publish(rabbitmq_broker, h.target.broker_queue, [{"n": 1}])
-    wait_for(lambda: len(h.calls) == 1, what="delivery after the queue came back")
+    until("delivery after the queue came back", lambda: len(h.calls) == 1, 30, POLL)
 
 
 def test_an_existing_queue_with_other_arguments_is_used_as_is(harness_factory: Callable[..., Harness],
@@ -409,7 +400,7 @@ def test_an_existing_queue_with_other_arguments_is_used_as_is(harness_factory: C
     h = harness_factory(target=EventTarget(ns, "trig", "fn", "jobs", timeout_sec=5.0))
     h.wait_consuming(rabbitmq_broker)
     publish(rabbitmq_broker, h.target.broker_queue, [{"n": 1}])
-    wait_for(lambda: len(h.calls) == 1, what="delivery from the pre-existing queue")
+    until("delivery from the pre-existing queue", lambda: len(h.calls) == 1, 30, POLL)
 
 
 # ------------------------------------------------------------------------------ broker restart
@@ -423,7 +414,7 @@ def test_broker_restart_reconnects_and_loses_nothing(harness_factory: Callable[.
     q = h.target.broker_queue
     h.wait_consuming(rabbitmq_broker)
     publish(rabbitmq_broker, q, [{"n": i} for i in range(100)])
-    wait_for(lambda: len(h.calls) >= 10, what="the stream to start")
+    until("the stream to start", lambda: len(h.calls) >= 10, 30, POLL)
     try:
         rabbitmq_broker.stop()
         time.sleep(1.0)
@@ -433,7 +424,7 @@ def test_broker_restart_reconnects_and_loses_nothing(harness_factory: Callable[.
     publish(rabbitmq_broker, q, [{"n": i} for i in range(100, 120)],
             lambda i: pika.BasicProperties(message_id=f"m{100 + i}", content_type="application/json",
                                            delivery_mode=2))
-    wait_for(lambda: set(h.ids()) >= {f"m{i}" for i in range(120)}, timeout=60, what="every message")
+    until("every message", lambda: set(h.ids()) >= {f"m{i}" for i in range(120)}, 60, POLL)
     time.sleep(0.5)
     ids = h.ids()
     assert len(ids) == len(set(ids)), "a message ran twice"

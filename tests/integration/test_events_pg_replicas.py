@@ -23,10 +23,13 @@ import pytest
 
 from sless_api.services.events import CallResult, Dispatcher, EventsConfig, EventTarget
 from sless_api.services.events.pgdedup import PostgresDedupStore
+from tests.support.poll import until
 from tests.support.rabbitmq import RabbitBroker, drain, publish, queue_counts
 from tests.support.services import fresh_pg_database
 
 pytestmark = [pytest.mark.pg, pytest.mark.rabbitmq]
+
+POLL = 0.05  # s between looks: the replicas settle a message in milliseconds
 
 
 class Replicas:
@@ -91,28 +94,20 @@ def replicas(rabbitmq_url: str, db_url: str) -> Iterator[Replicas]:
     r.close()
 
 
-def wait_for(what: str, check: Any, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_copies_of_one_message_on_two_replicas_run_once(replicas: Replicas, rabbitmq_broker: RabbitBroker) -> None:
     r = replicas
     q = r.target.broker_queue
-    wait_for("two consumers", lambda: queue_counts(rabbitmq_broker, q)[1] == 2)
+    until("two consumers", lambda: queue_counts(rabbitmq_broker, q)[1] == 2, 60, POLL)
     pairs = 8
     # each id twice in a row: the broker deals them round robin, one copy to each replica
     publish(rabbitmq_broker, q, [{"n": i // 2} for i in range(2 * pairs)],
             lambda i: pika.BasicProperties(message_id=f"pair-{i // 2}", content_type="application/json",
                                            delivery_mode=2))
-    wait_for("every delivery settled", lambda: r.stat("done") + r.stat("duplicate") == 2 * pairs)
+    until("every delivery settled", lambda: r.stat("done") + r.stat("duplicate") == 2 * pairs, 60, POLL)
     assert r.calls == Counter({f"pair-{i}": 1 for i in range(pairs)})
     assert r.stat("done") == pairs and r.stat("duplicate") == pairs
     assert all(d.stats["delivered"] > 0 for d in r.dispatchers), "one replica got every message"
-    wait_for("queue empty", lambda: queue_counts(rabbitmq_broker, q)[0] == 0)
+    until("queue empty", lambda: queue_counts(rabbitmq_broker, q)[0] == 0, 60, POLL)
     assert r.stores[0].get(q, "mid:pair-0") == ("done", 1, "")
 
 
@@ -123,7 +118,7 @@ def test_a_claim_of_a_replica_that_vanished_ends_with_its_lease(replicas: Replic
     # what a replica killed mid-call on another node leaves: a running claim, its lease 3 s from now
     lease_until = time.time() + 3
     assert r.stores[0].claim_sync(q, "mid:orphan", "node-gone:1:1", lease_until).granted
-    wait_for("two consumers", lambda: queue_counts(rabbitmq_broker, q)[1] == 2)
+    until("two consumers", lambda: queue_counts(rabbitmq_broker, q)[1] == 2, 60, POLL)
     publish(rabbitmq_broker, q, [{"n": 1}],
             lambda i: pika.BasicProperties(message_id="orphan", content_type="application/json", delivery_mode=2))
     [(props, _)] = drain(rabbitmq_broker, r.target.dlq, 1, timeout=30)
