@@ -71,7 +71,7 @@ def test_every_variable_read_is_in_the_readme_table() -> None:
 #: The only modules that touch os.environ, and why. Everything else gets its settings from the one parser of
 #: its process (ApiConfig.from_env, OperatorConfig.from_env) through its caller.
 ENVIRONMENT_READERS = {
-    "api/src/sless_api/cli/commands.py": "the client's options (SLESS_URL, SLESS_TOKEN, the data dir's secret)",
+    "api/src/sless_api/main/sless.py": "entry point (sless): the client's options (cli.commands.ClientEnv)",
     "api/src/sless_api/main/up.py": "entry point (sless up): builds the config with the command line's overrides",
     "api/src/sless_api/main/serve.py": "entry point (sless-api); PROMETHEUS_MULTIPROC_DIR is prometheus_client's own",
     "api/src/sless_api/main/app.py": "entry point of `uvicorn --factory sless_api.main.app:create_app`",

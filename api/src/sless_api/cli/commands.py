@@ -8,7 +8,8 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +22,32 @@ DEFAULT_URL = "http://127.0.0.1:8090"
 TERMINAL_PHASES = ("Ready", "Failed")
 
 
-def default_data_dir() -> Path:
-    return Path(os.environ.get("SLESS_DATA_DIR") or Path.home() / ".local/share/sless")
+@dataclass(frozen=True)
+class ClientEnv:
+    """What the ``sless`` command takes from its environment, read once by its entry point (``main.sless``)."""
+
+    url: str = DEFAULT_URL  # SLESS_URL
+    token: str = ""  # SLESS_TOKEN: used as it is; else a token is signed with the data dir's secret
+    sub: str = "developer"  # SLESS_SUB: the subject of that token
+    data_dir: Path = Path.home() / ".local/share/sless"  # SLESS_DATA_DIR
+    jwt_secret: str = ""  # SLESS_JWT_SECRET: the HS256 secret, instead of the data dir's
+    jwt_issuer: str | None = None  # SLESS_JWT_ISSUER
+    jwt_audience: str | None = None  # SLESS_JWT_AUDIENCE
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ClientEnv:
+        return cls(url=env.get("SLESS_URL") or DEFAULT_URL, token=env.get("SLESS_TOKEN", ""),
+                   sub=env.get("SLESS_SUB") or "developer",
+                   data_dir=Path(env.get("SLESS_DATA_DIR") or Path.home() / ".local/share/sless"),
+                   jwt_secret=env.get("SLESS_JWT_SECRET", "").strip(), jwt_issuer=env.get("SLESS_JWT_ISSUER"),
+                   jwt_audience=env.get("SLESS_JWT_AUDIENCE"))  # fmt: skip
 
 
-def local_secret(data_dir: Path) -> str:
-    """The HS256 secret of a standalone install: from the environment, else one generated once per data dir."""
-    if os.environ.get("SLESS_JWT_SECRET", "").strip():
-        return os.environ["SLESS_JWT_SECRET"].strip()
+def local_secret(data_dir: Path, configured: str = "") -> str:
+    """The HS256 secret of a standalone install: CONFIGURED (SLESS_JWT_SECRET), else one generated once per data
+    dir."""
+    if configured:
+        return configured
     path = data_dir / "jwt-secret"
     if not path.exists():
         from sless_api.stores.datadir import DataDirError, secure_data_dir
@@ -46,10 +65,10 @@ def local_secret(data_dir: Path) -> str:
 def cmd_token(args: argparse.Namespace) -> int:
     from sless_api.auth import issue_token
 
-    secret = local_secret(Path(args.data_dir))
+    env: ClientEnv = args.client_env
+    secret = local_secret(Path(args.data_dir), env.jwt_secret)
     extra = {"sless_admin": True} if args.admin else None
-    print(issue_token(secret, args.sub, args.ttl, issuer=os.environ.get("SLESS_JWT_ISSUER"),
-                      audience=os.environ.get("SLESS_JWT_AUDIENCE"), extra=extra))
+    print(issue_token(secret, args.sub, args.ttl, issuer=env.jwt_issuer, audience=env.jwt_audience, extra=extra))
     return 0
 
 
@@ -63,7 +82,8 @@ def client_from(args: argparse.Namespace) -> Client:
             validate_namespace(args.namespace, "--namespace")
         except ValidationError as exc:
             raise CliError(str(exc)) from None
-    token = os.environ.get("SLESS_TOKEN") or issue_token(local_secret(Path(args.data_dir)), args.sub, 3600)
+    env: ClientEnv = args.client_env
+    token = env.token or issue_token(local_secret(Path(args.data_dir), env.jwt_secret), args.sub, 3600)
     return Client(args.url, token, args.namespace)
 
 
@@ -148,26 +168,26 @@ def ls_row(fn: dict[str, Any]) -> str:
 
 
 #: adds verbs the client does not implement itself (``sless up``: the platform, from ``main.up``)
-Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]", ClientEnv], None]
 
 
-def parser(extra: Sequence[Registrar] = ()) -> argparse.ArgumentParser:
+def parser(env: ClientEnv, extra: Sequence[Registrar] = ()) -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="sless", description="sless: serverless functions, self-hosted")
     verbs = root.add_subparsers(dest="verb", required=True)
     for register in extra:
-        register(verbs)
+        register(verbs, env)
     token = verbs.add_parser("token", help="print a token signed with the configured HS256 secret")
     token.add_argument("--sub", required=True)
     token.add_argument("--ttl", type=int, default=3600)
     token.add_argument("--admin", action="store_true", help="may cross namespaces")
-    token.add_argument("--data-dir", default=str(default_data_dir()))
+    token.add_argument("--data-dir", default=str(env.data_dir))
     token.set_defaults(run=cmd_token)
 
     def client_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--url", default=os.environ.get("SLESS_URL", DEFAULT_URL))
-        p.add_argument("--sub", default=os.environ.get("SLESS_SUB", "developer"),
+        p.add_argument("--url", default=env.url)
+        p.add_argument("--sub", default=env.sub,
                        help="subject of the locally signed token (ignored when SLESS_TOKEN is set)")
-        p.add_argument("--data-dir", default=str(default_data_dir()))
+        p.add_argument("--data-dir", default=str(env.data_dir))
         p.add_argument("--namespace", "-n", default=None,
                        help="the tenant namespace (default: the token's own); another tenant's is refused (403) "
                             "unless the token is an admin's")
@@ -218,9 +238,11 @@ def print_completion(root: argparse.ArgumentParser) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None, extra: Sequence[Registrar] = ()) -> int:
-    """Run the verb ARGV names; EXTRA registers the verbs of other layers (the composition root passes ``up``)."""
-    args = parser(extra).parse_args(argv)
+def main(argv: list[str] | None, env: ClientEnv, extra: Sequence[Registrar] = ()) -> int:
+    """Run the verb ARGV names with ENV; EXTRA registers the verbs of other layers (the composition root passes
+    ``up``)."""
+    args = parser(env, extra).parse_args(argv)
+    args.client_env = env
     try:
         code: int = args.run(args)
     except CliError as exc:

@@ -3,6 +3,7 @@ platform itself and so is composed here, above every layer."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from sless_api.cli import commands
@@ -10,7 +11,7 @@ from sless_api.main import up
 
 
 def main(argv: list[str] | None = None) -> int:
-    return commands.main(argv, extra=[up.register])
+    return commands.main(argv, commands.ClientEnv.from_env(os.environ), extra=[up.register])
 
 
 if __name__ == "__main__":

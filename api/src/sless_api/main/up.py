@@ -9,15 +9,15 @@ import sys
 from pathlib import Path
 
 from sless_api.cli.client import CliError
-from sless_api.cli.commands import default_data_dir, local_secret
+from sless_api.cli.commands import ClientEnv, local_secret
 
 
-def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser], env: ClientEnv) -> None:
     """The ``up`` verb of the ``sless`` command."""
     up = verbs.add_parser("up", help="run the platform standalone in the foreground")
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=8090)
-    up.add_argument("--data-dir", default=str(default_data_dir()))
+    up.add_argument("--data-dir", default=str(env.data_dir))
     up.add_argument("--single-tenant", action="store_true",
                     help="run functions without a sandbox (SLESS_SANDBOX=off): one trusted tenant only")
     up.set_defaults(run=cmd_up)
@@ -46,7 +46,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     env = EnvReader(os.environ)
     if not (env.optional("SLESS_JWT_PUBLIC_KEY") or env.optional("SLESS_JWKS_URL")):
         try:
-            overrides["SLESS_JWT_SECRET"] = local_secret(data_dir)
+            overrides["SLESS_JWT_SECRET"] = local_secret(data_dir, args.client_env.jwt_secret)
         except CliError as exc:  # the data dir is not private
             print(f"sless up: refusing to start: {exc}", file=sys.stderr)
             return 2
