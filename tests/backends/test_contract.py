@@ -21,6 +21,7 @@ import pytest
 import requests
 
 from sless_core.models import MAX_RUN_ID
+from tests.support import poll
 from tests.support.backends import Backend
 from tests.support.platform import Tenant, make_zip
 
@@ -38,14 +39,8 @@ JOB_FIELDS = {"name", "function", "event", "run_id", "namespace", "phase", "mess
 
 
 def until(what: str, probe: Callable[[], Any], timeout: float = 120, interval: float = 0.3) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what} not reached in {timeout:.0f}s (last: {last!r})")
+    """:func:`tests.support.poll.until` with this module's defaults: two minutes fit a build on either backend."""
+    return poll.until(what, probe, timeout, interval)
 
 
 def wait_for(tenant: Tenant, rest: str, check: Callable[[dict[str, Any]], bool],

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,10 +34,12 @@ import requests
 import yaml
 
 from sless_api.domain.archive import zip_bytes
+from tests.support.poll import until
 
 NS = "sless-system"
 BIN = Path(sys.executable).parent
 TIMEOUT = float(os.environ.get("SLESS_E2E_TIMEOUT", "120"))
+POLL = 0.5  # s between looks: an installed platform on a shared test bed, not worth asking faster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
 
@@ -53,17 +55,6 @@ def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> str:
 def get(*args: str) -> Any:
     out = kubectl("get", *args, "-o", "json", check=False)
     return json.loads(out) if out.strip() else None
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f}s")
-        time.sleep(0.5)
 
 
 def free_port() -> int:
@@ -163,7 +154,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
             except requests.RequestException:
                 return False
 
-        wait_for("the API's /health", healthy, 90)
+        until("the API's /health", healthy, 90, POLL)
         yield found
     finally:
         _stop(api)
@@ -214,7 +205,7 @@ def test_the_api_refuses_requests_without_a_token(platform: Platform) -> None:
 
 
 def test_ensure_creates_the_tenant_namespace_with_the_api_service_account(tenant: Tenant) -> None:
-    namespace = wait_for("tenant namespace", lambda: get("namespace", tenant.ns))
+    namespace = until("tenant namespace", lambda: get("namespace", tenant.ns), TIMEOUT, POLL)
     assert namespace["status"]["phase"] == "Active"
 
 
@@ -228,18 +219,18 @@ def test_function_builds_and_becomes_ready_through_the_operator(platform: Platfo
         c = get("functions.sless.dev", "hello", "-n", tenant.ns)
         return c if c and c["spec"].get("codeHash") else None
 
-    cr = wait_for("Function CR with its code hash", with_code)
+    cr = until("Function CR with its code hash", with_code, TIMEOUT, POLL)
     assert len(cr["spec"]["codeHash"]) == 64
     # the operator (its own ServiceAccount) ran the build Job, then made the Deployment and Service
-    ready = wait_for("Function Ready", lambda: (f := tenant.call("GET", "/functions/hello", expect=200).json())
-                     .get("phase") in ("Ready", "Failed") and f)  # fmt: skip
+    ready = until("Function Ready", lambda: (f := tenant.call("GET", "/functions/hello", expect=200).json())
+                  .get("phase") in ("Ready", "Failed") and f, TIMEOUT, POLL)  # fmt: skip
     assert ready["phase"] == "Ready", f"{ready['message']}\n{platform.tail()}"
     assert get("deployment", "hello", "-n", tenant.ns) is not None
     assert get("service", "hello", "-n", tenant.ns) is not None
 
 
 def test_operator_puts_guard_rails_into_the_tenant_namespace(tenant: Tenant) -> None:
-    quotas = wait_for("ResourceQuota", lambda: get("resourcequota", "-n", tenant.ns)["items"])
+    quotas = until("ResourceQuota", lambda: get("resourcequota", "-n", tenant.ns)["items"], TIMEOUT, POLL)
     policies = get("networkpolicy", "-n", tenant.ns)["items"]
     assert quotas and policies
     labels = get("namespace", tenant.ns)["metadata"]["labels"]
@@ -250,7 +241,7 @@ def test_triggers_http_cron_and_event(tenant: Tenant) -> None:
     tenant.call("POST", "/triggers", expect=201, json={"name": "web", "type": "http", "function": "hello"})
     tenant.call("POST", "/triggers", expect=201,
                 json={"name": "tick", "type": "cron", "function": "hello", "schedule": "*/5 * * * *"})  # fmt: skip
-    wait_for("CronJob of the cron trigger", lambda: get("cronjob", "-n", tenant.ns)["items"])
+    until("CronJob of the cron trigger", lambda: get("cronjob", "-n", tenant.ns)["items"], TIMEOUT, POLL)
     # RabbitMQ is configured (Secret sless-rabbitmq): event triggers are accepted
     tenant.call("POST", "/triggers", expect=201,
                 json={"name": "queue", "type": "event", "function": "hello", "queue": "e2e-events"})  # fmt: skip
@@ -261,8 +252,8 @@ def test_triggers_http_cron_and_event(tenant: Tenant) -> None:
 def test_a_one_shot_job_runs(tenant: Tenant) -> None:
     tenant.call("POST", "/jobs", expect=201, json={"name": "once", "function": "hello", "event": {"name": "e2e"},
                                                    "run_id": 1})  # fmt: skip
-    done = wait_for("job finished", lambda: (j := tenant.call("GET", "/jobs/once", expect=200).json())
-                    .get("phase") in ("Succeeded", "Failed") and j)  # fmt: skip
+    done = until("job finished", lambda: (j := tenant.call("GET", "/jobs/once", expect=200).json())
+                 .get("phase") in ("Succeeded", "Failed") and j, TIMEOUT, POLL)  # fmt: skip
     assert done["phase"] == "Succeeded", done
 
 
@@ -279,8 +270,8 @@ def test_invocation_log_lives_in_postgresql_under_the_platforms_user(platform: P
 
 def test_delete_cascades(tenant: Tenant) -> None:
     tenant.call("DELETE", "/functions/hello", expect=(200, 202, 204))
-    wait_for("Deployment gone", lambda: get("deployment", "hello", "-n", tenant.ns) is None)
-    wait_for("Function gone", lambda: tenant.call("GET", "/functions/hello").status_code == 404)
+    until("Deployment gone", lambda: get("deployment", "hello", "-n", tenant.ns) is None, TIMEOUT, POLL)
+    until("Function gone", lambda: tenant.call("GET", "/functions/hello").status_code == 404, TIMEOUT, POLL)
 
 
 def test_no_permission_was_missing(platform: Platform) -> None:

@@ -25,8 +25,9 @@ import pika.exceptions
 import pytest
 import requests
 
-from tests.install.e2e_installed import NS, get, kubectl, secret_value, wait_for
+from tests.install.e2e_installed import NS, POLL, get, kubectl, secret_value
 from tests.support.platform import Tenant
+from tests.support.poll import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s, pytest.mark.realnode]
 
@@ -89,7 +90,7 @@ def platform() -> Platform:
             return False
 
     try:
-        wait_for("the API's /ready through its Service", healthy, 120)
+        until("the API's /ready through its Service", healthy, 120, POLL)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{diagnostics()}") from None
     node = get("nodes")["items"][0]["metadata"]["name"]
@@ -152,7 +153,7 @@ def test_a_hello_function_answers_through_the_apis_fn(tenant: Tenant, deployed: 
 
     start = time.monotonic()
     try:
-        body = wait_for(f"{name} answers through /fn", answered, 180)
+        body = until(f"{name} answers through /fn", answered, 180, POLL)
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last answer: {last}\n{diagnostics(tenant.ns)}") from None
     print(f"{runtime}: first 200 through /fn after {time.monotonic() - start:.1f}s")
@@ -194,8 +195,8 @@ def test_a_cron_trigger_fires_and_the_firing_is_recorded(tenant: Tenant, deploye
             return cond if cond.get("status") in ("True", "False") else None
 
         try:
-            trigger = wait_for("the cron trigger fired (within its minute)", fired, 150)
-            cond = wait_for("the firing's outcome recorded", last_run, 180)
+            trigger = until("the cron trigger fired (within its minute)", fired, 150, POLL)
+            cond = until("the firing's outcome recorded", last_run, 180, POLL)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{diagnostics(tenant.ns)}") from None
         print(f"cron: trigger created -> outcome recorded in {time.monotonic() - start:.1f}s")
@@ -232,7 +233,7 @@ def test_an_event_published_to_rabbitmq_reaches_its_function(tenant: Tenant, dep
     tenant.api("POST", "/triggers", json={"name": "queue", "type": "event", "function": name,
                                           "queue": "e2e-events"}, expect=201)  # fmt: skip
     try:
-        wait_for("the dispatcher consumes the trigger's queue", lambda: _consumers(amqp, queue) > 0, 120)
+        until("the dispatcher consumes the trigger's queue", lambda: _consumers(amqp, queue) > 0, 120, POLL)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{diagnostics(tenant.ns)}") from None
     conn = pika.BlockingConnection(pika.URLParameters(amqp))
@@ -252,14 +253,14 @@ def test_an_event_published_to_rabbitmq_reaches_its_function(tenant: Tenant, dep
         return next((i for i in items if i["trigger"] == "event"), None)
 
     try:
-        record = wait_for("the event's call in the invocation log", recorded, 120)
+        record = until("the event's call in the invocation log", recorded, 120, POLL)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{diagnostics(tenant.ns)}") from None
     print(f"event: published -> call recorded in {time.monotonic() - start:.1f}s")
     assert record["status"] == 200 and record["error"] is None, record
-    status = wait_for("the trigger's status says it fired",
-                      lambda: (get("triggers.sless.dev", "queue", "-n", tenant.ns) or {}).get("status", {})
-                      .get("lastFiredAt") and True, 60)  # fmt: skip
+    status = until("the trigger's status says it fired",
+                   lambda: (get("triggers.sless.dev", "queue", "-n", tenant.ns) or {}).get("status", {})
+                   .get("lastFiredAt") and True, 60, POLL)  # fmt: skip
     assert status
 
 

@@ -20,7 +20,8 @@ from sless_api.backends.standalone.host import supervisor as supervisor_module
 from sless_api.backends.standalone.host.sandbox import JailSpec, Limits, Sandbox, inner_pid, tenant_uid
 from sless_api.backends.standalone.host.spares import SPARE_SECRETS_DIR, SpareTemplate
 from sless_api.backends.standalone.host.supervisor import ProcessSpec, Supervisor
-from tests.support.supervised import child_pids, eventually, get
+from tests.support.poll import until_async
+from tests.support.supervised import POLL, child_pids, get
 from tests.support.supervised import run_scenario as supervised_scenario
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,7 +115,7 @@ def test_a_claimed_spare_serves_the_function_with_its_env_and_secret_files(tmp_p
 
     async def scenario(sup: Supervisor) -> None:
         await sup.deploy("t1.fn", fn_spec(sandbox, code, "t1", env={"API_KEY": "s3cret-env"}, files=secret))
-        await eventually(lambda: sup.spares.count("t1") == 1, what="the tenant's spare")
+        await until_async("the tenant's spare", lambda: sup.spares.count("t1") == 1, 20, POLL)
         spare_pid = sup.spares._spares["t1"][0].proc.pid
         claims = metrics.WARM_SPARE_CLAIMS.labels("python3.11")._value.get()
         async with aiohttp.ClientSession() as session, sup.lease("t1.fn") as url:
@@ -129,7 +130,7 @@ def test_a_claimed_spare_serves_the_function_with_its_env_and_secret_files(tmp_p
         assert "in warm spare pid" in log_text(tmp_path, "t1.fn")
         assert metrics.WARM_SPARE_CLAIMS.labels("python3.11")._value.get() == claims + 1
         # A new spare replaces the claimed one; the function's values never reached it.
-        await eventually(lambda: sup.spares.count("t1") == 1, what="the replacement spare")
+        await until_async("the replacement spare", lambda: sup.spares.count("t1") == 1, 20, POLL)
         for block in environ_of_spares(sup, "t1"):
             assert b"s3cret" not in block and b"FN_VERSION" not in block
         # Output after the claim goes to the function's log; the claim's values never do.
@@ -142,8 +143,8 @@ def test_a_claimed_spare_serves_the_function_with_its_env_and_secret_files(tmp_p
         assert log_text(tmp_path, "t1.fn").count("in warm spare pid") == 2
         async with aiohttp.ClientSession() as session, sup.lease("t1.fn") as url:
             assert (await get(session, url))["env"]["FN_VERSION"] == "v2"
-        await eventually(lambda: f"pid {spare_pid} stopped (exit code 0)" in log_text(tmp_path, "t1.fn"),
-                         what="the first claimed spare to drain")
+        await until_async("the first claimed spare to drain",
+                          lambda: f"pid {spare_pid} stopped (exit code 0)" in log_text(tmp_path, "t1.fn"), 20, POLL)
 
     run_scenario(tmp_path, sandbox, scenario)
 
@@ -153,7 +154,7 @@ def test_a_spare_of_one_tenant_never_serves_another(tmp_path: Path, sandbox: San
 
     async def scenario(sup: Supervisor) -> None:
         await sup.deploy("t1.fn", fn_spec(sandbox, code1, "t1"))
-        await eventually(lambda: sup.spares.count("t1") == 1, what="t1's spare")
+        await until_async("t1's spare", lambda: sup.spares.count("t1") == 1, 20, POLL)
         t1_spare = sup.spares._spares["t1"][0]
         other = fn_spec(sandbox, code2, "t2", spares=False)
         assert sup.spares.take(other.argv, other.env, other.jail, sandbox) is None
@@ -179,11 +180,11 @@ def test_a_function_does_not_see_another_functions_env_or_secrets_through_spares
     async def scenario(sup: Supervisor) -> None:
         await sup.deploy("t1.a", fn_spec(sandbox, code_a, "t1", env={"A_ONLY": "a-secret"},
                                          files=(("a-token", b"a-file-secret"),)))
-        await eventually(lambda: sup.spares.count("t1") == 1, what="the spare")
+        await until_async("the spare", lambda: sup.spares.count("t1") == 1, 20, POLL)
         async with aiohttp.ClientSession() as session:
             async with sup.lease("t1.a") as url:
                 assert (await get(session, url))["env"]["A_ONLY"] == "a-secret"
-            await eventually(lambda: sup.spares.count("t1") == 1, what="the replacement spare")
+            await until_async("the replacement spare", lambda: sup.spares.count("t1") == 1, 20, POLL)
             await sup.deploy("t1.b", fn_spec(sandbox, code_b, "t1", env={"B_ONLY": "b"}))
             async with sup.lease("t1.b") as url:
                 body = await get(session, url)
@@ -202,7 +203,7 @@ def test_the_memory_limit_set_at_the_claim_kills_a_memory_bomb_with_a_clear_erro
     async def scenario(sup: Supervisor) -> None:
         # The spare starts with 512 MB; the function's 128 MB are set on its cgroup before the claim.
         await sup.deploy("t1.hog", fn_spec(sandbox, code, "t1", memory_mb=128, spare_memory_mb=512))
-        await eventually(lambda: sup.spares.count("t1") == 1, what="the spare")
+        await until_async("the spare", lambda: sup.spares.count("t1") == 1, 20, POLL)
         async with aiohttp.ClientSession() as session:
             async with sup.lease("t1.hog") as url:
                 assert (await get(session, url, mb="8"))["held"] == 8
@@ -210,8 +211,8 @@ def test_the_memory_limit_set_at_the_claim_kills_a_memory_bomb_with_a_clear_erro
             with pytest.raises(supervisor_module.LimitExceeded, match="memory limit of 128 MB"):
                 async with sup.lease("t1.hog") as url:
                     await get(session, url, mb="400")
-        await eventually(lambda: "memory limit of 128 MB" in (sup.status("t1.hog")["last_error"] or ""),
-                         what="the crash is recorded with its cause")
+        await until_async("the crash is recorded with its cause",
+                          lambda: "memory limit of 128 MB" in (sup.status("t1.hog")["last_error"] or ""), 20, POLL)
 
     run_scenario(tmp_path, sandbox, scenario)
 
@@ -222,7 +223,7 @@ def test_functions_that_do_not_fit_and_disabled_spares_start_as_before(tmp_path:
     async def scenario(sup: Supervisor) -> None:
         # PYTHONHASHSEED is read when the interpreter starts: too late at a claim, so a fresh process.
         await sup.deploy("t1.fn", fn_spec(sandbox, code, "t1", env={"PYTHONHASHSEED": "7"}))
-        await eventually(lambda: sup.spares.count("t1") == 1, what="the spare")
+        await until_async("the spare", lambda: sup.spares.count("t1") == 1, 20, POLL)
         async with aiohttp.ClientSession() as session, sup.lease("t1.fn") as url:
             body = await get(session, url)
         assert body["env"]["PYTHONHASHSEED"] == "7" and "warm spare" not in log_text(tmp_path, "t1.fn")
@@ -249,17 +250,17 @@ def test_removing_the_tenants_last_function_stops_its_spares(tmp_path: Path, san
         before = child_pids()
         await sup.deploy("t1.a", fn_spec(sandbox, code_a, "t1"))
         await sup.deploy("t1.b", fn_spec(sandbox, code_b, "t1"))
-        await eventually(lambda: sup.spares.count("t1") == 1, what="the spare")
+        await until_async("the spare", lambda: sup.spares.count("t1") == 1, 20, POLL)
         assert len(spare_cgroups(sandbox)) >= 1 and child_pids() - before
         await sup.remove("t1.a")
         assert sup.spares.count("t1") == 1  # b still wants it
         await sup.remove("t1.b")
         assert sup.spares.tenants() == []
         assert spare_cgroups(sandbox) == []
-        await eventually(lambda: child_pids() - before == set(), what="the spare's processes to be gone")
+        await until_async("the spare's processes to be gone", lambda: child_pids() - before == set(), 20, POLL)
         # A function redeployed so that it no longer uses spares (another runtime) takes its tenant's with it.
         await sup.deploy("t1.a", fn_spec(sandbox, code_a, "t1"))
-        await eventually(lambda: sup.spares.count("t1") == 1, what="the spare")
+        await until_async("the spare", lambda: sup.spares.count("t1") == 1, 20, POLL)
         await sup.deploy("t1.a", fn_spec(sandbox, code_a, "t1", "v2", spares=False))
         assert sup.spares.tenants() == [] and spare_cgroups(sandbox) == []
         await sup.remove("t1.a")
@@ -267,6 +268,6 @@ def test_removing_the_tenants_last_function_stops_its_spares(tmp_path: Path, san
         await sup.deploy("t1.a", fn_spec(sandbox, code_a, "t1"))
         await sup.remove("t1.a")
         assert spare_cgroups(sandbox) == []
-        await eventually(lambda: child_pids() - before == set(), what="the starting spare to be gone")
+        await until_async("the starting spare to be gone", lambda: child_pids() - before == set(), 20, POLL)
 
     run_scenario(tmp_path, sandbox, scenario)

@@ -27,7 +27,8 @@ from sless_api.backends.standalone.builder import python_interpreter, toolchain_
 from sless_api.backends.standalone.host import supervisor as supervisor_module
 from sless_api.backends.standalone.host.sandbox import JailSpec, Limits, Sandbox
 from sless_api.backends.standalone.host.supervisor import NotDeployed, ProcessSpec, StartFailed, Supervisor
-from tests.support.supervised import child_pids, eventually, get, run_scenario
+from tests.support.poll import until_async
+from tests.support.supervised import POLL, child_pids, get, run_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER = REPO / "runtimes" / "python3.11" / "server.py"
@@ -212,7 +213,7 @@ def test_crash_is_restarted_on_next_call_then_backs_off(tmp_path: Path, code: Pa
         async with aiohttp.ClientSession() as session:
             first = await get(session, await sup.endpoint("fn"))
             os.kill(first["pid"], signal.SIGKILL)
-            await eventually(lambda: sup.status("fn")["failures"] == 1, what="the crash to be accounted for")
+            await until_async("the crash to be accounted for", lambda: sup.status("fn")["failures"] == 1, 20, POLL)
             status = sup.status("fn")
             assert status["state"] == "crashed"
             assert "exited unexpectedly with code -9" in status["last_error"]
@@ -223,7 +224,7 @@ def test_crash_is_restarted_on_next_call_then_backs_off(tmp_path: Path, code: Pa
 
             # A second crash soon after: the next start waits, and calls fail fast meanwhile.
             os.kill(second["pid"], signal.SIGKILL)
-            await eventually(lambda: sup.status("fn")["state"] != "running", what="the second crash")
+            await until_async("the second crash", lambda: sup.status("fn")["state"] != "running", 20, POLL)
             t0 = time.perf_counter()
             with pytest.raises(StartFailed) as failed:
                 await sup.endpoint("fn")
@@ -299,8 +300,8 @@ def test_idle_process_is_stopped_and_started_again(tmp_path: Path, code: Path) -
                 # A leased call lasting longer than the idle timeout is not cut.
                 slow = await get(session, url, sleep="1.5")
             pid = slow["pid"]
-            await eventually(lambda: sup.status("fn")["state"] == "stopped", what="the idle reaper")
-            await eventually(lambda: stopped_cleanly(tmp_path, pid), what="the idle process to exit")
+            await until_async("the idle reaper", lambda: sup.status("fn")["state"] == "stopped", 20, POLL)
+            await until_async("the idle process to exit", lambda: stopped_cleanly(tmp_path, pid), 20, POLL)
             assert not is_child(pid)
             status = sup.status("fn")
             assert status["failures"] == 0 and status["last_error"] is None, "scale to zero is no failure"
@@ -352,10 +353,9 @@ def test_redeploy_under_load_has_zero_failed_requests(tmp_path: Path, code: Path
             assert status["restarts"] == 0 and status["failures"] == 0
 
         # The replaced processes drained and exited on their own (SIGTERM, exit code 0).
-        await eventually(
-            lambda: stopped_cleanly(tmp_path, first_pid) and stopped_cleanly(tmp_path, second_pid),
-            what="the old processes to exit",
-        )
+        await until_async("the old processes to exit",
+                          lambda: stopped_cleanly(tmp_path, first_pid) and stopped_cleanly(tmp_path, second_pid),
+                          20, POLL)
         assert not is_child(first_pid) and not is_child(second_pid)
         print(f"\nredeploy under load: {len(seen)} requests, 0 failures")
 
@@ -382,7 +382,7 @@ def test_slow_in_flight_requests_survive_redeploy(tmp_path: Path, code: Path) ->
 
             leased_result, bare_result = await asyncio.gather(*calls)
             assert leased_result == bare_result == {"version": "v1", "pid": old_pid}
-        await eventually(lambda: stopped_cleanly(tmp_path, old_pid), what="the old process to exit")
+        await until_async("the old process to exit", lambda: stopped_cleanly(tmp_path, old_pid), 20, POLL)
         assert not is_child(old_pid)
 
     run_scenario(tmp_path, scenario)
@@ -399,7 +399,8 @@ def test_leased_url_stays_reachable_across_redeploy(tmp_path: Path, code: Path) 
                 body = await get(fresh, url)
             assert body == {"version": "v1", "pid": old_pid}
             assert is_child(old_pid)
-        await eventually(lambda: stopped_cleanly(tmp_path, old_pid), what="the old process to exit after the lease")
+        await until_async("the old process to exit after the lease",
+                          lambda: stopped_cleanly(tmp_path, old_pid), 20, POLL)
 
     run_scenario(tmp_path, scenario)
 
@@ -452,7 +453,7 @@ asyncio.run(main())
             return True
         return stat[stat.rindex(")") + 2] == "Z"  # exited; only the reaping is left to init
 
-    asyncio.run(eventually(gone, what="the orphaned runtime to exit"))
+    asyncio.run(until_async("the orphaned runtime to exit", gone, 20, POLL))
 
 
 def test_remove_stops_and_forgets(tmp_path: Path, code: Path) -> None:
@@ -540,7 +541,7 @@ def test_output_goes_to_a_size_capped_log(tmp_path: Path, code: Path) -> None:
             for _ in range(6):
                 await get(session, url, spam="1500")
         logs = tmp_path / "logs"
-        await eventually(lambda: (logs / "fn.log.1").exists(), what="log rotation")
+        await until_async("log rotation", lambda: (logs / "fn.log.1").exists(), 20, POLL)
         assert (logs / "fn.log").stat().st_size <= 4000 + 1600
         assert "x" * 1500 in (logs / "fn.log").read_text() + (logs / "fn.log.1").read_text()
 
@@ -594,7 +595,7 @@ def test_sandboxed_process_has_its_own_pid_namespace_and_uid_and_drains_on_sigte
             async with sup.lease("fn") as url:
                 assert (await get(session, url))["version"] == "v2"
         # SIGTERM reached the runtime inside the sandbox (bwrap does not forward it): a clean drain.
-        await eventually(lambda: stopped_cleanly(tmp_path, old_pid), what="the old sandbox drained")
+        await until_async("the old sandbox drained", lambda: stopped_cleanly(tmp_path, old_pid), 20, POLL)
 
     run_scenario(tmp_path, scenario)
 
@@ -632,7 +633,7 @@ def test_sandboxed_memory_limit_fails_the_call_with_a_clear_error(tmp_path: Path
             with pytest.raises(supervisor_module.LimitExceeded, match="memory limit of 64 MB"):
                 async with sup.lease("fn") as url:
                     await get(session, url, mb="400")
-            await eventually(lambda: sup.status("fn")["failures"] == 1, what="the crash is recorded")
+            await until_async("the crash is recorded", lambda: sup.status("fn")["failures"] == 1, 20, POLL)
             assert "memory limit of 64 MB" in (sup.status("fn")["last_error"] or "")
             async with sup.lease("fn") as url:  # restarted on the next call
                 assert (await get(session, url, mb="1"))["held"] == 1
@@ -647,7 +648,7 @@ def test_stopped_process_is_detected_by_its_health_probe_and_replaced(tmp_path: 
             async with sup.lease("fn") as url:
                 first = await get(session, url)
             os.kill(first["pid"], signal.SIGSTOP)
-            await eventually(lambda: sup.status("fn")["failures"] == 1, timeout=10, what="the probe gives up")
+            await until_async("the probe gives up", lambda: sup.status("fn")["failures"] == 1, 10, POLL)
             assert "health probes" in (sup.status("fn")["last_error"] or "")
             async with sup.lease("fn") as url:
                 assert (await get(session, url))["pid"] != first["pid"]

@@ -17,7 +17,7 @@ import requests
 
 from sless_core import crd
 from sless_core.traffic import other_version_name
-from tests.support.kube_api import HELLO, KubeApi, cr, invoke, status_is, until, upload_raw, wait_api, zip_hash
+from tests.support.kube_api import HELLO, KubeApi, cr, invoke, seconds_until, status_is, upload_raw, wait_api, zip_hash
 from tests.support.kube_operator import Operator, strip_finalizers
 from tests.support.platform import Tenant, invocation_record
 from tests.support.testbed import Testbed
@@ -62,7 +62,7 @@ def test_function_lifecycle_with_the_operator(kube_api: KubeApi, served: tuple[T
     assert bed.get("service", "hello", "-n", t.ns) is not None
 
     t.api("POST", "/triggers", json={"name": "hello", "type": "http", "function": "hello"}, expect=201)
-    until("route appears", status_is(t, "hello", 502))
+    seconds_until("route appears", status_is(t, "hello", 502))
 
     # new code: Building (not the old Ready) until the operator has built and rolled it out
     data2, digest2 = zip_hash({"handler.py": "def handle(event):\n    return 'v2'\n"})
@@ -78,7 +78,7 @@ def test_function_lifecycle_with_the_operator(kube_api: KubeApi, served: tuple[T
     t.api("DELETE", "/functions/hello", expect=204)
     op.wait("function and children gone", lambda: cr(bed, crd.FUNCTION_PLURAL, t.ns, "hello") is None
             and bed.get("deployment", "hello", "-n", t.ns) is None, timeout=60)
-    until("route gone", status_is(t, "hello", 404))
+    seconds_until("route gone", status_is(t, "hello", 404))
     assert cr(bed, crd.TRIGGER_PLURAL, t.ns, "hello") is None
 
 
@@ -195,7 +195,7 @@ def test_traffic_split_with_the_operator(kube_api: KubeApi, served: tuple[Tenant
             assert requests.get(t.fn_url("canary"), headers={"X-Request-Id": rid}, timeout=30).status_code == 502
         return [invocation_record(t, "canary", rid)["version"] for rid in ids]
 
-    until("calls reach both versions", lambda: set(versions_of(f"probe{time.monotonic_ns()}", 2)) == {1, 2}, 60)
+    seconds_until("calls reach both versions", lambda: set(versions_of(f"probe{time.monotonic_ns()}", 2)) == {1, 2}, 60)
     assert sorted(versions_of("even", 10)) == [1] * 5 + [2] * 5
 
     # dropped: the second Deployment and Service go, every call to the current version
@@ -203,7 +203,8 @@ def test_traffic_split_with_the_operator(kube_api: KubeApi, served: tuple[Tenant
     assert t.api("GET", traffic, expect=200).json() == {"split": None}
     op.wait("the other version removed", lambda: bed.get("deployment", other_name, "-n", t.ns) is None
             and bed.get("service", other_name, "-n", t.ns) is None and split_status() is None, 60)
-    until("calls reach the current version only", lambda: set(versions_of(f"after{time.monotonic_ns()}", 4)) == {2}, 30)
+    seconds_until("calls reach the current version only",
+                  lambda: set(versions_of(f"after{time.monotonic_ns()}", 4)) == {2}, 30)
 
     # a deploy drops a split
     t.api("PUT", traffic, json={"split": half}, expect=200)

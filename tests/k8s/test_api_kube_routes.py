@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from sless_core import crd
-from tests.support.kube_api import READY, KubeApi, cr, invoke, set_status, start_api, status_is, until
+from tests.support.kube_api import READY, KubeApi, cr, invoke, seconds_until, set_status, start_api, status_is
 from tests.support.platform import Tenant
 from tests.support.services import S3Endpoint
 from tests.support.testbed import Testbed
@@ -43,7 +43,7 @@ def routable_function(api: KubeApi, name: str = "web") -> Tenant:
     t.api("POST", "/functions", json={"name": name, "runtime": "python3.11", "timeout_sec": 5}, expect=201)
     t.api("POST", "/triggers", json={"name": name, "type": "http", "function": name}, expect=201)
     set_status(api.bed, crd.FUNCTION_PLURAL, t.ns, name, READY)
-    until("route appears", status_is(t, name, 502))
+    seconds_until("route appears", status_is(t, name, 502))
     return t
 
 
@@ -52,37 +52,37 @@ def test_route_follows_ready_and_trigger_state(routes_api: KubeApi) -> None:
     t = api.tenant()
     t.api("POST", "/functions", json={"name": "web", "runtime": "python3.11"}, expect=201)
     # the route table learns of the new Function from its watch a few milliseconds later
-    until("the new Function is known", status_is(t, "web", 404, "not ready (phase Pending)"))
+    seconds_until("the new Function is known", status_is(t, "web", 404, "not ready (phase Pending)"))
     t.api("POST", "/triggers", json={"name": "web", "type": "http", "function": "web"}, expect=201)
     assert invoke(t, "web").status_code == 404
 
     timings: dict[str, float] = {}
     set_status(bed, crd.FUNCTION_PLURAL, t.ns, "web", READY)
-    timings["Ready -> routed"] = until("Ready routes", status_is(t, "web", 502))
+    timings["Ready -> routed"] = seconds_until("Ready routes", status_is(t, "web", 502))
     resp = invoke(t, "web")
     assert resp.json()["error"].startswith("function unreachable")  # the Service, not the route, is missing
     assert resp.headers["content-type"] == "application/json"
 
     t.api("PATCH", "/triggers/web", json={"enabled": False}, expect=200)
-    timings["disabled -> 404"] = until("disable unroutes", status_is(t, "web", 404, "no enabled http trigger"))
+    timings["disabled -> 404"] = seconds_until("disable unroutes", status_is(t, "web", 404, "no enabled http trigger"))
     t.api("PATCH", "/triggers/web", json={"enabled": True}, expect=200)
-    timings["enabled -> routed"] = until("enable routes", status_is(t, "web", 502))
+    timings["enabled -> routed"] = seconds_until("enable routes", status_is(t, "web", 502))
 
     # a rebuild keeps the deployed version routable; a function with nothing deployed is not
     set_status(bed, crd.FUNCTION_PLURAL, t.ns, "web", {"phase": "Building", "message": "building"})
     time.sleep(1.0)
     assert invoke(t, "web").status_code == 502
     set_status(bed, crd.FUNCTION_PLURAL, t.ns, "web", {"phase": "Failed", "image": None, "message": "boom"})
-    timings["Failed -> 404"] = until("Failed unroutes", status_is(t, "web", 404, "not ready (phase Failed)"))
+    timings["Failed -> 404"] = seconds_until("Failed unroutes", status_is(t, "web", 404, "not ready (phase Failed)"))
     set_status(bed, crd.FUNCTION_PLURAL, t.ns, "web", READY)
-    until("Ready again", status_is(t, "web", 502))
+    seconds_until("Ready again", status_is(t, "web", 502))
 
     t.api("DELETE", "/triggers/web", expect=204)
-    timings["trigger deleted -> 404"] = until("trigger delete unroutes", status_is(t, "web", 404))
+    timings["trigger deleted -> 404"] = seconds_until("trigger delete unroutes", status_is(t, "web", 404))
     t.api("POST", "/triggers", json={"name": "web2", "type": "http", "function": "web"}, expect=201)
-    until("new trigger routes", status_is(t, "web", 502))
+    seconds_until("new trigger routes", status_is(t, "web", 502))
     t.api("DELETE", "/functions/web", expect=204)
-    timings["function deleted -> 404"] = until("delete unroutes", status_is(t, "web", 404, "not found"))
+    timings["function deleted -> 404"] = seconds_until("delete unroutes", status_is(t, "web", 404, "not found"))
     print("route table latency (s):", json.dumps({k: round(v, 3) for k, v in timings.items()}))
     assert all(v < 10 for v in timings.values()), timings
 
@@ -94,17 +94,17 @@ def test_a_function_edited_past_the_platforms_rules_is_refused_everywhere_but_de
     t.api("POST", "/functions", json={"name": "fine", "runtime": "python3.11"}, expect=201)
     bed.kubectl("patch", f"{crd.FUNCTION_PLURAL}.{crd.GROUP}", "edited", "-n", t.ns, "--type=merge",
                 "-p", json.dumps({"spec": {"envVars": {"PORT": "1"}}}))  # the schema allows it: no rule for names
-    until("the edit unroutes", status_is(t, "edited", 404, "is invalid: spec.envVars"))
+    seconds_until("the edit unroutes", status_is(t, "edited", 404, "is invalid: spec.envVars"))
     body = t.api("GET", "/functions/edited", expect=409).json()
     assert "invalid as stored" in body["error"] and body["field"] == "spec.envVars", body
     assert [f["name"] for f in t.api("GET", "/functions", expect=200).json()["items"]] == ["fine"]
     t.api("PUT", "/functions/edited", json={"memory_mb": 256}, expect=409)
     bed.kubectl("patch", f"{crd.FUNCTION_PLURAL}.{crd.GROUP}", "edited", "-n", t.ns, "--type=json",
                 "-p", json.dumps([{"op": "remove", "path": "/spec/envVars/PORT"}]))
-    until("valid again, routed again", status_is(t, "edited", 502))
+    seconds_until("valid again, routed again", status_is(t, "edited", 502))
     bed.kubectl("patch", f"{crd.FUNCTION_PLURAL}.{crd.GROUP}", "edited", "-n", t.ns, "--type=merge",
                 "-p", json.dumps({"spec": {"entrypoint": "handler.handle", "runtime": "go1.23"}}))
-    until("a Python entrypoint on Go unroutes", status_is(t, "edited", 404, "spec.entrypoint"))
+    seconds_until("a Python entrypoint on Go unroutes", status_is(t, "edited", 404, "spec.entrypoint"))
     t.api("DELETE", "/functions/edited", expect=204)
     assert cr(bed, crd.FUNCTION_PLURAL, t.ns, "edited") is None
 
@@ -146,7 +146,7 @@ def test_routing_answers_from_memory_while_the_api_server_is_away(routes_api: Ku
     finally:
         api.gate.restore()
     # back: the watch reconnects (backoff) and relists, and the missed change arrives
-    took = until("watch recovers", status_is(t, "steady", 404, "not ready (phase Failed)"), timeout=60)
+    took = seconds_until("watch recovers", status_is(t, "steady", 404, "not ready (phase Failed)"), timeout=60)
     print(f"route table caught up {took:.1f}s after the API server came back")
     t.api("GET", "/functions/steady", expect=200)
 
@@ -158,7 +158,7 @@ def test_token_triggers_need_a_token_of_the_tenant(routes_api: KubeApi) -> None:
     t.api("POST", "/triggers", json={"name": "private", "type": "http", "function": "private", "auth": "token"},
           expect=201)
     set_status(api.bed, crd.FUNCTION_PLURAL, t.ns, "private", READY)
-    until("route appears", lambda: invoke(t, "private").status_code == 401)
+    seconds_until("route appears", lambda: invoke(t, "private").status_code == 401)
     assert invoke(t, "private", token="not-a-jwt").status_code == 401
     assert invoke(t, "private", token=api.tenant("other").token).status_code == 403
     assert invoke(t, "private", token=t.token).status_code == 502
@@ -214,9 +214,9 @@ def test_without_cluster_wide_access_routes_come_from_per_namespace_watches(
         t.api("POST", "/functions", json={"name": "scoped", "runtime": "python3.11"}, expect=201)
         t.api("POST", "/triggers", json={"name": "scoped", "type": "http", "function": "scoped"}, expect=201)
         set_status(bed, crd.FUNCTION_PLURAL, t.ns, "scoped", READY)
-        until("route appears", status_is(t, "scoped", 502), timeout=30)
+        seconds_until("route appears", status_is(t, "scoped", 502), timeout=30)
         t.api("PATCH", "/triggers/scoped", json={"enabled": False}, expect=200)
-        until("route follows", status_is(t, "scoped", 404, "no enabled http trigger"), timeout=30)
+        seconds_until("route follows", status_is(t, "scoped", 404, "no enabled http trigger"), timeout=30)
         assert cr(bed, crd.TRIGGER_PLURAL, t.ns, "scoped")["spec"]["enabled"] is False  # type: ignore[index]
         assert "watching per tenant namespace" in api.log_tail(400)
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,6 +15,9 @@ from sless_api.backends.standalone.host.supervisor import Supervisor
 from tests.support.services import children_of
 
 T = TypeVar("T")
+
+# s between looks of a scenario's waits (poll.until_async): a supervisor acts in milliseconds
+POLL = 0.02
 
 
 def child_pids() -> set[int]:
@@ -48,11 +50,3 @@ async def get(session: aiohttp.ClientSession, base_url: str, **query: str) -> di
         assert response.status == 200, f"{response.status}: {text}"
         body: dict[str, Any] = await response.json()
         return body
-
-
-async def eventually(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.poll import until
 from tests.testbed.bedlib.kubectl import established
 
 TESTBED = Path(__file__).resolve().parent.parent / "testbed" / "testbed"
@@ -108,15 +109,9 @@ class Testbed:
         self.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found", check=False)
 
     def wait(self, what: str, probe: Callable[[], Any], timeout: float = 60, interval: float = 0.25) -> Any:
-        """Poll PROBE until it returns something truthy; fail the test after TIMEOUT seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = probe()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what} not reached within {timeout:.0f}s")
-            time.sleep(interval)
+        """Poll PROBE until it returns something truthy; fail the test after TIMEOUT seconds (poll.until, kept as a
+        method: the test bed's own waits and the tests that hold a Testbed use it)."""
+        return until(what, probe, timeout, interval)
 
     def wait_established(self, *crds: str, timeout: float = 90) -> None:
         """Until every named CRD (``functions.sless.dev``, no ``crd/`` prefix) is Established (polled: see
