@@ -32,11 +32,10 @@ from sless_api.backends.standalone.builder import (
     toolchain_paths,
 )
 from sless_api.backends.standalone.host import seccomp
-from sless_api.backends.standalone.host.sandbox import JailSpec, Limits, Prepared, Sandbox
+from sless_api.backends.standalone.host.sandbox import JailSpec, Limits, Sandbox
+from tests.support.seccomp_probe import HANDLER, run_jailed, run_probe
 
 REPO = Path(__file__).resolve().parents[2]
-HANDLER = REPO / "tests" / "e2e" / "hostile" / "handler.py"
-PROBE = f"import json, runpy; print(json.dumps(runpy.run_path({str(HANDLER)!r})['syscalls']({{}})))"
 NOBODY = 65534
 SYSTEM_PYTHON = Path("/usr/bin/python3.11")
 #: Calls the probe sees fail otherwise (or succeed) without the filter: proof that the probe can tell.
@@ -48,33 +47,6 @@ pytestmark = [
     pytest.mark.skipif(platform.machine() != "x86_64", reason="the probe knows x86_64's syscall numbers"),
     pytest.mark.skipif(seccomp.problem() is not None, reason=f"no filter here: {seccomp.problem()}"),
 ]
-
-
-def run_jailed(prepared: Prepared, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Start a prepared launch as the platform's callers do (descriptors passed on, then its network attached),
-    wait for it, clean up."""
-    try:
-        proc = subprocess.Popen(prepared.argv, env={"PATH": "/usr/bin:/bin", **prepared.env}, cwd=cwd,
-                                preexec_fn=prepared.preexec,  # the sandbox's hook
-                                pass_fds=prepared.pass_fds, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        prepared.release_fds()
-        prepared.attach()
-        out, err = proc.communicate(timeout=60)
-        return subprocess.CompletedProcess(prepared.argv, proc.returncode, out, err)
-    finally:
-        prepared.cleanup()
-
-
-def run_probe(sandbox: Sandbox) -> dict[str, str]:
-    """The probe's answers from a process sandboxed as tenant "t1"."""
-    jail = JailSpec(tenant="t1", limits=Limits.for_function(128, "python3.11"), ro_binds=(HANDLER.parent,))
-    prepared = sandbox.prepare([str(python_interpreter()), "-S", "-c", PROBE], HANDLER.parent, jail,
-                               "seccomp-probe")
-    run = run_jailed(prepared, HANDLER.parent)
-    assert run.returncode == 0, run.stderr[-2000:]
-    answers: dict[str, str] = json.loads(run.stdout)
-    return answers
 
 
 def assert_refused(answers: dict[str, Any]) -> None:
@@ -164,7 +136,7 @@ def test_the_filter_holds_without_root(tmp_path: Path) -> None:
         "sys.path[:0] = [p for p in sys.argv[1:]]\n"
         "from sless_api.backends.standalone.builder import toolchain_paths\n"
         "from sless_api.backends.standalone.host.sandbox import Sandbox\n"
-        "from tests.integration.test_seccomp import run_probe\n"
+        "from tests.support.seccomp_probe import run_probe\n"
         "sandbox = Sandbox.detect('bwrap', toolchain=toolchain_paths())\n"
         "print(json.dumps({'reason': sandbox.reason, 'passed': run_probe(sandbox)}))\n"
     )

@@ -9,12 +9,14 @@ name) or, for fixtures of one directory, in that directory's ``conftest.py``, wh
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCANNED = ("tests", "bench")
+SCRIPT_IMPORT = re.compile(r"^\s*(?:from|import)\s+(tests(?:\.\w+)+)", re.MULTILINE)  # in a script's text
 
 
 def _forbidden(module: str) -> bool:
@@ -27,16 +29,21 @@ def _package_of(path: Path, root: Path) -> list[str]:
     return list(path.relative_to(root).parent.parts)
 
 
-def forbidden_imports(source: str, path: Path, root: Path) -> list[tuple[int, str]]:
+def forbidden_imports(source: str, path: Path, root: Path, scripts: bool = True) -> list[tuple[int, str]]:
     """(line, imported module) for each import in SOURCE (the file PATH under ROOT) of a test or conftest module.
 
     Covers ``import a.test_b``, ``from a.test_b import x``, ``from a import test_b`` / ``conftest`` and the
     relative forms (``from .conftest import x``, ``from . import test_b``), resolved against PATH's package.
-    Imports anywhere count, not only at the top: a function-level or TYPE_CHECKING import couples as much.
+    Imports anywhere count, not only at the top: a function-level or TYPE_CHECKING import couples as much, and
+    so does one in a string that a test runs as a script in another interpreter (SCRIPTS; off for this module,
+    whose strings are the samples below).
     """
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(source, str(path))):
-        if isinstance(node, ast.Import):
+        if scripts and isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found += [(node.lineno + node.value.count("\n", 0, m.start(1)), m[1])  # a script's line by line
+                      for m in SCRIPT_IMPORT.finditer(node.value) if _forbidden(m[1])]
+        elif isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names if _forbidden(alias.name)]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -61,7 +68,7 @@ def test_no_module_imports_a_test_module_or_a_conftest() -> None:
     offenders = [
         f"{path.relative_to(REPO)}:{line}: imports {module}"
         for path in suite_files(REPO)
-        for line, module in forbidden_imports(path.read_text(), path, REPO)
+        for line, module in forbidden_imports(path.read_text(), path, REPO, scripts=path != Path(__file__).resolve())
     ]
     assert not offenders, (
         "move what is shared into tests/support/ (or fixtures of one directory into its conftest.py):\n"
@@ -90,6 +97,8 @@ def test_the_scan_covers_the_whole_suite() -> None:
     ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tests.k8s.conftest import Sless\n",
      "tests.k8s.conftest"),
     ("def f() -> None:\n    from tests.unit.test_kube_routes import fn\n", "tests.unit.test_kube_routes"),
+    ('script = "import json\\nfrom tests.integration.test_seccomp import run_probe\\n"\n',
+     "tests.integration.test_seccomp"),
 ])  # fmt: skip
 def test_the_scan_finds_each_form(source: str, module: str) -> None:
     planted = REPO / "tests" / "backends" / "planted.py"  # never written: the scan reads SOURCE
@@ -103,6 +112,7 @@ def test_the_scan_finds_each_form(source: str, module: str) -> None:
     "from . import helpers\n",
     "import unittest\nfrom test import support\n",  # the standard library's, not ours
     "import pytest\nfrom _pytest.fixtures import FixtureRequest\n",
+    'script = "from tests.support.seccomp_probe import run_probe\\n"\n',
 ])  # fmt: skip
 def test_the_scan_leaves_support_modules_and_libraries_alone(source: str) -> None:
     assert forbidden_imports(source, REPO / "tests" / "backends" / "planted.py", REPO) == []
