@@ -29,9 +29,11 @@ import requests
 
 from sless_api.backends.standalone.host.sandbox import tenant_uid
 from tests.support.platform import REPO, SECRET, SlessProcess, Tenant, start_sless
+from tests.support.poll import until
 from tests.support.services import children_of, free_port
 
 pytestmark = pytest.mark.e2e
+POLL = 0.1  # s between looks at the host's processes
 
 HOSTILE: dict[str, str | bytes] = {"handler.py": (Path(__file__).parent / "hostile" / "handler.py").read_text()}
 MARKER = "victim-marker-7f3a9c"
@@ -100,15 +102,6 @@ def _uid_pids(uid: int) -> list[int]:
         except OSError:
             continue
     return found
-
-
-def _wait_until(check: Any, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {seconds}s: {what}")
 
 
 def _errors_only(results: dict[str, str]) -> None:
@@ -287,7 +280,7 @@ def test_memory_bomb_fails_that_call_with_a_clear_message(arena: Arena) -> None:
     assert resp.status_code >= 500, resp.text
     assert "memory limit of 64 MB" in resp.text, resp.text
     arena.assert_fine()
-    _wait_until(lambda: arena.attack("whoami").status_code == 200, 30, "the function serves again")
+    until("the function serves again", lambda: arena.attack("whoami").status_code == 200, 30, POLL)
 
 
 def test_memory_bomb_in_a_job_fails_the_job_with_a_clear_message(arena: Arena) -> None:
@@ -311,9 +304,9 @@ def test_detached_child_dies_with_the_function(arena: Arena) -> None:
     arena.attacker.deploy("detacher", "python3.11", HOSTILE, memory_mb=64)
     resp = arena.attack("detach", function="detacher", seconds=313)
     assert resp.status_code == 200, resp.text
-    _wait_until(lambda: _cmdlines("sleep 313"), 10, "the detached process is visible from the host")
+    until("the detached process is visible from the host", lambda: _cmdlines("sleep 313"), 10, POLL)
     arena.attacker.api("DELETE", "/functions/detacher", expect=(200, 204))
-    _wait_until(lambda: not _cmdlines("sleep 313"), 15, "the detached process died with its function")
+    until("the detached process died with its function", lambda: not _cmdlines("sleep 313"), 15, POLL)
     arena.assert_fine()
 
 
@@ -329,7 +322,7 @@ def test_stopped_runtime_is_replaced(arena: Arena) -> None:
         except requests.RequestException:
             return False
 
-    _wait_until(serves, 45, "the stopped runtime was replaced")
+    until("the stopped runtime was replaced", serves, 45, POLL)
     arena.assert_fine()
 
 
@@ -413,25 +406,25 @@ def test_platform_sigkill_leaves_no_process_and_no_build(tmp_path: Path) -> None
         assert requests.post(tenant.fn_url("stubborn"), json={"action": "detach", "seconds": 319},
                              timeout=30).status_code == 200
         assert requests.get(tenant.fn_url("ignorer"), timeout=30).status_code == 200
-        _wait_until(lambda: _cmdlines("sleep 317") and _cmdlines("sleep 319"), 10, "both children run")
+        until("both children run", lambda: _cmdlines("sleep 317") and _cmdlines("sleep 319"), 10, POLL)
         # A Go build in progress: it must die with the platform too.
         tenant.api("POST", "/functions", json={"name": "slowgo", "runtime": "go1.23"}, expect=201)
         tenant.upload("slowgo", {"main.go": "package function\n\nimport \"context\"\n\n"
                                             "func Handle(ctx context.Context, e map[string]any) (any, error) "
                                             "{ return 1, nil }\n",
                                  "go.mod": f"module slowgo{time.monotonic_ns()}\n\ngo 1.23\n"})
-        _wait_until(lambda: _cmdlines(str(sp.data_dir / "cache")), 30, "the go build runs")
+        until("the go build runs", lambda: _cmdlines(str(sp.data_dir / "cache")), 30, POLL)
         # The functions' network helpers (pasta, one per function in its own namespace) are the platform's.
         networks = {pid for pid in children_of(sp.proc.pid) if _program(pid) == "pasta"}
     finally:
         sp.stop(signal.SIGKILL)
     uid = tenant_uid(tenant.ns)
-    _wait_until(lambda: not _cmdlines("sleep 317") and not _cmdlines("sleep 319"), 10,
-                "the functions' children died with the platform")
-    _wait_until(lambda: not _uid_pids(uid), 10, "no process of the tenant's uid is left")
-    _wait_until(lambda: not _cmdlines(str(sp.data_dir)), 10, "no build or runtime outlived the platform")
-    _wait_until(lambda: not any(_program(pid) == "pasta" for pid in networks), 10,
-                "no function's network helper outlived the platform")
+    until("the functions' children died with the platform",
+          lambda: not _cmdlines("sleep 317") and not _cmdlines("sleep 319"), 10, POLL)
+    until("no process of the tenant's uid is left", lambda: not _uid_pids(uid), 10, POLL)
+    until("no build or runtime outlived the platform", lambda: not _cmdlines(str(sp.data_dir)), 10, POLL)
+    until("no function's network helper outlived the platform",
+          lambda: not any(_program(pid) == "pasta" for pid in networks), 10, POLL)
     # What the killed platform left outside its processes (cgroups, and without namespaces of their own its
     # iptables chain) goes at the next start.
     chain = f"SLESS-{sp.proc.pid}"
@@ -586,9 +579,9 @@ def test_unprivileged_platform_bounds_forks_memory_and_disk(nobody_arena: Arena)
 
     arena.attacker.deploy("detacher", "python3.11", HOSTILE, memory_mb=64)
     assert arena.attack("detach", function="detacher", seconds=337).status_code == 200
-    _wait_until(lambda: _cmdlines("sleep 337"), 10, "the detached process is visible from the host")
+    until("the detached process is visible from the host", lambda: _cmdlines("sleep 337"), 10, POLL)
     arena.attacker.api("DELETE", "/functions/detacher", expect=(200, 204))
-    _wait_until(lambda: not _cmdlines("sleep 337"), 15, "the detached process died with its function")
+    until("the detached process died with its function", lambda: not _cmdlines("sleep 337"), 15, POLL)
     arena.assert_fine()
 
 
@@ -626,7 +619,7 @@ def test_a_function_started_from_a_warm_spare_keeps_tenants_apart(tmp_path: Path
                                      {"name": "vault", "key": "value", "file": "stored"}])
         attacker.deploy("hostile", "python3.11", HOSTILE, memory_mb=128, timeout_sec=30)
         roots = {t: sp.data_dir / "functions" / t for t in (attacker.ns, victim.ns)}
-        _wait_until(lambda: all(_runtimes_of(t, root) for t, root in roots.items()), 30, "both tenants' spares")
+        until("both tenants' spares", lambda: all(_runtimes_of(t, root) for t, root in roots.items()), 30, POLL)
         time.sleep(0.5)  # listening (the pids exist a moment before)
         arena = Arena(sp, attacker, victim)
         arena.assert_fine()
@@ -636,7 +629,7 @@ def test_a_function_started_from_a_warm_spare_keeps_tenants_apart(tmp_path: Path
             assert "in warm spare pid" in (logs / f"{key}.log").read_text(), f"{key} was not started from a spare"
         victim_code = roots[victim.ns] / "victim" / rec["code_hash"]
         [victim_pid] = _runtimes_of(victim.ns, victim_code)
-        _wait_until(lambda: len(_runtimes_of(victim.ns, roots[victim.ns])) == 1, 30, "the victim's next spare")
+        until("the victim's next spare", lambda: len(_runtimes_of(victim.ns, roots[victim.ns])) == 1, 30, POLL)
         [spare_pid] = _runtimes_of(victim.ns, roots[victim.ns])
 
         seen = arena.attack("scan_environ", marker=MARKER, pids=[victim_pid, spare_pid, sp.proc.pid]).json()
@@ -662,5 +655,5 @@ def test_a_function_started_from_a_warm_spare_keeps_tenants_apart(tmp_path: Path
     finally:
         code = sp.stop()
     assert code == 0, f"sless up did not stop cleanly ({code}):\n{sp.log_tail()}"
-    _wait_until(lambda: not _uid_pids(tenant_uid(victim.ns)) and not _uid_pids(tenant_uid(attacker.ns)), 10,
-                "no process of either tenant (their spares included) outlives sless up")
+    until("no process of either tenant (their spares included) outlives sless up",
+          lambda: not _uid_pids(tenant_uid(victim.ns)) and not _uid_pids(tenant_uid(attacker.ns)), 10, POLL)
