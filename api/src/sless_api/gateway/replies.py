@@ -6,7 +6,8 @@ before it joins the head. On ``/fn`` that was about a fifth of a proxied call's 
 filtered from bytes a strict parser (llhttp) accepted. ``CycleReply`` writes head and body with one ``write`` on
 the connection of uvicorn's httptools request cycle and keeps the cycle's own bookkeeping (keep-alive, the next
 pipelined request, the write flow control), as its ``send`` would. ``AsgiReply`` is the portable form for any other
-ASGI server.
+ASGI server. (The cycle's internals it relies on are ``uvicornglue``'s, where uvicorn's internals are kept and
+checked.)
 
 Both frame the body the same way: with a ``Content-Length`` as given, else chunked (not for ``HEAD``, 204 or 304).
 """
@@ -17,7 +18,21 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
+from sless_api.gateway.uvicornglue import (
+    RequestCycle,
+    abort_cycle,
+    cycle_default_headers,
+    cycle_disconnected,
+    cycle_keep_alive,
+    cycle_response_complete,
+    cycle_write,
+    drain,
+    finish_response,
+    request_cycle,
+    start_response,
+    status_line,
+    write_blocked,
+)
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
@@ -50,8 +65,8 @@ class Reply(Protocol):
 
 def reply_for(send: Send, method: str, abort: Callable[[], None] | None = None) -> Reply:
     """The fastest writer this server allows: ``CycleReply`` under uvicorn's httptools protocol, else ASGI."""
-    cycle = getattr(send, "__self__", None)
-    if isinstance(cycle, RequestResponseCycle):
+    cycle = request_cycle(send)
+    if cycle is not None:
         return CycleReply(cycle, method)
     return AsgiReply(send, abort)
 
@@ -61,7 +76,7 @@ class CycleReply:
 
     __slots__ = ("_chunked", "_cycle", "_head_only", "sent", "status")
 
-    def __init__(self, cycle: RequestResponseCycle, method: str) -> None:
+    def __init__(self, cycle: RequestCycle, method: str) -> None:
         self._cycle = cycle
         self._head_only = method == "HEAD"
         self._chunked = False
@@ -70,11 +85,11 @@ class CycleReply:
 
     async def start(self, status: int, headers: Headers, body: bytes = b"", more: bool = False) -> None:
         cycle = self._cycle
-        if cycle.flow.write_paused and not cycle.disconnected:
-            await cycle.flow.drain()
-        lines = [STATUS_LINE.get(status) or b"HTTP/1.1 %d \r\n" % status]
+        if write_blocked(cycle):
+            await drain(cycle)
+        lines = [status_line(status)]
         framed = False
-        for name, value in (*cycle.default_headers, *headers):
+        for name, value in (*cycle_default_headers(cycle), *headers):
             if name == b"content-length":
                 framed = True
             lines += (name, b": ", value, b"\r\n")
@@ -83,11 +98,10 @@ class CycleReply:
         if _UNSAFE_NAME.search(b"".join(lines[1::4])) or _UNSAFE_VALUE.search(b"".join(lines[3::4])):
             raise UnsafeHeader("a header of the answer holds a character no header may hold")
         self.status = status
-        if cycle.disconnected:
+        if cycle_disconnected(cycle):
             return
-        cycle.response_started = True
-        cycle.waiting_for_100_continue = False
-        if not cycle.keep_alive:
+        start_response(cycle)
+        if not cycle_keep_alive(cycle):
             lines.append(b"connection: close\r\n")
         if not framed and not self._head_only and status not in (204, 304):
             self._chunked = True
@@ -98,15 +112,14 @@ class CycleReply:
 
     async def more(self, body: bytes, more: bool) -> None:
         cycle = self._cycle
-        if cycle.flow.write_paused and not cycle.disconnected:
-            await cycle.flow.drain()
-        if cycle.disconnected or cycle.response_complete:
+        if write_blocked(cycle):
+            await drain(cycle)
+        if cycle_disconnected(cycle) or cycle_response_complete(cycle):
             return
         self._write(self._framed(body, more), more)
 
     def abort(self) -> None:
-        self._cycle.disconnected = True
-        self._cycle.transport.close()
+        abort_cycle(self._cycle)
 
     def _framed(self, body: bytes, more: bool) -> bytes:
         if self._head_only:
@@ -119,16 +132,10 @@ class CycleReply:
         return (b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body)) if body else b"0\r\n\r\n"
 
     def _write(self, data: bytes, more: bool) -> None:
-        cycle = self._cycle
-        transport = cycle.transport
         if data:
-            transport.write(data)
+            cycle_write(self._cycle, data)
         if not more:
-            cycle.response_complete = True
-            cycle.message_event.set()
-            if not cycle.keep_alive:
-                transport.close()
-            cycle.on_response()
+            finish_response(self._cycle)
 
 
 class AsgiReply:

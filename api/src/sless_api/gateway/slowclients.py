@@ -33,6 +33,9 @@ writes the head on ``http.response.start`` and the body on ``http.response.body`
 two wake-ups of the client for every small answer. The head is held until the body's first write, the
 connection's close or the event loop's next turn, whichever is first. (Not on ``/fn``: the invoke proxy joins
 head and body itself, ``replies.CycleReply``.)
+
+What this takes of uvicorn beyond its public API (the protocol class, its callbacks and state, the request cycle's
+transport) is reached through ``uvicornglue``, where uvicorn's internals are kept and checked.
 """
 
 from __future__ import annotations
@@ -42,9 +45,8 @@ import functools
 import json
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
 from sless_api.gateway.limits import ServerLimits
+from sless_api.gateway.uvicornglue import HookedProtocol, RequestCycle, abort_cycle, cycle_scope, set_cycle_transport
 
 #: ASGI scope extension (``scope["extensions"]``): a callable that closes the connection under a response that
 #: cannot be completed, such as a stream whose function broke off. What was sent goes out, the final chunk never
@@ -80,12 +82,6 @@ class _Waiting:
             if other is not proto:
                 return other
         return None
-
-
-def _abort(cycle: Any) -> None:
-    """``ABORT_EXTENSION``: close the connection under the cycle's unfinished response (see there)."""
-    cycle.disconnected = True
-    cycle.transport.close()
 
 
 class _HeadWithBody:
@@ -132,19 +128,17 @@ class _HeadWithBody:
 _FRESH, _HEAD, _BUSY, _IDLE = range(4)
 
 
-class GuardedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a head deadline, a head size cap and a connection cap."""
+class GuardedProtocol(HookedProtocol):
+    """uvicorn's httptools protocol with a head deadline, a head size cap and a connection cap.
+
+    It acts in ``HookedProtocol``'s hooks, around uvicorn's own callbacks.
+    """
 
     limits: ServerLimits  # set on the subclass ``guarded_protocol`` makes
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        state = self.server_state
-        waiting = getattr(state, "sless_waiting", None)
-        if waiting is None:
-            waiting = _Waiting()
-            state.sless_waiting = waiting  # type: ignore[attr-defined]
-        self._waiting: _Waiting = waiting
+        self._waiting: _Waiting = self.per_server("sless_waiting", _Waiting)
         self._timer: asyncio.TimerHandle | None = None  # the connection's one deadline timer: see _enter
         self._due = 0.0  # when it fires (loop time)
         self._phase = _FRESH
@@ -156,9 +150,8 @@ class GuardedProtocol(HttpToolsProtocol):
         self._rejected = False
 
     # Connection life
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        if len(self.connections) > self.limits.max_connections:
+    def connection_opened(self) -> None:
+        if self.open_connections() > self.limits.max_connections:
             victim = self._waiting.oldest_other_than(self)
             if victim is None:
                 self._reject(503, "the server is at its connection limit; retry later")
@@ -166,79 +159,71 @@ class GuardedProtocol(HttpToolsProtocol):
             victim._close()
         self._await_head()
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def connection_gone(self) -> None:
         self._stop_timer()
         self._stop_body_timer()
         self._waiting.discard(self)
-        super().connection_lost(exc)
 
     # Request heads
-    def data_received(self, data: bytes) -> None:
-        if self._rejected:
-            return
-        super().data_received(data)
-        if self._rejected and not self.transport.is_closing():
+    def accepts_data(self) -> bool:
+        return not self._rejected
+
+    def data_parsed(self) -> None:
+        if self._rejected and not self.connection_transport.is_closing():
             self._reject(431, f"the request line and headers exceed {self.limits.max_header_bytes} bytes")
         elif self._awaiting_body and self._body_timer is None:
             # A head complete, its body not: from now on the body must keep coming. Armed here rather than
             # with the head, since most requests (no body) complete in the same data_received: no timer at all.
             self._arm_body_timer()
 
-    def on_message_begin(self) -> None:
+    def head_begins(self) -> None:
         self._head_bytes = 0
         self._head_started = True
         self._enter(_HEAD)
-        super().on_message_begin()
 
-    def on_url(self, url: bytes) -> None:
-        if self._count(len(url)):
-            super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if self._count(len(name) + len(value) + 4):
-            super().on_header(name, value)
-
-    def on_headers_complete(self) -> None:
+    def head_grows(self, size: int) -> bool:
+        """Add to the head's size; False (and the connection marked for 431) once it is over the cap."""
         if self._rejected:
-            return  # the app never sees a head that was cut short
+            return False
+        self._head_bytes += size
+        if self._head_bytes > self.limits.max_header_bytes:
+            self._rejected = True
+            return False
+        return True
+
+    def head_completes(self) -> bool:
+        if self._rejected:
+            return False  # the app never sees a head that was cut short
         self._enter(_BUSY)
         self._head_started = False
         self._waiting.discard(self)
-        super().on_headers_complete()
-        cycle = self.cycle
-        if cycle is not None and cycle.transport is self.transport and cycle.scope is self.scope \
-                and not self.url.startswith(b"/fn/"):  # the invoke proxy writes head and body at once itself
-            cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
-            extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
-            extensions[ABORT_EXTENSION] = functools.partial(_abort, cycle)
+        return True
+
+    def head_completed(self, cycle: RequestCycle | None) -> None:
+        if cycle is not None and not self.request_target.startswith(b"/fn/"):
+            # (not on /fn: the invoke proxy writes head and body at once itself)
+            set_cycle_transport(cycle, _HeadWithBody(self.connection_transport, self.event_loop))
+            extensions: dict[str, Any] = cycle_scope(cycle).setdefault("extensions", {})
+            extensions[ABORT_EXTENSION] = functools.partial(abort_cycle, cycle)
         self._awaiting_body = True  # on_message_complete follows at once for a request without a body
 
-    def on_body(self, body: bytes) -> None:
-        if not self._rejected:
-            self._arm_body_timer()
-            super().on_body(body)
+    def body_arrives(self) -> bool:
+        if self._rejected:
+            return False
+        self._arm_body_timer()
+        return True
 
-    def on_message_complete(self) -> None:
+    def message_completes(self) -> bool:
         self._awaiting_body = False
         self._stop_body_timer()
-        if not self._rejected:
-            super().on_message_complete()
+        return not self._rejected
 
-    def on_response_complete(self) -> None:
-        # uvicorn's own, but for its keep-alive timer (armed and cancelled again for every request): the
-        # connection's one timer closes an idle connection after ``timeout_keep_alive`` instead.
-        self.server_state.total_requests += 1
-        if self.transport.is_closing():
-            return
-        self._unset_keepalive_if_required()
-        self.flow.resume_reading()
-        if self.pipeline:
-            cycle, app = self.pipeline.pop()
-            self._start_asgi_task(cycle, app)
-            return
+    def between_requests(self, response_complete: bool) -> None:
+        # In place of uvicorn's keep-alive timer (armed and cancelled again for every request): the connection's
+        # one timer closes an idle connection after ``timeout_keep_alive``.
         if not self._head_started:  # (a next head begun already keeps its own deadline)
             self._enter(_IDLE)
-        if self.cycle is not None and self.cycle.response_complete:
+        if response_complete:
             self._waiting.add(self)  # idle again: evictable until the next head is complete
 
     # Helpers
@@ -253,7 +238,7 @@ class GuardedProtocol(HttpToolsProtocol):
         part of a proxied call): it is moved only to fire earlier; when it fires it finds the phase the
         connection is in by then, and acts, or waits on for what is left of that phase's limit.
         """
-        now = self.loop.time()
+        now = self.event_loop.time()
         self._phase, self._since = phase, now
         if phase == _BUSY:
             return  # serving: nothing is late (a stalled body has its own timer)
@@ -263,20 +248,20 @@ class GuardedProtocol(HttpToolsProtocol):
                 return
             self._timer.cancel()
         self._due = due
-        self._timer = self.loop.call_at(due, self._deadline)
+        self._timer = self.event_loop.call_at(due, self._deadline)
 
     def _limit(self, phase: int) -> float:
-        return float(self.timeout_keep_alive) if phase == _IDLE else self.limits.header_timeout_sec
+        return self.keep_alive_timeout if phase == _IDLE else self.limits.header_timeout_sec
 
     def _deadline(self) -> None:
         self._timer = None
         phase = self._phase
-        if phase == _BUSY or self._rejected or self.transport.is_closing():
+        if phase == _BUSY or self._rejected or self.connection_transport.is_closing():
             return
-        left = self._since + self._limit(phase) - self.loop.time()
+        left = self._since + self._limit(phase) - self.event_loop.time()
         if left > 0:
-            self._due = self.loop.time() + left
-            self._timer = self.loop.call_at(self._due, self._deadline)
+            self._due = self.event_loop.time() + left
+            self._timer = self.event_loop.call_at(self._due, self._deadline)
         elif phase == _IDLE:
             self._close()  # uvicorn's keep-alive timeout
         else:
@@ -289,7 +274,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def _arm_body_timer(self) -> None:
         self._stop_body_timer()
-        self._body_timer = self.loop.call_later(self.limits.header_timeout_sec, self._body_stalled)
+        self._body_timer = self.event_loop.call_later(self.limits.header_timeout_sec, self._body_stalled)
 
     def _stop_body_timer(self) -> None:
         if self._body_timer is not None:
@@ -298,7 +283,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def _body_stalled(self) -> None:
         self._body_timer = None
-        if self.flow is not None and self.flow.read_paused:
+        if self.reading_paused:
             # We stopped reading (the app has not taken the body so far, or a pipelined request
             # waits): the stall is ours, not the client's.
             self._arm_body_timer()
@@ -311,35 +296,27 @@ class GuardedProtocol(HttpToolsProtocol):
             # Not a byte of a request yet (a client's pre-opened connection): close like an idle
             # keep-alive connection, since a 408 would be read as the answer to its next request.
             self._close()
-        elif not self.transport.is_closing():
+        elif not self.connection_transport.is_closing():
             self._reject(408, f"the request head did not arrive within {self.limits.header_timeout_sec:g} s")
-
-    def _count(self, size: int) -> bool:
-        """Add to the head's size; False (and the connection marked for 431) once it is over the cap."""
-        if self._rejected:
-            return False
-        self._head_bytes += size
-        if self._head_bytes > self.limits.max_header_bytes:
-            self._rejected = True
-            return False
-        return True
 
     def _reject(self, status: int, message: str) -> None:
         self._rejected = True
         self._stop_timer()
         self._stop_body_timer()
         self._waiting.discard(self)
-        if not self.transport.is_closing():
-            self.transport.write(_response(status, message))
-            self.transport.close()
+        transport = self.connection_transport
+        if not transport.is_closing():
+            transport.write(_response(status, message))
+            transport.close()
 
     def _close(self) -> None:
         self._rejected = True
         self._stop_timer()
         self._stop_body_timer()
         self._waiting.discard(self)
-        if not self.transport.is_closing():
-            self.transport.close()
+        transport = self.connection_transport
+        if not transport.is_closing():
+            transport.close()
 
 
 def guarded_protocol(limits: ServerLimits) -> type[GuardedProtocol]:
