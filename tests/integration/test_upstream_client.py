@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+import uvloop
 
 from sless_api.gateway.upstream import (
     HIGH_WATER_BYTES,
@@ -319,3 +321,33 @@ def test_prune_forgets_closed_connections_and_addresses_nobody_uses() -> None:
         assert (pool.addresses(), pool.idle_count()) == (0, 0)
         pool.close()
     run(main)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_connection_the_runtime_closed_before_the_request_is_a_broken_call_at_once(loop: str) -> None:
+    """A runtime that dies just after accepting: its connection is lost before the request is written. The call
+    fails at once as UpstreamBroken (the proxy's 502), on uvloop (whose write on a closed transport raises
+    RuntimeError: it was a 500) and on asyncio's loop (which drops the bytes: the call waited for its limit)."""
+    async def main() -> None:
+        pool = UpstreamPool()
+        accepted: list[asyncio.StreamWriter] = []
+        server = await asyncio.start_server(lambda _r, w: accepted.append(w), "127.0.0.1", 0)
+        port = int(server.sockets[0].getsockname()[1])
+        connection = await pool._connect("127.0.0.1", port, time.monotonic() + 5)
+        while not accepted:
+            await asyncio.sleep(0.01)
+        accepted[0].close()  # the runtime goes away before the request is sent
+        while not connection.closed:  # the client has seen the connection lost
+            await asyncio.sleep(0.01)
+        started = time.monotonic()
+        request = request_head("POST", "/", f"127.0.0.1:{port}", [], b"{}")
+        with pytest.raises(UpstreamBroken, match="closed before an answer"):
+            await pool._head(connection, request, "POST", time.monotonic() + 5)
+        assert time.monotonic() - started < 1.0  # at once, not at the call's limit
+        server.close()
+        pool.close()
+
+    if loop == "uvloop":
+        uvloop.run(main())
+    else:
+        asyncio.run(main())

@@ -307,11 +307,21 @@ class UpstreamConnection(asyncio.Protocol):
             self.response.on_message_complete()
 
     def send(self, request: bytes, method: str) -> UpstreamResponse:
+        """Write REQUEST; its answer comes through the response returned. A connection the runtime closed before
+        the request went out (a runtime dying just after it accepted) answers at once as lost: uvloop's write on
+        a closed transport raises RuntimeError, asyncio's drops the bytes and would wait for an answer until the
+        call's limit."""
         assert self.transport is not None
         self.uses += 1
-        self.response = UpstreamResponse(self, method)
-        self.transport.write(request)
-        return self.response
+        response = self.response = UpstreamResponse(self, method)
+        if not self.closed:
+            try:
+                self.transport.write(request)
+                return response
+            except RuntimeError:  # uvloop: "the handler is closed"
+                self.closed = True
+        response.lost(reused=self.uses > 1)
+        return response
 
     def pause(self) -> None:
         if self.transport is not None and not self.closed:
