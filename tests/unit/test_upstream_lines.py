@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sless_api.gateway.proxy import upstream_headers, upstream_lines
+from sless_api.gateway.headers import upstream_headers, upstream_lines
 from sless_api.gateway.upstream import UpstreamBroken
 
 HEADS: list[list[tuple[bytes, bytes]]] = [
