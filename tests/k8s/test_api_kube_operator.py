@@ -20,6 +20,7 @@ from sless_core.traffic import other_version_name
 from tests.support.kube_api import HELLO, KubeApi, cr, invoke, seconds_until, status_is, upload_raw, wait_api, zip_hash
 from tests.support.kube_operator import Operator, strip_finalizers
 from tests.support.platform import Tenant, invocation_record
+from tests.support.poll import holds
 from tests.support.testbed import Testbed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
@@ -103,8 +104,10 @@ def test_jobs_run_and_rerun_with_the_operator(kube_api: KubeApi, served: tuple[T
 
     recorded = t.api("POST", "/jobs", json={"name": "later", "function": "worker", "run_id": 0}, expect=201).json()
     assert recorded["phase"] == "Recorded"
-    time.sleep(2)
-    assert t.api("GET", "/jobs/later", expect=200).json()["phase"] == "Recorded"
+    holds("a run_id 0 Job stays Recorded",
+          lambda: t.api("GET", "/jobs/later", expect=200).json()["phase"] == "Recorded", for_sec=2,
+          why="the operator sees a new Job from its watch and starts a run in its first reconcile (the "
+          "runs above went Pending and ran within a second or so); run_id 0 must not, and 2 s covers that reconcile")
 
 
 def test_versions_and_rollback_with_the_operator(kube_api: KubeApi, served: tuple[Tenant, Operator]) -> None:

@@ -20,6 +20,7 @@ import yaml
 from sless_core import crd
 from tests.support.kube_api import READY, KubeApi, cr, invoke, seconds_until, set_status, start_api, status_is
 from tests.support.platform import Tenant
+from tests.support.poll import holds, until
 from tests.support.services import S3Endpoint
 from tests.support.testbed import Testbed
 
@@ -70,8 +71,9 @@ def test_route_follows_ready_and_trigger_state(routes_api: KubeApi) -> None:
 
     # a rebuild keeps the deployed version routable; a function with nothing deployed is not
     set_status(bed, crd.FUNCTION_PLURAL, t.ns, "web", {"phase": "Building", "message": "building"})
-    time.sleep(1.0)
-    assert invoke(t, "web").status_code == 502
+    holds("a Building function with a deployed version stays routed", lambda: invoke(t, "web").status_code == 502,
+          for_sec=1.0, why="the route table learns of a status change from its watch a few milliseconds later "
+          "(the timings printed here are well under a second on the bed); 1 s is longer than that")
     set_status(bed, crd.FUNCTION_PLURAL, t.ns, "web", {"phase": "Failed", "image": None, "message": "boom"})
     timings["Failed -> 404"] = seconds_until("Failed unroutes", status_is(t, "web", 404, "not ready (phase Failed)"))
     set_status(bed, crd.FUNCTION_PLURAL, t.ns, "web", READY)
@@ -112,13 +114,22 @@ def test_a_function_edited_past_the_platforms_rules_is_refused_everywhere_but_de
 def test_invocations_cost_no_api_server_requests(routes_api: KubeApi) -> None:
     api = routes_api
     t = routable_function(api, "counted")
-    time.sleep(0.5)
+    seen = [-1]
+
+    def quiet() -> bool:
+        """No byte went to the API server since the previous probe: the set-up's requests are done."""
+        now, previous = api.gate.bytes_up, seen[0]
+        seen[0] = now
+        return now == previous
+
+    until("the set-up's requests to the API server done", quiet, timeout=10, interval=0.5)
     before = api.gate.bytes_up
     for _ in range(50):
         assert invoke(t, "counted").status_code == 502
     assert invoke(t, "unknown").status_code == 404
-    time.sleep(0.5)
-    assert api.gate.bytes_up == before, "invocations sent requests to the API server"
+    holds("no request to the API server after the invocations", lambda: api.gate.bytes_up == before, for_sec=0.5,
+          why="a request an invocation caused would be sent while it is handled or right after (a lookup, a "
+          "status write); the invocations are done, and 0.5 s is ample for one such request to go through the gate")
     # the counter does count: one REST read is one request through the gate
     t.api("GET", "/functions/counted", expect=200)
     assert api.gate.bytes_up > before
@@ -141,8 +152,9 @@ def test_routing_answers_from_memory_while_the_api_server_is_away(routes_api: Ku
             assert "Kubernetes API is unreachable" in resp.json()["error"]
         # a change the API cannot see yet: it keeps serving what it knew
         set_status(bed, crd.FUNCTION_PLURAL, t.ns, "steady", {"phase": "Failed", "image": None})
-        time.sleep(1.0)
-        assert invoke(t, "steady").status_code == 502
+        holds("the route kept while the API server is away", lambda: invoke(t, "steady").status_code == 502,
+              for_sec=1.0, why="with the watch up a Failed status unroutes within milliseconds (the first test's "
+              "timings); the watch is cut, so nothing may change, and 1 s is far longer than that update takes")
     finally:
         api.gate.restore()
     # back: the watch reconnects (backoff) and relists, and the missed change arrives

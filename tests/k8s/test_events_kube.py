@@ -32,6 +32,7 @@ import yaml
 
 from sless_core import crd
 from tests.support.metrics import SCRAPE_TOKEN, sample, scrape
+from tests.support.poll import holds
 from tests.support.rabbitmq import RabbitBroker, drain, publish, queue_counts, take_all
 from tests.support.services import free_port, fresh_pg_database
 from tests.support.testbed import Testbed
@@ -310,16 +311,18 @@ def test_disable_delete_and_readiness_start_and_stop_the_consumer(
     count = consumers(rabbitmq_broker, queue)
     apply(bed, ns, "Function", "fn", {"runtime": "python3.11", "timeoutSec": 5})
     event_trigger(bed, ns, "on-jobs", "jobs")
-    time.sleep(2.0)
-    assert queue_counts(rabbitmq_broker, queue) == (0, 0), "consumed before the function is deployed"
+    holds("no consumer before the function is deployed", lambda: queue_counts(rabbitmq_broker, queue) == (0, 0),
+          for_sec=2.0, why="the dispatcher learns of a trigger from its watch of Triggers within a watch event "
+          "(well under a second on the bed) and declares the queue and consumes at once; 2 s covers that")
     set_status(bed, crd.FUNCTION_PLURAL, ns, "fn", READY)
     ev.wait("consuming once Ready", count(1), timeout=30)
 
     patch_spec(bed, crd.TRIGGER_PLURAL, ns, "on-jobs", {"enabled": False})
     ev.wait("consumer cancelled on disable", count(0), timeout=30)
     publish(rabbitmq_broker, queue, [{"n": 1}], props("job-1"))
-    time.sleep(3.0)
-    assert queue_counts(rabbitmq_broker, queue) == (1, 0), "a disabled trigger's message must stay queued"
+    holds("a disabled trigger's message stays queued", lambda: queue_counts(rabbitmq_broker, queue) == (1, 0),
+          for_sec=3.0, why="the consumer was cancelled; a consumer left over or started again would take the "
+          "message within the broker's delivery (milliseconds) or one watch event; 3 s is far more than both")
     assert take_all(rabbitmq_broker, dlq) == []
 
     patch_spec(bed, crd.TRIGGER_PLURAL, ns, "on-jobs", {"enabled": True})
@@ -384,8 +387,10 @@ def test_sigkill_mid_retry_and_a_restart_continue_the_attempts(
     publish(rabbitmq_broker, queue, [{"to": "a@example.org"}], props("mail-1"))
     ev.wait("the duplicate acked", lambda: ev.stats().get("duplicate") == 1, timeout=30)
     ev.wait("queue empty", lambda: queue_counts(rabbitmq_broker, queue) == (0, 1), timeout=30)
-    time.sleep(1.0)
-    assert len(invocations(db_url, ns)) == 4 and take_all(rabbitmq_broker, dlq) == []
+    holds("the duplicate is not called", lambda: len(invocations(db_url, ns)) == 4, for_sec=1.0,
+          why="the duplicate was acked (the queue is empty): a wrong call for it would be recorded as it fails, "
+          "and the function has no pods here, so a call fails at once (a 502, like the 4 attempts); 1 s covers that")
+    assert take_all(rabbitmq_broker, dlq) == []
     assert ev.term() == 0
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.support.poll import holds
 
 if TYPE_CHECKING:
     from tests.support.kube_operator import Sless
@@ -51,11 +52,17 @@ def test_function_deleted_while_the_operator_is_down_is_cleaned_after_restart(sl
     assert op.stop() == 0  # a clean SIGTERM exit
 
     sless.delete("Function", "orphan")
-    time.sleep(3)  # nobody handles the finalizer now
-    body = sless.get("Function", "orphan")
-    assert body is not None and body["metadata"].get("deletionTimestamp"), "the finalizer should hold it"
-    assert sless.get("deployment", "orphan") is not None
-    assert sless.build_jobs("orphan")
+
+    def held() -> bool:
+        """The finalizer holds the Function (marked for deletion) and with it its children."""
+        body = sless.get("Function", "orphan")
+        return (body is not None and bool(body["metadata"].get("deletionTimestamp"))
+                and sless.get("deployment", "orphan") is not None and bool(sless.build_jobs("orphan")))
+
+    holds("the finalizer holds the Function and its children while nobody handles it", held, for_sec=3,
+          why="only the operator removes the finalizer, and it is stopped; were the Function let go, the API server "
+          "would drop it at once and the garbage collector its children within a second or two; 3 s shows that",
+          interval=0.5)
 
     op.start()
     sless.wait_gone("Function", "orphan")
