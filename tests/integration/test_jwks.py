@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from sless_api.auth import AuthConfig, AuthError, TokenVerifier
 from tests.support.jwks import SUB, JwksServer, ec_jwk, rsa_jwk, token
+from tests.support.poll import holds_async
 
 SUB_NS = "sless-ffd1f598c169b0ae"
 
@@ -110,7 +111,7 @@ def test_rotation_refetches_once_then_succeeds(
     assert verifier.verify(token(key_a, "RS256", "a")).sub == SUB
     assert server.count() == 1
     server.publish(rsa_jwk(key_a, "a"), rsa_jwk(key_b, "b"))
-    time.sleep(0.4)
+    time.sleep(0.4)  # the clock rule itself: past the 0.2 s refetch window, an unknown kid may refetch
     assert verifier.verify(token(key_b, "RS256", "b")).sub == SUB
     assert server.count() == 2
     for _ in range(10):
@@ -186,7 +187,7 @@ def test_cache_expiry_drops_removed_keys(
     verifier = verifier_for(server, jwks_cache_sec=0.3, jwks_min_refetch_sec=0.1)
     verifier.verify(token(key_a, "RS256", "a"))
     server.publish(rsa_jwk(key_b, "b"))  # a is revoked
-    time.sleep(0.5)
+    time.sleep(0.5)  # the clock rule itself: past the 0.3 s cache lifetime, the keys are fetched again
     with pytest.raises(AuthError, match="unknown signing key"):
         verifier.verify(token(key_a, "RS256", "a"))
     assert verifier.verify(token(key_b, "RS256", "b")).sub == SUB
@@ -225,7 +226,7 @@ def test_outage_after_a_good_fetch_keeps_known_keys(server: JwksServer, key_a: r
     verifier = verifier_for(server, jwks_cache_sec=0.2, jwks_min_refetch_sec=0.1)
     verifier.verify(token(key_a, "RS256", "a"))
     server.status, server.body = 503, b"down"
-    time.sleep(0.4)
+    time.sleep(0.4)  # the clock rule itself: past the 0.2 s cache lifetime, the next verify refetches (and fails)
     assert verifier.verify(token(key_a, "RS256", "a")).sub == SUB  # stale but known key
     assert server.count() == 2
     # The failing server is not hammered: further requests inside the window do not refetch.
@@ -255,7 +256,7 @@ def test_trickling_jwks_fetch_is_bounded_and_blocks_neither_the_loop_nor_cached_
     deadline = 4.0
     verifier = verifier_for(server, jwks_min_refetch_sec=0.1, jwks_fetch_deadline_sec=deadline)
     assert verifier.verify(token(key_a, "RS256", "a")).sub == SUB
-    time.sleep(0.2)
+    time.sleep(0.2)  # the clock rule itself: past the 0.1 s refetch window, the unknown kid below fetches
     server.trickle_sec = 3.0
 
     async def scenario() -> tuple[float, float, float, float]:
@@ -271,8 +272,9 @@ def test_trickling_jwks_fetch_is_bounded_and_blocks_neither_the_loop_nor_cached_
         beat = asyncio.create_task(heartbeat())
         started = time.monotonic()
         unknown = asyncio.create_task(verifier.verify_async(token(key_b, "RS256", "b")))
-        await asyncio.sleep(0.5)
-        assert not unknown.done()
+        await holds_async("the unknown kid still waits for the trickling fetch", lambda: not unknown.done(),
+                          for_sec=0.5, why="a verification that did not wait for the fetch (or gave up before its "
+                          "4 s deadline) would end within the loop's next turns, milliseconds; 0.5 s is far more")
         # A cached kid, from the loop and from a plain thread, while the fetch is in flight.
         t0 = time.monotonic()
         assert (await verifier.verify_async(token(key_a, "RS256", "a"))).sub == SUB
@@ -307,7 +309,7 @@ def test_concurrent_unknown_kid_callers_share_one_fetch(
     verifier.verify(token(key_a, "RS256", "a"))
     server.publish(rsa_jwk(key_a, "a"), rsa_jwk(key_b, "b"))
     server.delay = 1.0
-    time.sleep(0.2)
+    time.sleep(0.2)  # the clock rule itself: past the 0.1 s refetch window, the unknown kid below fetches
 
     async def many() -> list[Any]:
         calls = [verifier.verify_async(token(key_b, "RS256", "b")) for _ in range(30)]
