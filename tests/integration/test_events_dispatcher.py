@@ -25,7 +25,7 @@ import pytest
 
 from sless_api.services.events import CallResult, Dispatcher, EventsConfig, EventTarget, SqliteDedupStore
 from sless_api.services.events.dedup import process_owner
-from tests.support.poll import until
+from tests.support.poll import holds, until
 from tests.support.rabbitmq import RabbitBroker, drain, publish, queue_counts
 
 pytestmark = pytest.mark.rabbitmq
@@ -139,8 +139,9 @@ def test_delivery_acks_every_message_once(harness_factory: Callable[..., Harness
     h.wait_consuming(rabbitmq_broker)
     publish(rabbitmq_broker, h.target.broker_queue, [{"n": i} for i in range(30)])
     until("30 calls", lambda: len(h.calls) >= 30, 30, POLL)
-    time.sleep(0.5)
-    assert sorted(h.ids()) == sorted(f"m{i}" for i in range(30))
+    holds("each of the 30 messages called once, no more", lambda: sorted(h.ids()) == sorted(f"m{i}" for i in range(30)),
+          for_sec=0.5, why="a second call of a message (one acked late, or redelivered) would come from the broker "
+          "within milliseconds of the others; 0.5 s is many times that")
     first = next(c for c in h.calls if c["id"] == "m7")
     assert first["data"] == {"n": 7} and first["specversion"] == "1.0"
     assert first["_trigger"] == "trig" and first["_queue"] == f"{h.ns}.jobs"
@@ -225,8 +226,10 @@ def test_platform_errors_are_retried_even_when_4xx(harness_factory: Callable[...
     h.wait_consuming(rabbitmq_broker)
     publish(rabbitmq_broker, h.target.broker_queue, [{}])
     until("a retry", lambda: len(h.calls) == 2, 30, POLL)
-    time.sleep(0.3)
-    assert queue_counts(rabbitmq_broker, h.target.dlq)[0] == 0
+    holds("nothing dead-lettered after the retry succeeded",
+          lambda: queue_counts(rabbitmq_broker, h.target.dlq)[0] == 0, for_sec=0.3,
+          why="a message is dead-lettered right after the call that gives up on it answers, a publish "
+          "of milliseconds; the retry answered already, and 0.3 s is ample for a wrong dead letter to show")
 
 
 def test_poison_messages_go_straight_to_the_dlq(harness_factory: Callable[..., Harness],
@@ -360,8 +363,10 @@ def test_disable_keeps_messages_queued_and_enable_resumes(harness_factory: Calla
     h.set_targets([])  # disabled (or deleted): the consumer is cancelled
     h.wait_consuming(rabbitmq_broker, consumers=0)
     publish(rabbitmq_broker, q, [{"n": i} for i in range(5)])
-    time.sleep(1.0)
-    assert h.calls == [] and queue_counts(rabbitmq_broker, q) == (5, 0)
+    holds("a disabled trigger's messages stay queued, uncalled",
+          lambda: h.calls == [] and queue_counts(rabbitmq_broker, q) == (5, 0), for_sec=1.0,
+          why="the consumer is cancelled; one left over would be handed the 5 messages by the broker within "
+          "milliseconds of the publish; 1 s is far more")
     h.set_targets([h.target])
     until("the queued messages", lambda: len(h.calls) == 5, 30, POLL)
     h.wait_consuming(rabbitmq_broker)
@@ -417,7 +422,7 @@ def test_broker_restart_reconnects_and_loses_nothing(harness_factory: Callable[.
     until("the stream to start", lambda: len(h.calls) >= 10, 30, POLL)
     try:
         rabbitmq_broker.stop()
-        time.sleep(1.0)
+        time.sleep(1.0)  # the scenario: the broker stays away a while, the dispatcher must notice and reconnect
     finally:
         rabbitmq_broker.start()
     h.wait_consuming(rabbitmq_broker, timeout=60)
@@ -425,7 +430,7 @@ def test_broker_restart_reconnects_and_loses_nothing(harness_factory: Callable[.
             lambda i: pika.BasicProperties(message_id=f"m{100 + i}", content_type="application/json",
                                            delivery_mode=2))
     until("every message", lambda: set(h.ids()) >= {f"m{i}" for i in range(120)}, 60, POLL)
-    time.sleep(0.5)
-    ids = h.ids()
-    assert len(ids) == len(set(ids)), "a message ran twice"
+    holds("no message ran twice", lambda: len(ids := h.ids()) == len(set(ids)), for_sec=0.5,
+          why="a message redelivered after the reconnect runs as the consumer gets it, within the prefetch of 4 "
+          "calls of 0.05 s each (0.2 s); 0.5 s is more than that")
     assert h.dispatcher.stats["connections"] >= 2
