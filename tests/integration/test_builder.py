@@ -456,7 +456,7 @@ def test_build_context_is_deterministic(tmp_path: Path) -> None:
     write(a, files)
     (a / "run.sh").chmod(0o755)
     first = make_build_context(a, "python3.11", "handler.handle", "sless/python3.11:1")
-    time.sleep(1.1)
+    time.sleep(1.1)  # the scenario: time passes (mtimes and a gzip header time a second later must not show)
     b = write(tmp_path / "elsewhere" / "b", {})  # other path, other mtimes, other umask bits
     (b / "sub").mkdir()
     write(b, files)

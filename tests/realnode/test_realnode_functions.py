@@ -23,6 +23,7 @@ import requests
 from sless_operator import manifests
 from tests.support.kube_operator import Operator, strip_finalizers
 from tests.support.platform import Tenant
+from tests.support.poll import holds
 from tests.support.realnode import RealNode
 from tests.support.realnode_operator import api_server, apply_crds, build_logs, build_namespace, operator_env, s3_server
 from tests.support.streams import exchange, open_stream, read_until, ws_url
@@ -275,7 +276,11 @@ def test_code_changes_roll_out_without_a_failed_call(deployed: Deployed) -> None
                 return len(pods) == 1 and not pods[0]["metadata"].get("deletionTimestamp")
 
             bed.wait("the old pod gone", one_pod_left, timeout=120, interval=0.5)
-        time.sleep(2)
+        holds("no call failed through the rollouts and after them",
+              lambda: all(code == 200 for code, _ in list(answers)), for_sec=2,
+              why="the old pod is gone; a call hurt by it (a stale endpoint, a reused connection it closed) fails "
+              "within the next calls (each caller calls every few ms) or once kube-proxy applies the endpoint "
+              "change, about a second; 2 s covers that")
     finally:
         stop.set()
         for caller in callers:
