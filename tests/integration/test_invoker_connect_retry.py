@@ -26,11 +26,14 @@ from aiohttp import web
 
 from sless_api.domain.routing import Route
 from sless_api.gateway.invoker import CONNECT_RETRY_PAUSES_SEC, Invoker
+from tests.support.poll import until
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON_SERVER = REPO / "runtimes" / "python3.11" / "server.py"
 #: How long the address refuses before something listens there again: longer than the old single retry's pause.
 REFUSING_SEC = 1.0
+#: How often the replacement test looks: the refusing window is measured from the moment the listener is seen closed.
+STEP_SEC = 0.01
 VERSIONED = "import os\n\ndef handle(event):\n    return {'version': os.environ['VERSION']}\n"
 
 
@@ -152,13 +155,6 @@ def _listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _until(what: str, condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 @contextlib.contextmanager
 def _runtimes() -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
@@ -201,19 +197,20 @@ def test_a_runtime_replaced_under_traffic_drops_no_call(tmp_path: Path) -> None:
 
     with _runtimes() as procs:
         procs.append(_start_runtime(tmp_path, port, "1"))
-        _until("version 1 listening", lambda: _listening(port))
+        until("version 1 listening", lambda: _listening(port), 30, STEP_SEC)
         traffic = threading.Thread(target=asyncio.run, args=(callers(),), daemon=True)
         traffic.start()
         try:
-            _until("calls answered by version 1", lambda: len(answers) >= 20)
+            until("calls answered by version 1", lambda: len(answers) >= 20, 30, STEP_SEC)
             procs[0].send_signal(signal.SIGTERM)
-            _until("version 1 refusing connections", lambda: not _listening(port))
+            until("version 1 refusing connections", lambda: not _listening(port), 30, STEP_SEC)
             refusing_since = time.monotonic()
-            _until("version 1 gone", lambda: procs[0].poll() is not None)
+            until("version 1 gone", lambda: procs[0].poll() is not None, 30, STEP_SEC)
             # the address refuses REFUSING_SEC in all (the scenario), then version 2 takes it
             time.sleep(max(0.0, refusing_since + REFUSING_SEC - time.monotonic()))
             procs.append(_start_runtime(tmp_path, port, "2"))
-            _until("calls answered by version 2", lambda: any(b'"2"}' in body for _, body in answers[-10:]))
+            until("calls answered by version 2", lambda: any(b'"2"}' in body for _, body in answers[-10:]), 30,
+                  STEP_SEC)
         finally:
             stop.set()
             traffic.join(30)
