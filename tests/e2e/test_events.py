@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import pika
 import pytest
 
 from tests.support.platform import SlessProcess, Tenant, start_sless
-from tests.support.poll import until
+from tests.support.poll import holds, until
 from tests.support.rabbitmq import RabbitBroker, drain, publish, queue_counts, take_all
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq]
@@ -133,8 +132,10 @@ def test_disable_enable_and_delete(sless_events: SlessProcess, rabbitmq_broker: 
     until("the trigger's status to say it no longer consumes",
           lambda: tenant.api("GET", "/triggers/on-inbox").json()["message"].startswith("not consuming"), 60, POLL)
     publish(rabbitmq_broker, queue, [{"n": i} for i in range(5)])
-    time.sleep(2.0)
-    assert lines(tmp_path) == [] and queue_counts(rabbitmq_broker, queue) == (5, 0)
+    holds("a disabled trigger's messages stay queued, uncalled",
+          lambda: lines(tmp_path) == [] and queue_counts(rabbitmq_broker, queue) == (5, 0), for_sec=2.0,
+          why="the consumer is cancelled; one left over would be handed the messages by the broker within "
+          "milliseconds and the recorder writes each at once; 2 s is far more")
 
     tenant.api("PATCH", "/triggers/on-inbox", json={"enabled": True}, expect=200)
     until("the queued messages after enabling", lambda: len(lines(tmp_path)) == 5, 60, POLL)
@@ -142,9 +143,11 @@ def test_disable_enable_and_delete(sless_events: SlessProcess, rabbitmq_broker: 
     tenant.api("DELETE", "/triggers/on-inbox", expect=204)
     until("the consumer to be cancelled on delete", lambda: queue_counts(rabbitmq_broker, queue)[1] == 0, 60, POLL)
     publish(rabbitmq_broker, queue, [{"after": "delete"}], lambda i: pika.BasicProperties(message_id="late"))
-    time.sleep(1.0)
-    assert queue_counts(rabbitmq_broker, queue) == (1, 0)  # the queue and its messages belong to the tenant
-    assert len(lines(tmp_path)) == 5
+    # the queue and its messages belong to the tenant: kept, not consumed
+    holds("the late message stays queued after the trigger's deletion",
+          lambda: queue_counts(rabbitmq_broker, queue) == (1, 0) and len(lines(tmp_path)) == 5, for_sec=1.0,
+          why="the consumer is cancelled; a consumer left over would take the message within milliseconds of the "
+          "publish, and a deletion that deleted the queue would show at once; 1 s is far more")
 
     # Deleting the function deletes its triggers too: a new trigger, then the function goes.
     tenant.api("POST", "/triggers", json={"name": "again", "type": "event", "function": "recorder",
@@ -167,9 +170,12 @@ def test_messages_wait_while_the_function_is_not_ready(sless_events: SlessProces
     conn.channel().queue_declare(queue, durable=True)  # the producer came first
     conn.close()
     publish(rabbitmq_broker, queue, [{"n": i} for i in range(3)])
-    time.sleep(3.0)  # no code yet: no consumer, nothing fails into the DLQ
-    assert queue_counts(rabbitmq_broker, queue) == (3, 0)
-    assert queue_counts(rabbitmq_broker, f"{queue}.dlq") == (0, 0)
+    holds("no consumer and no dead letter while the function has no code",
+          lambda: queue_counts(rabbitmq_broker, queue) == (3, 0)
+          and queue_counts(rabbitmq_broker, f"{queue}.dlq") == (0, 0), for_sec=3.0,
+          why="the dispatcher starts consuming as soon as it sees an enabled trigger (a change it is told of at "
+          "once); a consumer started too early would take the 3 messages, and fail them into the DLQ after 2 "
+          "retries of 0.1 s, within a second; 3 s covers that")
     tenant.upload("recorder", {"handler.py": RECORDER})
     tenant.wait_phase("recorder", ("Ready",))
     until("the waiting messages once the function is Ready", lambda: len(lines(tmp_path)) == 3, 60, POLL)
@@ -257,8 +263,10 @@ def test_sigkill_mid_message_runs_the_function_once(rabbitmq_url: str, rabbitmq_
         publish(rabbitmq_broker, queue, [{"n": 2}], lambda i: pika.BasicProperties(
             message_id="after", content_type="application/json", delivery_mode=2))
         until("the next message", lambda: len(lines(tmp_path / "out")) >= 2, 60, POLL)
-        time.sleep(1.0)
-        assert [line["id"] for line in lines(tmp_path / "out")] == ["slow-1", "after"]
+        holds("no message ran again after the restart",
+              lambda: [line["id"] for line in lines(tmp_path / "out")] == ["slow-1", "after"], for_sec=1.0,
+              why="a second call of 'after' would write its line within milliseconds of the first; a re-run of "
+              "slow-1 (3 s) is what its dead letter above rules out; 1 s covers a quick one")
     finally:
         sp.stop()
 
@@ -282,9 +290,14 @@ def test_sigkill_mid_stream_loses_nothing_and_repeats_nothing(rabbitmq_url: str,
             dead.update({p.message_id: p.headers["x-sless-kind"] for p, _ in take_all(rabbitmq_broker, f"{queue}.dlq")})
             return {line["id"] for line in lines(out)} | set(dead) >= ids
         until("every message to be handled or dead-lettered", settled, 120, POLL)
-        time.sleep(1.0)
-        seen = [line["id"] for line in lines(out)]
-        assert len(seen) == len(set(seen)), f"ran twice: {[i for i in set(seen) if seen.count(i) > 1]}"
+
+        def once_each() -> bool:
+            seen = [line["id"] for line in lines(out)]
+            return len(seen) == len(set(seen))
+
+        holds("no message ran twice", once_each, for_sec=1.0,
+              why="a message redelivered after the kill runs as the consumer gets it and writes its line when its "
+              "0.2 s sleep ends; every message is accounted for, so one left over would show within 1 s")
         assert set(dead.values()) <= {"interrupted"}, dead
         assert len(dead) <= 8  # at most the prefetch window was in flight at the kill
         assert queue_counts(rabbitmq_broker, queue)[0] == 0
