@@ -26,6 +26,7 @@ from sless_api.stores.invocations import (
     sink_from_url,
     sqlite_path,
 )
+from tests.support.poll import until
 from tests.support.services import PostgresServer, free_port, fresh_pg_database, postgres_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -257,7 +258,8 @@ _MIGRATOR = textwrap.dedent(
     import os, sqlite3, sys, time
     import psycopg2
     from sless_api.stores.invocations import migrate_postgres, migrate_sqlite
-    url, go = sys.argv[1], sys.argv[2]
+    url, go, ready = sys.argv[1], sys.argv[2], sys.argv[3]
+    open(ready, "w").close()  # imported: only the line is left to wait for
     while not os.path.exists(go):
         time.sleep(0.005)
     if url.startswith("sqlite:///"):
@@ -273,15 +275,18 @@ def test_concurrent_migrations_apply_each_file_once(db_url: str, tmp_path: Path)
     go = tmp_path / "go"
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _MIGRATOR, db_url, str(go)],
+            [sys.executable, "-c", _MIGRATOR, db_url, str(go), str(tmp_path / f"ready-{i}")],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             cwd=REPO,
         )
-        for _ in range(4)
+        for i in range(4)
     ]
-    time.sleep(1.0)  # let every interpreter start and wait at the line
+    # ready, or one died: then its error shows below
+    until("every interpreter started and waiting at the line",
+          lambda: all((tmp_path / f"ready-{i}").exists() for i in range(4)) or any(p.poll() is not None for p in procs),
+          timeout=60, interval=0.05)
     go.touch()
     outputs = [p.communicate(timeout=120) for p in procs]
     for proc, (_, err) in zip(procs, outputs, strict=True):
@@ -350,7 +355,7 @@ def test_frozen_postgres_never_blocks_record(own_pg: PostgresServer) -> None:
         try:
             for i in range(50):
                 log.record(inv(i, fn="frozen"))
-            time.sleep(0.5)  # the writer is now inside a COPY that the server never answers
+            time.sleep(0.5)  # the writer is now inside a COPY that the server never answers (nothing to poll for)
             start = time.monotonic()
             for i in range(50, 1050):
                 log.record(inv(i, fn="frozen"))

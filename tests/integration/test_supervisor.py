@@ -234,7 +234,7 @@ def test_crash_is_restarted_on_next_call_then_backs_off(tmp_path: Path, code: Pa
             status = sup.status("fn")
             assert status["state"] == "backoff" and status["retry_in_sec"] > 0
 
-            await asyncio.sleep(status["retry_in_sec"] + 0.05)
+            await asyncio.sleep(status["retry_in_sec"] + 0.05)  # the clock rule itself: the backoff runs out
             third = await get(session, await sup.endpoint("fn"))
             assert third["pid"] not in (first["pid"], second["pid"])
             assert sup.status("fn")["restarts"] == 2
@@ -262,7 +262,7 @@ def test_import_error_fails_start_with_its_text_then_backs_off(tmp_path: Path, c
         status = sup.status("fn")
         assert status["state"] == "backoff" and status["failures"] == 1 and status["pid"] is None
 
-        await asyncio.sleep(status["retry_in_sec"] + 0.05)
+        await asyncio.sleep(status["retry_in_sec"] + 0.05)  # the clock rule itself: the backoff runs out
         with pytest.raises(StartFailed, match="no_such_module_for_sless_tests"):
             await sup.endpoint("fn")
         assert starts(tmp_path) == 2
@@ -333,6 +333,7 @@ def test_redeploy_under_load_has_zero_failed_requests(tmp_path: Path, code: Path
                     except Exception as exc:
                         failures.append(repr(exc))
 
+            # the scenario: each version serves load for a while (0.5 s) before the next deploy
             workers = [asyncio.create_task(worker()) for _ in range(4)]
             await asyncio.sleep(0.5)
             await sup.deploy("fn", spec(code, "v2"))
@@ -375,7 +376,7 @@ def test_slow_in_flight_requests_survive_redeploy(tmp_path: Path, code: Path) ->
             # Not leased: only the runtime's own SIGTERM drain protects this one.
             bare_url = await sup.endpoint("fn")
             calls = [asyncio.create_task(leased()), asyncio.create_task(get(session, bare_url, sleep="3"))]
-            await asyncio.sleep(0.4)
+            await asyncio.sleep(0.4)  # the scenario: both calls inside their 1 s and 3 s handler sleeps when it deploys
             await sup.deploy("fn", spec(code, "v2"))
             fresh = await get(session, await sup.endpoint("fn"))
             assert fresh["version"] == "v2" and fresh["pid"] != old_pid
@@ -479,7 +480,7 @@ def test_close_stops_everything_including_starts_in_progress(tmp_path: Path, cod
         await sup.deploy("d", spec(code, "d"))
         async with aiohttp.ClientSession() as session:
             in_flight = asyncio.create_task(get(session, await sup.endpoint("a"), sleep="1"))
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # the scenario: the call is inside its 1 s handler sleep when close() comes
             starting = asyncio.create_task(sup.endpoint("d"))
             await asyncio.sleep(0)
             t0 = time.perf_counter()

@@ -22,6 +22,7 @@ from sless_api.gateway.upstream import (
     UpstreamResponse,
     request_head,
 )
+from tests.support.poll import until_async
 
 #: (request bytes, its index on the connection) -> the answer's bytes; None closes the connection unanswered
 Answerer = Callable[[bytes, int], bytes | None]
@@ -270,8 +271,8 @@ def test_limits_of_a_second_or_more_are_kept_by_the_pools_sweep() -> None:
             if response is not None:
                 response.close()
             server.close()
-        await asyncio.sleep(2 * SWEEP_SEC)
-        assert pool._deadlines is not None and pool._deadlines.timer is None and not pool._deadlines.due
+        await until_async("the sweep stopped once nothing waits", lambda: pool._deadlines is not None
+                          and pool._deadlines.timer is None and not pool._deadlines.due, 2 * SWEEP_SEC, 0.01)
         pool.close()
     run(main)
 
@@ -296,8 +297,10 @@ def test_a_large_body_is_read_whole_with_reading_paused_in_between() -> None:
         async with scripted(lambda req, i: ok(big)) as srv:
             request = request_head("GET", "/", "h", [], b"")
             connection, response = await pool.exchange("127.0.0.1", srv.port, "GET", request, 5)
-            await asyncio.sleep(0.3)  # let the runtime write ahead of the reader: reading pauses at the mark
-            assert connection.transport is not None and not connection.transport.is_reading()
+            # the runtime writes ahead of the reader: reading pauses at the mark
+            await until_async("reading paused at the high-water mark",
+                              lambda: connection.transport is not None and not connection.transport.is_reading(),
+                              5, 0.01)
             parts = []
             while chunk := await response.readany(5, asyncio.get_running_loop().time() + 60):
                 parts.append(chunk)
@@ -316,9 +319,13 @@ def test_prune_forgets_closed_connections_and_addresses_nobody_uses() -> None:
             await fetch(pool, second.port)
             assert (pool.addresses(), pool.idle_count()) == (2, 2)
         # both servers closed their connections: the runtime's side of a stopped function process
-        await asyncio.sleep(0.2)
-        pool.prune()
-        assert (pool.addresses(), pool.idle_count()) == (0, 0)
+
+        def pruned() -> bool:
+            """Prune, once the pool has seen the closes (a moment after the servers went): nothing left."""
+            pool.prune()
+            return (pool.addresses(), pool.idle_count()) == (0, 0)
+
+        await until_async("both closed connections and their addresses pruned", pruned, 5, 0.01)
         pool.close()
     run(main)
 
