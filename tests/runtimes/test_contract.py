@@ -389,7 +389,7 @@ def test_slow_request_does_not_block_fast_ones(runtime: str, start_server: Serve
 
     thread = threading.Thread(target=slow)
     thread.start()
-    time.sleep(0.5)
+    time.sleep(0.5)  # the scenario: the slow call gets into its 4 s handler (the runtime reports no such state)
     started = time.monotonic()
     for _ in range(5):
         assert_serving(server)
@@ -563,7 +563,7 @@ def test_sigterm_drain_deadline(runtime: str, start_server: ServerFactory) -> No
 
     thread = threading.Thread(target=slow, daemon=True)
     thread.start()
-    time.sleep(0.7)
+    time.sleep(0.7)  # the scenario: the call gets into its 30 s handler before SIGTERM (nothing reports it)
     started = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(timeout=15) == 0

@@ -10,13 +10,14 @@ all processes are real (`node runtimes/nodejs20/server.js` / `runner.js`).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
+
+from tests.support.poll import until
 
 # Fixture types (see conftest.py); spelled out so the module imports nothing from it.
 ServerFactory = Callable[..., Any]
@@ -235,10 +236,10 @@ def test_stray_rejection_and_uncaught_exception_do_not_kill_the_server(
     server = start_server(runtime, write_function(tmp_path, {"handler.js": STRAY_FAILURES}))
     for path in ("/reject", "/throw", "/reject", "/throw"):
         assert requests.get(f"{server.url}{path}", timeout=10).text == "ok"
-    time.sleep(0.3)  # let the timer callbacks fire
+    until("the timer callbacks fired and were logged",
+          lambda: "stray rejection" in server.stderr and "thrown from a timer" in server.stderr, 10, 0.05)
     assert requests.get(f"{server.url}/fine", timeout=10).text == "ok"
     assert server.proc.poll() is None
-    assert "stray rejection" in server.stderr and "thrown from a timer" in server.stderr
 
 
 INVALID_RESULTS = """
