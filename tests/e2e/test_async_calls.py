@@ -15,6 +15,7 @@ import requests
 
 from tests.support.async_calls import ECHO, FAILING, FAST_RETRIES, wait_call
 from tests.support.platform import SlessProcess, Tenant, running_sless, start_sless
+from tests.support.poll import until
 
 pytestmark = pytest.mark.e2e
 
@@ -150,7 +151,9 @@ def test_queued_and_running_calls_survive_a_sigkill(tmp_path: Path) -> None:
         tenant = Tenant(sp.url, "async-crash")
         tenant.deploy("slow", "python3.11", {"handler.py": SLOW})
         ids = [submit(tenant, "slow", {"n": n}).json()["id"] for n in range(3)]
-        time.sleep(0.5)  # the first one is running, the others wait for the only worker
+        # one is running (in its 1.5 s handler), the others wait for the only worker
+        until("a call running", lambda: any(tenant.api("GET", f"/calls/{i}", expect=200).json()["state"] == "running"
+                                            for i in ids), 30, 0.05)
         sp.stop(signal.SIGKILL)
     except BaseException:
         sp.stop(signal.SIGKILL)

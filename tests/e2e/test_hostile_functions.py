@@ -312,7 +312,7 @@ def test_detached_child_dies_with_the_function(arena: Arena) -> None:
 
 def test_stopped_runtime_is_replaced(arena: Arena) -> None:
     assert arena.attack("stop_self").status_code == 200
-    time.sleep(0.5)
+    time.sleep(0.5)  # the scenario: the handler stops its own process 0.3 s after answering (hostile/handler.py)
     with pytest.raises(requests.Timeout):
         arena.attack("whoami", timeout=2)  # stopped: it does not answer
 

@@ -122,7 +122,7 @@ def test_slow_calls_do_not_block_fast_ones(tenant: Tenant) -> None:
     tenant.deploy("sleepy", "python3.11", {"handler.py": ECHO}, timeout_sec=10)
     with concurrent.futures.ThreadPoolExecutor(20) as pool:
         slow = [pool.submit(requests.get, tenant.fn_url("sleepy", "/sleep?s=2"), timeout=30) for _ in range(16)]
-        time.sleep(0.3)
+        time.sleep(0.3)  # the scenario: the 16 slow calls get into their 2 s handlers first (nothing reports it)
         started = time.monotonic()
         fast = requests.get(tenant.fn_url("sleepy"), timeout=30)
         fast_elapsed = time.monotonic() - started
