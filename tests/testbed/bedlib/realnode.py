@@ -53,7 +53,14 @@ KUBELET_PORT = 20250
 CGROUP_ROOT = "sless-testbed"
 CNI_BIN = "/usr/lib/cni"
 CONTAINERD_ROOT = images.CACHE / "containerd-root"  # content store and snapshots survive `down`
-SYSCTLS = ("net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables", "net/ipv4/conf/all/route_localnet")
+#: inotify limits the node raises (to at least these) while it runs: containerd's CRI plugin watches the CNI
+#: config with one, and the kubelet, the control planes of other test beds and the tests' own processes hold
+#: more; with Linux's default of 128 instances per user a busy machine ran out, and containerd started without
+#: its CRI plugin ("failed to create fsnotify watcher: too many open files").
+INOTIFY_MINIMUMS = {"fs/inotify/max_user_instances": 8192, "fs/inotify/max_user_watches": 524288}
+#: restored by `down` to what they were before `up`
+SYSCTLS = ("net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables", "net/ipv4/conf/all/route_localnet",
+           *INOTIFY_MINIMUMS)
 # folders containerd, libcni and the kubelet create outside the state folder; removed when empty
 HOST_DIRS = ("/run/netns", "/var/lib/cni/results", "/var/lib/cni", "/var/log/containers", "/var/log/pods")
 COMPONENTS = ("registry", "containerd", "coredns", "kubelet", "kube-proxy", netpol.NAME)
@@ -142,6 +149,10 @@ def setup_host(state: Path) -> None:
         "absent_dirs": [d for d in HOST_DIRS if not Path(d).exists()],
     }
     (state / "realnode-host.json").write_text(json.dumps(before, indent=2) + "\n")
+    for name, minimum in INOTIFY_MINIMUMS.items():
+        current = _read_sysctl(name)
+        if current is not None and int(current) < minimum:
+            Path("/proc/sys", name).write_text(str(minimum))
     # A fixed MAC: a bridge without one takes the lowest MAC of its ports, so it changes whenever a
     # pod's veth comes or goes, and pods that cached the old one in ARP lose the node for ~30-60 s.
     _run("ip", "link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge")
