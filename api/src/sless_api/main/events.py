@@ -52,6 +52,8 @@ EXIT_CONFIG = 2
 
 @dataclass(frozen=True)
 class ServiceSettings:
+    """Where ``sless-events`` listens (its probes) and which broker and database it uses."""
+
     rabbitmq_url: str
     database_url: str
     host: str = "127.0.0.1"
