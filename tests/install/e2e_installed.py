@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jwt
 import psycopg2
@@ -35,6 +35,8 @@ import yaml
 
 from sless_api.domain.archive import zip_bytes
 from tests.support.poll import until
+from tests.support.quotas import wait_counted
+from tests.support.testbed import Testbed
 
 NS = "sless-system"
 BIN = Path(sys.executable).parent
@@ -55,6 +57,30 @@ def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> str:
 def get(*args: str) -> Any:
     out = kubectl("get", *args, "-o", "json", check=False)
     return json.loads(out) if out.strip() else None
+
+
+class InstalledCluster:
+    """The installed platform's cluster ($KUBECONFIG), in the shape of the test bed that
+    :func:`tests.support.quotas.wait_counted` probes."""
+
+    kubeconfig = os.environ.get("KUBECONFIG", "")
+
+    def kubectl(self, *args: str, check: bool = True) -> str:
+        return kubectl(*args, check=check)
+
+    def apply(self, *objects: dict[str, Any]) -> None:
+        kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
+
+    def get(self, *args: str) -> Any:
+        return get(*args)
+
+
+def counted_cluster() -> None:
+    """Until the cluster's quota controller counts the platform's custom resources. The chart installed their
+    CRDs moments ago; a tenant quota the operator makes before the controller discovered them (it looks every
+    30 s) stays uncounted until its next full resync (5 min), and the API server refuses creates meanwhile. On a
+    cluster the CRDs come long before the first tenant; here the first tenant comes right after the install."""
+    wait_counted(cast(Testbed, InstalledCluster()))
 
 
 def free_port() -> int:
@@ -185,6 +211,7 @@ class Tenant:
 
 @pytest.fixture(scope="module")
 def tenant(platform: Platform) -> Tenant:
+    counted_cluster()
     t = Tenant(platform, f"e2e-{uuid.uuid4()}")
     t.call("POST", "/ensure", expect=(200, 201))
     return t

@@ -25,7 +25,7 @@ import pika.exceptions
 import pytest
 import requests
 
-from tests.install.e2e_installed import NS, POLL, get, kubectl, secret_value
+from tests.install.e2e_installed import NS, POLL, counted_cluster, get, kubectl, secret_value
 from tests.support.platform import Tenant
 from tests.support.poll import until
 
@@ -113,6 +113,7 @@ def test_the_platform_runs_as_pods_of_the_platform_image_on_the_real_node(platfo
 
 @pytest.fixture(scope="module")
 def tenant(platform: Platform) -> Tenant:
+    counted_cluster()
     t = Tenant(platform.url, f"e2e-real-{uuid.uuid4()}", secret=platform.jwt_secret)
     t.api("POST", "/ensure", expect=(200, 201))
     return t
