@@ -1009,9 +1009,9 @@ def test_websocket_handler_failure_closes_with_1011(ws_runtime: str, start_serve
 
 def test_websocket_idle_connection_is_closed(ws_runtime: str, start_server: ServerFactory) -> None:
     server = start_server(ws_runtime, env={"SLESS_TIMEOUT_SEC": "1"})
+    started = time.monotonic()  # before the handshake: the server's idle clock cannot start earlier
     sock, head = raw_request(server.port, WS_HANDSHAKE)
     assert head.startswith(b"HTTP/1.1 101 ")
-    started = time.monotonic()
     rest = read_until_closed(sock)  # nothing sent: closed after the idle timeout
     assert 1.0 <= time.monotonic() - started < 10
     frames = head.split(b"\r\n\r\n", 1)[1] + rest
