@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from sless_core import crd
 from sless_core.errors import ValidationError
-from sless_core.models import FunctionSpec, JobPhase, JobSpec, Phase, TriggerSpec
+from sless_core.models import FunctionSpec, JobPhase, JobSpec, Phase, ScaleSpec, TriggerSpec
 from sless_core.traffic import TrafficSplit, parse_entries
 
 #: The CRD's bound on ``timeoutSec``; the API applies the installation's own (lower) maximum to requests.
@@ -159,7 +159,7 @@ def manifest(kind: str, namespace: str, name: str, spec: dict[str, Any], labels:
 #: The Function spec's fields the user sets (``FunctionSpec``): CR key -> model field.
 FUNCTION_USER_FIELDS = {"runtime": "runtime", "entrypoint": "entrypoint", "memoryMb": "memory_mb",
                         "timeoutSec": "timeout_sec", "envVars": "env_vars", "secrets": "secrets",
-                        "maxConcurrency": "max_concurrency", "sandbox": "sandbox"}  # fmt: skip
+                        "maxConcurrency": "max_concurrency", "sandbox": "sandbox", "scale": "scale"}  # fmt: skip
 _FUNCTION_PATHS = {model: f"spec.{cr}" for cr, model in FUNCTION_USER_FIELDS.items()} | {"name": "metadata.name"}
 
 
@@ -241,11 +241,30 @@ def function_spec_to_cr(spec: FunctionSpec) -> dict[str, Any]:
         body["maxConcurrency"] = spec.max_concurrency
     if spec.sandbox:
         body["sandbox"] = spec.sandbox
+    if spec.scale is not None:
+        body["scale"] = scale_to_cr(spec.scale)
     return body
+
+
+#: ``spec.scale``'s keys: CR key -> model key (``ScaleSpec``)
+SCALE_CR_KEYS = {"min": "min", "max": "max", "target": "target", "idleSec": "idle_sec"}
+
+
+def scale_to_cr(scale: ScaleSpec) -> dict[str, int]:
+    return {cr: getattr(scale, model) for cr, model in SCALE_CR_KEYS.items()}
+
+
+def _scale_from_cr(value: object) -> object:
+    """The CR's ``spec.scale`` in the model's spelling (unknown keys kept, for the model to refuse)."""
+    if not isinstance(value, dict):
+        return value
+    return {SCALE_CR_KEYS.get(key, key): item for key, item in value.items()}
 
 
 def _function_spec(meta: Meta, spec: dict[str, Any]) -> FunctionSpec:
     body = {model: spec[cr] for cr, model in FUNCTION_USER_FIELDS.items() if cr in spec}
+    if "scale" in body:
+        body["scale"] = _scale_from_cr(body["scale"])
     try:
         return FunctionSpec.from_user(body, MAX_TIMEOUT_SEC, name=meta.name)
     except ValidationError as exc:

@@ -22,6 +22,12 @@ DEFAULT_ENTRYPOINT = {"python3.11": "handler.handle", "nodejs20": "handler.handl
 MEMORY_MIN_MB, MEMORY_MAX_MB, MEMORY_DEFAULT_MB = 64, 8192, 128
 #: The largest per-function concurrency limit (calls in flight through one API process).
 MAX_CONCURRENCY = 1000
+#: Demand-driven scaling (``FunctionSpec.scale``): replicas between ``min`` and ``max``, ``target`` calls in flight
+#: per replica, back to ``min`` after ``idle_sec`` without calls. The bounds keep one function from claiming a
+#: cluster (``max``, as the CRD's fixed ``replicas``) or flapping (``idle_sec`` at least a few seconds).
+SCALE_MAX_REPLICAS = 100
+SCALE_DEFAULTS = {"min": 0, "max": 10, "target": 10, "idle_sec": 300}
+SCALE_IDLE_MIN_SEC, SCALE_IDLE_MAX_SEC = 5, 86400
 #: The stronger sandboxes a function may require (its pods then run under the matching RuntimeClass on
 #: Kubernetes: gVisor's runsc, a kernel of its own between the code and the node's). Empty: the platform's default.
 SANDBOXES = ("gvisor",)
@@ -235,6 +241,47 @@ def validate_secret_refs(value: object) -> list[SecretRef]:
     return refs
 
 
+@dataclass(frozen=True)
+class ScaleSpec:
+    """How a function scales with demand: ``min``..``max`` replicas, ``target`` calls in flight per replica.
+
+    ``min`` 0 lets an idle function cost nothing: the first call waits while a replica starts. ``idle_sec`` is how
+    long a function goes without calls before it goes back to ``min``.
+    """
+
+    min: int = SCALE_DEFAULTS["min"]
+    max: int = SCALE_DEFAULTS["max"]
+    target: int = SCALE_DEFAULTS["target"]
+    idle_sec: int = SCALE_DEFAULTS["idle_sec"]
+
+    FIELDS = frozenset(SCALE_DEFAULTS)
+
+    @classmethod
+    def from_user(cls, value: object) -> ScaleSpec | None:
+        """None for an absent or null ``scale`` (fixed replicas); every field is optional, with its default."""
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise ValidationError("scale must be an object {min, max, target, idle_sec}", field="scale")
+        unknown = sorted(set(value) - cls.FIELDS)
+        if unknown:
+            raise ValidationError(f"unknown field(s) in scale: {', '.join(map(str, unknown))} "
+                                  f"(known: min, max, target, idle_sec)", field="scale")
+        try:
+            low = _int_in(value, "min", cls.min, 0, SCALE_MAX_REPLICAS)
+            high = _int_in(value, "max", cls.max, 1, SCALE_MAX_REPLICAS)
+            target = _int_in(value, "target", cls.target, 1, MAX_CONCURRENCY)
+            idle = _int_in(value, "idle_sec", cls.idle_sec, SCALE_IDLE_MIN_SEC, SCALE_IDLE_MAX_SEC)
+        except ValidationError as exc:
+            raise ValidationError(f"scale.{exc.message}", field=f"scale.{exc.field}") from None
+        if low > high:
+            raise ValidationError(f"scale.min ({low}) must not exceed scale.max ({high})", field="scale.min")
+        return cls(low, high, target, idle)
+
+    def to_dict(self) -> dict[str, int]:
+        return {"min": self.min, "max": self.max, "target": self.target, "idle_sec": self.idle_sec}
+
+
 @dataclass
 class FunctionSpec:
     """What a tenant asks for; status fields live beside it in the backend's record."""
@@ -248,9 +295,10 @@ class FunctionSpec:
     secrets: list[SecretRef] = field(default_factory=list)
     max_concurrency: int = 0  # calls in flight through /fn at once; 0: no limit of its own
     sandbox: str = ""  # one of SANDBOXES, or "": the platform's default runtime
+    scale: ScaleSpec | None = None  # demand-driven replicas; None: the backend's fixed replicas
 
     FIELDS = frozenset({"name", "runtime", "entrypoint", "memory_mb", "timeout_sec", "env_vars", "secrets",
-                        "max_concurrency", "sandbox"})
+                        "max_concurrency", "sandbox", "scale"})
 
     @classmethod
     def from_user(cls, body: object, max_timeout: int, name: str | None = None) -> FunctionSpec:
@@ -271,6 +319,7 @@ class FunctionSpec:
             secrets=validate_secret_refs(data.get("secrets")),
             max_concurrency=_int_in(data, "max_concurrency", 0, 0, MAX_CONCURRENCY),
             sandbox=validate_sandbox(data.get("sandbox")),
+            scale=ScaleSpec.from_user(data.get("scale")),
         )
 
     def updated(self, patch: object, max_timeout: int) -> FunctionSpec:
@@ -285,6 +334,7 @@ class FunctionSpec:
     def to_dict(self) -> dict[str, Any]:
         body = asdict(self)
         body["secrets"] = [ref.to_dict() for ref in self.secrets]
+        body["scale"] = self.scale.to_dict() if self.scale is not None else None
         return body
 
     @classmethod
@@ -292,6 +342,7 @@ class FunctionSpec:
         """Trusting constructor for records we stored ourselves."""
         values = dict(data)
         values["secrets"] = [SecretRef(**s) for s in values.get("secrets", [])]
+        values["scale"] = ScaleSpec(**values["scale"]) if values.get("scale") else None
         return cls(**{k: v for k, v in values.items() if k in cls.FIELDS})
 
 
