@@ -18,6 +18,8 @@ Kubernetes backend:
 | ``SLESS_KUBE_CODE_FETCH`` | ``true`` | pods fetch Python/Node code at start; ``false``: an image per change |
 | ``SLESS_KUBE_TENANT_ROLE`` | (none) | ClusterRole the API binds to itself per tenant namespace |
 | ``SLESS_KUBE_SERVICE_ACCOUNT`` | (none) | ``<namespace>:<name>``: the API's own, bound there |
+| ``SLESS_ACTIVATION_TIMEOUT_SEC`` | ``120`` | a call to a function at zero waits this long for a ready pod (then 503) |
+| ``SLESS_ACTIVATION_QUEUE`` | ``200`` | calls one API process holds per function at zero; more get 503 at once |
 
 Standalone backend: ``SLESS_SANDBOX``, ``SLESS_SANDBOX_*`` (:class:`SandboxSettings`),
 ``SLESS_CODE_VERSIONS_KEPT``, ``SLESS_TENANT_CODE_QUOTA_BYTES`` (:class:`RetentionPolicy`).
@@ -61,6 +63,10 @@ class KubeSettings:
     service_account: tuple[str, str] | None = None
     #: In a pod (``KUBERNETES_SERVICE_HOST`` set): without ``KUBECONFIG`` the service account is used.
     in_cluster: bool = False
+    #: A call to a scaled function with no ready pod waits this long for one (``kube.activator``).
+    activation_timeout_sec: float = 120.0
+    #: Calls one process holds per function while it has no ready pod; the next ones are refused (503).
+    activation_queue: int = 200
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> KubeSettings:
@@ -89,6 +95,9 @@ class KubeSettings:
             in_cluster=bool(reader.optional("KUBERNETES_SERVICE_HOST")),
             tenant_role=tenant_role,
             service_account=service_account,
+            activation_timeout_sec=reader.number("SLESS_ACTIVATION_TIMEOUT_SEC", cls.activation_timeout_sec,
+                                                 low=1, high=3600),
+            activation_queue=reader.integer("SLESS_ACTIVATION_QUEUE", cls.activation_queue, low=1, high=100_000),
         )
 
     def base_image(self, runtime: str) -> str:

@@ -9,6 +9,8 @@ class PlatformError(Exception):
     """Base of the errors a backend reports; the API maps each to one status code."""
 
     status = 500
+    #: seconds after which the same call may succeed (sent as ``Retry-After``); None: no advice
+    retry_after: int | None = None
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -32,6 +34,14 @@ class Unavailable(PlatformError):
     """The function exists but cannot serve now (it failed to start, it is building)."""
 
     status = 503
+
+
+class NotActivated(Unavailable):
+    """A function scaled to zero got no ready pod in time, or too many calls already wait for one."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class CallbackRefused(ValueError):

@@ -20,6 +20,8 @@ class Route:
     version: int | None = None
     #: the backend's name of the upstream when it is not the function's own (a split's other version)
     target: str = ""
+    #: the function scales with demand and may be at zero replicas: a call waits for a ready pod (``scale``)
+    scaled: bool = False
     #: a traffic split: each call takes one of its routes (``served``); None: this route serves every call
     split: RouteSplit | None = field(default=None, compare=False, repr=False)
 

@@ -62,6 +62,14 @@ def error_body(status: int, message: str) -> InvokeResult:
     return InvokeResult(status, [("content-type", "application/json")], body, error=message)
 
 
+def error_reply(exc: PlatformError) -> InvokeResult:
+    """A backend's refusal as the caller sees it, with its ``Retry-After`` advice when it has one."""
+    result = error_body(exc.status, exc.message)
+    if exc.retry_after is not None:
+        result.headers.append(("retry-after", str(exc.retry_after)))
+    return result
+
+
 class Invoker:
     """Calls functions through their routes; shared by the HTTP proxy, cron and event dispatchers."""
 
@@ -166,8 +174,10 @@ class Invoker:
                 data = await read_capped(resp, BUFFERED_MAX_BYTES)
                 result = InvokeResult(resp.status, to_caller(resp.headers_text()), data,
                                       error=None if resp.status < 500 else data[:500].decode("utf-8", "replace"))
-        except (UpstreamError, PlatformError) as exc:
+        except UpstreamError as exc:
             result = error_body(exc.status, exc.message)
+        except PlatformError as exc:
+            result = error_reply(exc)
         self.record(route.namespace, route.function, method, path_qs.split("?", 1)[0], result.status, started,
                     len(body), len(result.body), trigger, result.error, request_id, timing, route.version)
         return result

@@ -35,7 +35,7 @@ from sless_api.gateway.headers import (
     upstream_lines,
     wants_async,
 )
-from sless_api.gateway.invoker import Answer, Invoker, InvokeResult, UpstreamError, error_body
+from sless_api.gateway.invoker import Answer, Invoker, InvokeResult, UpstreamError, error_body, error_reply
 from sless_api.gateway.pathguard import raw_path, reaches_runtime_internals, split_invoke
 from sless_api.gateway.replies import Reply, UnsafeHeader, reply_for
 from sless_api.gateway.requestid import SCOPE_KEY, accept_or_new
@@ -126,7 +126,7 @@ class ProxyApp:
             await self._answer(reply, refused.result, answer_id)
         except PlatformError as exc:
             status, error = exc.status, exc.message
-            await self._answer(reply, error_body(exc.status, exc.message), answer_id)
+            await self._answer(reply, error_reply(exc), answer_id)
         except Throttled as exc:
             status, error = 429, exc.message
             metrics.THROTTLED.labels(ns, name).inc()

@@ -86,7 +86,8 @@ class WsProxy:
             await deny(scope, send, status, error or "")
         except PlatformError as exc:
             status, error = exc.status, exc.message
-            await deny(scope, send, exc.status, exc.message)
+            advice = [] if exc.retry_after is None else [(b"retry-after", str(exc.retry_after).encode())]
+            await deny(scope, send, exc.status, exc.message, advice)
         except Throttled as exc:
             status, error = 429, exc.message
             metrics.THROTTLED.labels(ns, name).inc()

@@ -7,12 +7,14 @@ A :class:`KubeRouter` needs only a client and the settings, never a code store: 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
+from sless_api.backends.kube import endpoints
+from sless_api.backends.kube.activator import ActivatedUpstream, Activator, Demand
 from sless_api.backends.kube.client import KubeClient
+from sless_api.backends.kube.endpoints import ReadyEndpoints
 from sless_api.backends.kube.routes import RouteTable
-from sless_api.backends.kube.watch import RouteWatch
+from sless_api.backends.kube.watch import Resource, RouteWatch
 from sless_api.backends.settings import KubeSettings
 from sless_api.domain.errors import NotFound, Unavailable
 from sless_api.domain.routing import Route
@@ -24,24 +26,33 @@ class KubeRouter:
     """The :class:`~sless_api.domain.ports.Router` of the Kubernetes backend.
 
     ``table``: the route table the watches feed (a subclass, for the event dispatcher, also keeps the
-    event triggers: one watch feeds both).
+    event triggers: one watch feeds both). ``demand``: where calls in flight and waiting are reported (the
+    scaler's reporter); the function Services' EndpointSlices feed the activator (``kube.activator``).
     """
 
-    def __init__(self, kube: KubeClient, settings: KubeSettings, table: RouteTable | None = None) -> None:
+    def __init__(self, kube: KubeClient, settings: KubeSettings, table: RouteTable | None = None,
+                 demand: Demand | None = None) -> None:
         self.kube = kube
         self.settings = settings
         self.table = table if table is not None else RouteTable()
         self.watch = RouteWatch(kube, self.table)
+        self.endpoints = ReadyEndpoints()
+        slices = Resource(endpoints.PLURAL, endpoints.GROUP, endpoints.VERSION, endpoints.SELECTOR)
+        self.endpoint_watch = RouteWatch(kube, self.endpoints, (slices,))
+        self.activator = Activator(self.endpoints, self.endpoint_watch.listed, settings.activation_timeout_sec,
+                                   settings.activation_queue, demand)
 
     def start(self) -> None:
         self.watch.start()
+        self.endpoint_watch.start()
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.watch.stop)
+        await asyncio.gather(asyncio.to_thread(self.watch.stop), asyncio.to_thread(self.endpoint_watch.stop))
 
     def add_namespace(self, namespace: str) -> None:
         """A tenant namespace the API has touched (watched on its own when cluster-wide watches are refused)."""
         self.watch.add_namespace(namespace)
+        self.endpoint_watch.add_namespace(namespace)
 
     async def _wait_synced(self, namespace: str) -> bool:
         """Wait (briefly) until NAMESPACE's watches have listed; False when they already had."""
@@ -74,8 +85,9 @@ class KubeRouter:
             raise NotFound(f"function {name!r} not found in {namespace}")
         if not fn.deployed:
             raise Unavailable(f"function {name!r} is not ready (phase {fn.phase})")
-        return Route(namespace, name, fn.timeout_sec, "public", fn.max_concurrency)
+        return Route(namespace, name, fn.timeout_sec, "public", fn.max_concurrency, scaled=fn.scaled)
 
-    def upstream(self, route: Route) -> contextlib.nullcontext[str]:
-        """The function's Service; nothing to hold (a plain context, not a generator's: it is entered per call)."""
-        return contextlib.nullcontext(self.settings.service_url(route.namespace, route.target or route.function))
+    def upstream(self, route: Route) -> ActivatedUpstream:
+        """The function's Service, once it has a ready pod (``kube.activator``); the call counts as demand."""
+        service = route.target or route.function
+        return self.activator.upstream(route, service, self.settings.service_url(route.namespace, service))

@@ -40,6 +40,8 @@ class FunctionView:
     #: a traffic split in effect: ((current, weight), (other, weight, its timeout)) once the operator
     #: reports the other version's pods ready (status.split); None: every call to the current version
     split: tuple[tuple[int, int], tuple[int, int, float]] | None = None
+    #: the function has ``scale`` (KEDA may take it to zero): calls to it go through the activator
+    scaled: bool = False
 
     @property
     def deployed(self) -> bool:
@@ -66,7 +68,7 @@ def function_view(obj: dict[str, Any]) -> FunctionView:
         return FunctionView(phase=Phase.FAILED, image=None, timeout_sec=float(TIMEOUT_DEFAULT_SEC), invalid=exc.message)
     return FunctionView(phase=str(fn.status.phase or Phase.PENDING), image=fn.status.image or None,
                         timeout_sec=float(fn.spec.timeout_sec), max_concurrency=fn.spec.max_concurrency,
-                        version=fn.current_version, split=split_in_effect(fn, obj))
+                        version=fn.current_version, split=split_in_effect(fn, obj), scaled=fn.spec.scale is not None)
 
 
 def split_in_effect(fn: FunctionResource, obj: dict[str, Any]) -> tuple[tuple[int, int], tuple[int, int, float]] | None:
@@ -190,9 +192,11 @@ class RouteTable:
             self._routes.pop(fn_key, None)
             return
         auth = "public" if any(t.auth == "public" for t in http) else "token"
-        route = Route(ns, name, fn.timeout_sec, auth, fn.max_concurrency, fn.version)
+        route = Route(ns, name, fn.timeout_sec, auth, fn.max_concurrency, fn.version, scaled=fn.scaled)
         if fn.split is not None:
             (_, weight), (other, other_weight, timeout) = fn.split
-            beside = dataclasses.replace(route, version=other, target=other_version_name(name), timeout_sec=timeout)
+            # a split's other version runs fixed replicas (the operator scales only the function's own Deployment)
+            beside = dataclasses.replace(route, version=other, target=other_version_name(name), timeout_sec=timeout,
+                                         scaled=False)
             route = dataclasses.replace(route, split=RouteSplit([(route, weight), (beside, other_weight)]))
         self._routes[fn_key] = route

@@ -1,10 +1,13 @@
 """List-and-watch of Functions and Triggers into the route table, in background threads.
 
-One thread per (resource, scope). It lists (paged) to replace its part of the table, then
-watches from the list's resourceVersion with bookmarks; a watch that ends normally is renewed
-from the last version seen, a 410 Gone (history compacted) relists at once, and any other
-failure (API server down, connection cut) backs off exponentially and relists. The client's read
-timeout exceeds the server-side watch timeout, so a silently dead connection is noticed too.
+One thread per (resource, scope). The resources are the platform's custom resources (Functions
+and Triggers, into the route table) or, for the activator, the EndpointSlices of function
+Services (into ``kube.endpoints``): any object list served at ``/apis/<group>/<version>/<plural>``.
+Each lists (paged) to replace its part of the table, then watches from the list's resourceVersion
+with bookmarks; a watch that ends normally is renewed from the last version seen, a 410 Gone
+(history compacted) relists at once, and any other failure (API server down, connection cut)
+backs off exponentially and relists. The client's read timeout exceeds the server-side watch
+timeout, so a silently dead connection is noticed too.
 
 Scope: one cluster-wide watch per resource. When the API's credentials may not list them
 cluster-wide (403), the watch falls back to one watch per tenant namespace: those found by the
@@ -17,14 +20,15 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from sless_api.backends.kube.client import CONNECT_TIMEOUT_SEC, KubeClient
-from sless_api.backends.kube.routes import FUNCTIONS, TRIGGERS, RouteTable
+from sless_api.backends.kube.routes import FUNCTIONS, TRIGGERS
 from sless_core import crd
 
 log = logging.getLogger("sless.kube.watch")
@@ -32,6 +36,27 @@ LIST_PAGE = 500
 BACKOFF_MIN_SEC, BACKOFF_MAX_SEC = 0.5, 30.0
 DISCOVERY_INTERVAL_SEC = 30.0
 DENIED_RETRY_SEC = 300.0
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One list-and-watch target: ``/apis/GROUP/VERSION/PLURAL``, narrowed by a label selector ("": all)."""
+
+    plural: str
+    group: str = crd.GROUP
+    version: str = crd.VERSION
+    label_selector: str = ""
+
+
+class MirrorTable(Protocol):
+    """What a watcher feeds: a (re)list's result, then each watch event."""
+
+    def replace(self, kind: str, objects: Iterable[dict[str, Any]], namespace: str | None = None) -> None: ...
+
+    def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None: ...
+
+
+PLATFORM_RESOURCES = (Resource(FUNCTIONS), Resource(TRIGGERS))
 
 
 class Gone(Exception):
@@ -72,13 +97,15 @@ def iter_lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
 class Watcher(threading.Thread):
     """Keeps one resource of one scope (a namespace, or the whole cluster) mirrored in the table."""
 
-    def __init__(self, kube: KubeClient, table: RouteTable, plural: str, namespace: str | None,
+    def __init__(self, kube: KubeClient, table: MirrorTable, resource: Resource | str, namespace: str | None,
                  stop: threading.Event, on_forbidden: Callable[[Watcher, str], None] | None = None) -> None:
+        resource = Resource(resource) if isinstance(resource, str) else resource
         scope = namespace or "cluster"
-        super().__init__(name=f"sless-watch-{plural}-{scope}", daemon=True)
+        super().__init__(name=f"sless-watch-{resource.plural}-{scope}", daemon=True)
         self.kube = kube
         self.table = table
-        self.plural = plural
+        self.resource = resource
+        self.plural = resource.plural
         self.namespace = namespace
         self.stop_event = stop
         self.on_forbidden = on_forbidden
@@ -131,16 +158,20 @@ class Watcher(threading.Thread):
 
     # list and watch
     def _call_args(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        group, version = self.resource.group, self.resource.version
         if self.namespace is None:
-            return self.api.list_cluster_custom_object, (crd.GROUP, crd.VERSION, self.plural)
-        return self.api.list_namespaced_custom_object, (crd.GROUP, crd.VERSION, self.namespace, self.plural)
+            return self.api.list_cluster_custom_object, (group, version, self.plural)
+        return self.api.list_namespaced_custom_object, (group, version, self.namespace, self.plural)
+
+    def _selector(self) -> dict[str, str]:
+        return {"label_selector": self.resource.label_selector} if self.resource.label_selector else {}
 
     def _list(self) -> str:
         fn, args = self._call_args()
         items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"limit": LIST_PAGE,
+            kwargs: dict[str, Any] = {"limit": LIST_PAGE, **self._selector(),
                                       "_request_timeout": (CONNECT_TIMEOUT_SEC, self.kube.settings.request_timeout_sec)}
             if token:
                 kwargs["_continue"] = token
@@ -170,7 +201,7 @@ class Watcher(threading.Thread):
         timeout = self.kube.settings.watch_timeout_sec
         self.requests += 1
         try:
-            response = fn(*args, watch=True, resource_version=version, allow_watch_bookmarks=True,
+            response = fn(*args, watch=True, resource_version=version, allow_watch_bookmarks=True, **self._selector(),
                           timeout_seconds=int(timeout), _preload_content=False,
                           _request_timeout=(CONNECT_TIMEOUT_SEC, timeout + 30))
         except ApiException as exc:
@@ -213,9 +244,11 @@ class RouteWatch:
     tried again after ``DENIED_RETRY_SEC``): it is some other tenant's, not served by these credentials.
     """
 
-    def __init__(self, kube: KubeClient, table: RouteTable) -> None:
+    def __init__(self, kube: KubeClient, table: MirrorTable,
+                 resources: tuple[Resource, ...] = PLATFORM_RESOURCES) -> None:
         self.kube = kube
         self.table = table
+        self.resources = {r.plural: r for r in resources}
         self.stop_event = threading.Event()
         self._lock = threading.Lock()
         self.watchers: dict[tuple[str, str | None], Watcher] = {}
@@ -225,18 +258,28 @@ class RouteWatch:
         self._discovery: threading.Thread | None = None
 
     def start(self) -> None:
-        for plural in (FUNCTIONS, TRIGGERS):
+        for plural in self.resources:
             self._spawn(plural, None)
 
     def synced(self, namespace: str) -> bool:
         """Whether the table holds NAMESPACE's state (its watches have listed), so a miss is a real miss."""
         with self._lock:
-            for plural in (FUNCTIONS, TRIGGERS):
+            for plural in self.resources:
                 per_namespace = plural in self.per_namespace
                 watcher = self.watchers.get((plural, namespace if per_namespace else None))
                 if watcher is None and not per_namespace:
                     return False  # not started yet
                 if watcher is not None and not watcher.listed.is_set():
+                    return False
+        return True
+
+    def listed(self, namespace: str) -> bool:
+        """Whether every resource of NAMESPACE has been listed by a watcher that covers it: unlike ``synced``,
+        a namespace whose resources may not be read is not listed (nothing is known of it)."""
+        with self._lock:
+            for plural in self.resources:
+                watcher = self.watchers.get((plural, None)) or self.watchers.get((plural, namespace))
+                if watcher is None or not watcher.listed.is_set():
                     return False
         return True
 
@@ -273,7 +316,8 @@ class RouteWatch:
                 if denied is not None and time.monotonic() - denied < DENIED_RETRY_SEC:
                     return
                 self._denied.pop((plural, namespace), None)
-            watcher = Watcher(self.kube, self.table, plural, namespace, self.stop_event, self._forbidden)
+            watcher = Watcher(self.kube, self.table, self.resources[plural], namespace, self.stop_event,
+                              self._forbidden)
             self.watchers[(plural, namespace)] = watcher
         watcher.start()
 

@@ -1,0 +1,160 @@
+"""The activator's rules: a call to a scaled function with no ready pod waits for one, bounded in count and time.
+
+The EndpointSlices come from a thread, as the watch delivers them; the calls wait on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from sless_api.backends.kube.activator import RETRY_AFTER_SEC, Activator
+from sless_api.backends.kube.endpoints import ReadyEndpoints, ready_addresses
+from sless_api.domain.errors import NotActivated
+from sless_api.domain.routing import Route
+from sless_api.gateway import calltiming
+from sless_api.gateway.calltiming import CallTiming
+from tests.support.poll import until_async
+
+NS, FN = "sless-t", "hello"
+URL = "http://hello.sless-t.svc.cluster.local:8080"
+
+
+def endpoint_slice(name: str, *states: tuple[str, bool, bool], service: str = FN, ns: str = NS) -> dict[str, Any]:
+    """A slice with endpoints (address, ready, terminating) as the EndpointSlice controller writes them."""
+    return {
+        "metadata": {"name": name, "namespace": ns, "labels": {"kubernetes.io/service-name": service}},
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": ready, "terminating": terminating}}
+                      for ip, ready, terminating in states],
+    }
+
+
+class Counts:
+    """The demand the activator reports, as the scaler's reporter would receive it."""
+
+    def __init__(self) -> None:
+        self.in_flight: dict[tuple[str, str], int] = {}
+        self.waiting: dict[tuple[str, str], int] = {}
+        self.woken = 0
+
+    def call_started(self, namespace: str, function: str) -> None:
+        key = (namespace, function)
+        self.in_flight[key] = self.in_flight.get(key, 0) + 1
+
+    def call_ended(self, namespace: str, function: str) -> None:
+        self.in_flight[(namespace, function)] -= 1
+
+    def waiting_started(self, namespace: str, function: str) -> None:
+        key = (namespace, function)
+        self.waiting[key] = self.waiting.get(key, 0) + 1
+        self.woken += 1
+
+    def waiting_ended(self, namespace: str, function: str) -> None:
+        self.waiting[(namespace, function)] -= 1
+
+
+def make(timeout: float = 10.0, queue: int = 5, synced: bool = True) -> tuple[Activator, ReadyEndpoints, Counts]:
+    endpoints, counts = ReadyEndpoints(), Counts()
+    return Activator(endpoints, lambda ns: synced, timeout, queue, counts), endpoints, counts
+
+
+SCALED = Route(NS, FN, 30.0, "public", scaled=True)
+
+
+def from_thread(fn: Any, *args: Any) -> None:
+    thread = threading.Thread(target=fn, args=args)
+    thread.start()
+    thread.join()
+
+
+def test_only_ready_endpoints_that_are_not_terminating_count() -> None:
+    obj = endpoint_slice("s1", ("10.0.0.1", True, False), ("10.0.0.2", False, False), ("10.0.0.3", True, True))
+    assert ready_addresses(obj) == ("10.0.0.1",)
+
+
+def test_slices_add_up_per_service_and_a_relist_replaces_a_namespace() -> None:
+    endpoints = ReadyEndpoints()
+    endpoints.apply("endpointslices", "ADDED", endpoint_slice("a", ("10.0.0.1", True, False)))
+    endpoints.apply("endpointslices", "ADDED", endpoint_slice("b", ("10.0.0.2", True, False)))
+    endpoints.apply("endpointslices", "ADDED", endpoint_slice("c", ("10.0.0.9", True, False), ns="other"))
+    assert sorted(endpoints.addresses(NS, FN)) == ["10.0.0.1", "10.0.0.2"]
+    endpoints.apply("endpointslices", "DELETED", endpoint_slice("a"))
+    assert endpoints.addresses(NS, FN) == ("10.0.0.2",)
+    endpoints.replace("endpointslices", [], NS)  # the namespace relisted empty: its slices are gone
+    assert not endpoints.has_ready(NS, FN)
+    assert endpoints.has_ready("other", FN)  # another namespace's part is kept
+
+
+def test_a_call_at_zero_waits_for_the_first_ready_pod_and_is_cold() -> None:
+    activator, endpoints, counts = make()
+
+    async def scenario() -> CallTiming:
+        timing = CallTiming(ready=0.0)
+        token = calltiming.CURRENT.set(timing)
+        try:
+            call = asyncio.ensure_future(_through(activator))
+            await until_async("the call reported waiting", lambda: counts.woken == 1, 5, 0.01)  # before any pod
+            assert not call.done() and counts.waiting[(NS, FN)] == 1
+            endpoints.apply("endpointslices", "ADDED", endpoint_slice("s", ("10.0.0.1", False, False)))
+            await asyncio.sleep(0)
+            assert not call.done()  # a pod that is not ready yet does not release the call
+            await asyncio.to_thread(endpoints.apply, "endpointslices", "MODIFIED",
+                                    endpoint_slice("s", ("10.0.0.1", True, False)))
+            assert await asyncio.wait_for(call, 5) == URL
+        finally:
+            calltiming.CURRENT.reset(token)
+        return timing
+
+    timing = asyncio.run(scenario())
+    assert timing.cold and timing.start_sec > 0
+    assert counts.waiting[(NS, FN)] == 0 and counts.in_flight[(NS, FN)] == 0
+    assert activator.waiting == {}
+
+
+def test_a_ready_function_and_a_fixed_one_are_forwarded_at_once() -> None:
+    activator, endpoints, counts = make()
+    from_thread(endpoints.apply, "endpointslices", "ADDED", endpoint_slice("s", ("10.0.0.1", True, False)))
+    assert asyncio.run(_through(activator)) == URL
+    fixed = Route(NS, "fixed", 30.0, "public")  # no scale: never held, even with no endpoint known
+    assert asyncio.run(_through(activator, fixed, "fixed")) == URL
+    assert counts.woken == 0 and counts.in_flight == {(NS, FN): 0, (NS, "fixed"): 0}
+
+
+def test_without_listed_endpoints_a_call_is_forwarded_as_before() -> None:
+    activator, _, counts = make(synced=False)
+    assert asyncio.run(_through(activator)) == URL
+    assert counts.woken == 0
+
+
+def test_no_pod_in_time_is_503_with_retry_after() -> None:
+    activator, _, counts = make(timeout=0.2)
+    with pytest.raises(NotActivated) as refused:
+        asyncio.run(_through(activator))
+    assert refused.value.status == 503 and refused.value.retry_after == RETRY_AFTER_SEC
+    assert "no ready pod 0.2s after" in refused.value.message
+    assert counts.in_flight[(NS, FN)] == 0 and counts.waiting[(NS, FN)] == 0
+
+
+def test_the_queue_at_zero_is_bounded() -> None:
+    activator, endpoints, _ = make(queue=2)
+
+    async def scenario() -> None:
+        held = [asyncio.ensure_future(_through(activator)) for _ in range(2)]
+        await until_async("two calls held", lambda: activator.waiting.get((NS, FN)) == 2, 5, 0.01)
+        with pytest.raises(NotActivated) as refused:
+            await _through(activator)
+        assert "2 calls already wait" in refused.value.message and refused.value.retry_after == RETRY_AFTER_SEC
+        await asyncio.to_thread(endpoints.apply, "endpointslices", "ADDED",
+                                endpoint_slice("s", ("10.0.0.1", True, False)))
+        assert await asyncio.wait_for(asyncio.gather(*held), 5) == [URL, URL]
+
+    asyncio.run(scenario())
+
+
+async def _through(activator: Activator, route: Route = SCALED, service: str = FN) -> str:
+    async with activator.upstream(route, service, URL) as url:
+        return url
+
