@@ -29,8 +29,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq, pytest.mark.slow]
 HELLO = {"handler.py": "def handle(event):\n    return {'hello': event.get('name')}\n\n"
                        "def other(event):\n    return 'other'\n"}
 FUNCTION_FIELDS = {"name", "runtime", "entrypoint", "memory_mb", "timeout_sec", "env_vars", "secrets",
-                   "max_concurrency", "sandbox", "namespace", "phase", "message", "code_hash", "image", "created_at",
-                   "last_built_at"}
+                   "max_concurrency", "sandbox", "scale", "namespace", "phase", "message", "code_hash", "image",
+                   "created_at", "last_built_at"}
 TRIGGER_FIELDS = {"name", "type", "function", "enabled", "schedule", "queue", "auth", "namespace", "created_at",
                   "last_fired_at", "message"}
 JOB_FIELDS = {"name", "function", "event", "run_id", "namespace", "phase", "message", "started_at",
@@ -144,6 +144,81 @@ def test_function_create_read_update_delete(tenant: Tenant) -> None:
 ])
 def test_invalid_function_specs_are_400_with_the_field(tenant: Tenant, spec: dict[str, Any], field: str) -> None:
     error_of(tenant.api("POST", "/functions", json=spec), 400, field)
+
+
+def has_keda(backend: Backend) -> bool:
+    """Whether the backend can honour ``scale``: always standalone; on Kubernetes, a cluster that serves KEDA."""
+    if backend.bed is None:
+        return True
+    found = backend.bed.kubectl("get", "--raw", "/apis/keda.sh/v1alpha1", check=False)
+    return found.returncode == 0 and '"scaledobjects"' in found.stdout
+
+
+def test_function_scale_is_stored_returned_changed_and_removed(backend: Backend, tenant: Tenant) -> None:
+    """``scale``: null when absent; a given object is completed with the defaults; PUT and PATCH replace it,
+    null removes it. On a Kubernetes cluster without KEDA it is refused (422, field scale) and nothing is made."""
+    plain = tenant.api("POST", "/functions", json={"name": "fixed", "runtime": "python3.11"}, expect=201).json()
+    assert plain["scale"] is None
+    body = {"name": "elastic", "runtime": "python3.11", "scale": {"min": 1, "max": 4}}
+    if not has_keda(backend):
+        refused = error_of(tenant.api("POST", "/functions", json=body), 422, "scale")
+        assert "scaling needs KEDA, which this cluster does not have" in refused["error"]
+        error_of(tenant.api("GET", "/functions/elastic"), 404)
+        error_of(tenant.api("PATCH", "/functions/fixed", json={"scale": {"max": 2}}), 422, "scale")
+        # a change that leaves scale out (or removes it) needs no KEDA
+        tenant.api("PATCH", "/functions/fixed", json={"memory_mb": 256, "scale": None}, expect=200)
+        return
+    created = tenant.api("POST", "/functions", json=body, expect=201).json()
+    assert created["scale"] == {"min": 1, "max": 4, "target": 10, "idle_sec": 300}
+    assert tenant.api("GET", "/functions/elastic", expect=200).json()["scale"] == created["scale"]
+    listed = tenant.api("GET", "/functions", expect=200).json()["items"]
+    assert {f["name"]: f["scale"] for f in listed} == {"elastic": created["scale"], "fixed": None}
+
+    changed = tenant.api("PUT", "/functions/elastic", json={"scale": {"max": 8, "target": 3, "idle_sec": 60}},
+                         expect=200).json()
+    assert changed["scale"] == {"min": 0, "max": 8, "target": 3, "idle_sec": 60}
+    other = tenant.api("PATCH", "/functions/elastic", json={"memory_mb": 256}, expect=200).json()
+    assert (other["scale"], other["memory_mb"]) == (changed["scale"], 256), "a change without scale keeps it"
+    error_of(tenant.api("PATCH", "/functions/elastic", json={"scale": {"min": 9, "max": 8}}), 400, "scale.min")
+    assert tenant.api("GET", "/functions/elastic", expect=200).json()["scale"] == changed["scale"]
+
+    removed = tenant.api("PATCH", "/functions/elastic", json={"scale": None}, expect=200).json()
+    assert removed["scale"] is None
+    assert tenant.api("GET", "/functions/elastic", expect=200).json()["scale"] is None
+    added = tenant.api("PATCH", "/functions/fixed", json={"scale": {}}, expect=200).json()
+    assert added["scale"] == {"min": 0, "max": 10, "target": 10, "idle_sec": 300}
+
+
+@pytest.mark.parametrize(("scale", "field"), [
+    ({"min": 5, "max": 2}, "scale.min"),  # min above max
+    ({"min": -1}, "scale.min"),  # negative
+    ({"max": 0}, "scale.max"),  # no replica at most
+    ({"max": 1_000_000}, "scale.max"),  # huge
+    ({"min": 101, "max": 100}, "scale.min"),  # beyond the replica bound
+    ({"target": 0}, "scale.target"),
+    ({"target": 1_000_000}, "scale.target"),
+    ({"idle_sec": 1}, "scale.idle_sec"),  # too small
+    ({"idle_sec": 10**9}, "scale.idle_sec"),  # huge
+    ({"max": 2.5}, "scale.max"),  # not an integer
+    ({"max": "3"}, "scale.max"),
+    ({"min": True}, "scale.min"),  # booleans are no integers
+    ({"replicas": 3}, "scale"),  # unknown key
+    ({"idleSec": 60}, "scale"),  # the custom resource's spelling is not the API's
+    ("fast", "scale"),  # not an object
+    ([1, 2], "scale"),
+    (True, "scale"),
+    (3, "scale"),
+], ids=["min-above-max", "negative-min", "zero-max", "huge-max", "min-beyond-bound", "zero-target", "huge-target",
+        "idle-too-small", "idle-huge", "float-max", "string-max", "boolean-min", "unknown-key", "cr-spelling",
+        "string", "list", "boolean", "number"])
+def test_invalid_scale_is_400_naming_the_field(tenant: Tenant, scale: Any, field: str) -> None:
+    created = error_of(tenant.api("POST", "/functions", json={"name": "sc", "runtime": "python3.11",
+                                                                  "scale": scale}), 400, field)
+    assert "scale" in created["error"]
+    tenant.api("POST", "/functions", json={"name": "sc", "runtime": "python3.11"}, expect=201)
+    for method in ("PUT", "PATCH"):
+        error_of(tenant.api(method, "/functions/sc", json={"scale": scale}), 400, field)
+    assert tenant.api("GET", "/functions/sc", expect=200).json()["scale"] is None
 
 
 def test_malformed_bodies_and_names_are_400(tenant: Tenant) -> None:
@@ -494,8 +569,8 @@ def test_versions_and_rollback(backend: Backend, tenant: Tenant) -> None:
     assert [(v["version"], v["code_hash"], v["current"]) for v in listed["items"]] == [
         (2, hashes[1], True), (1, hashes[0], False)]
     assert set(listed["items"][0]) == {"version", "code_hash", "runtime", "entrypoint", "memory_mb", "timeout_sec",
-                                       "env_vars", "secrets", "max_concurrency", "sandbox", "deployed_at",
-                                       "current"}
+                                       "env_vars", "secrets", "max_concurrency", "sandbox", "scale",
+                                       "deployed_at", "current"}
 
     for body, status in (({"version": 2}, 409), ({"version": 9}, 404), ({"version": "1"}, 400), ([], 400)):
         assert "error" in tenant.api("POST", "/functions/ver/rollback", json=body, expect=status).json()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -27,7 +28,7 @@ from sless_api.backends.standalone.builder import python_interpreter, toolchain_
 from sless_api.backends.standalone.host import supervisor as supervisor_module
 from sless_api.backends.standalone.host.sandbox import JailSpec, Limits, Sandbox
 from sless_api.backends.standalone.host.supervisor import NotDeployed, ProcessSpec, StartFailed, Supervisor
-from tests.support.poll import until_async
+from tests.support.poll import holds_async, until_async
 from tests.support.supervised import POLL, child_pids, get, run_scenario
 
 REPO = Path(__file__).resolve().parents[2]
@@ -310,6 +311,37 @@ def test_idle_process_is_stopped_and_started_again(tmp_path: Path, code: Path) -
             assert again["pid"] != pid and again["version"] == "v1"
 
     run_scenario(tmp_path, scenario, idle_timeout_sec=0.5)
+
+
+def test_a_spec_idle_sec_is_its_own_idle_timeout(tmp_path: Path, code: Path) -> None:
+    """A function's ``scale.idle_sec`` (ProcessSpec.idle_sec) replaces the supervisor's idle timeout."""
+
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", dataclasses.replace(spec(code, "v1"), idle_sec=0.5))
+        async with aiohttp.ClientSession() as session:
+            pid = (await get(session, await sup.endpoint("fn")))["pid"]
+        await until_async("the spec's idle timeout", lambda: sup.status("fn")["state"] == "stopped", 20, POLL)
+        await until_async("the idle process to exit", lambda: stopped_cleanly(tmp_path, pid), 20, POLL)
+
+    run_scenario(tmp_path, scenario, idle_timeout_sec=300)
+
+
+def test_a_spec_kept_warm_starts_at_deploy_outlives_idleness_and_comes_back_after_a_crash(
+        tmp_path: Path, code: Path) -> None:
+    """``keep_warm`` (a function's ``scale.min`` >= 1): running without a call, never reaped, restarted."""
+
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", dataclasses.replace(spec(code, "v1"), keep_warm=True))
+        await until_async("the warm start", lambda: sup.status("fn")["state"] == "running", 20, POLL)
+        pid = sup.status("fn")["pid"]
+        await holds_async("the warm process", lambda: sup.status("fn")["pid"] == pid, 1.5,
+                          "the reaper looks every 0.1 s and stops processes idle 0.4 s; 1.5 s is over 3 times that")
+        os.kill(pid, signal.SIGKILL)
+        await until_async("a warm process again", lambda: sup.status("fn")["pid"] not in (None, pid), 20, POLL)
+        async with aiohttp.ClientSession() as session:
+            assert (await get(session, await sup.endpoint("fn")))["pid"] == sup.status("fn")["pid"]
+
+    run_scenario(tmp_path, scenario, idle_timeout_sec=0.4)
 
 
 def test_redeploy_under_load_has_zero_failed_requests(tmp_path: Path, code: Path) -> None:

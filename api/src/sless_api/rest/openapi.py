@@ -22,6 +22,10 @@ from sless_core.models import (
     MEMORY_MIN_MB,
     RUNTIMES,
     SANDBOXES,
+    SCALE_DEFAULTS,
+    SCALE_IDLE_MAX_SEC,
+    SCALE_IDLE_MIN_SEC,
+    SCALE_MAX_REPLICAS,
     TIMEOUT_DEFAULT_SEC,
 )
 from sless_core.naming import NAME_MAX
@@ -48,7 +52,7 @@ ERROR_REASONS = {400: "invalid input (`field` names it)", 401: "missing or bad t
                  403: "another tenant's namespace, or the tenant's quota reached (`quota` names it)",
                  404: "no such object (or path)", 405: "method not allowed",
                  409: "conflict", 413: "body too large", 415: "wrong content type",
-                 422: "not supported by this backend", 501: "this cluster does not let the API read pod logs",
+                 422: "not supported by this backend or cluster (e.g. scale without KEDA)", 501: "this cluster does not let the API read pod logs",
                  503: "not ready, or no token key configured"}
 COMMON = (400, 401, 403, 404, 405, 413, 503)
 WRITE = (*COMMON, 409, 415)
@@ -82,6 +86,22 @@ SCHEMAS: dict[str, Any] = {
         "keys": {"type": "array", "items": {"type": "string"}},
         "version": {"type": "integer", "minimum": 1, "description": "counts writes; 1 at creation"},
         "created_at": _nullable({"type": "string"}), "updated_at": _nullable({"type": "string"})}},
+    "Scale": {"type": "object", "additionalProperties": False,
+              "description": "demand-driven replicas: between min and max, target calls in flight per replica, back "
+                             "to min after idle_sec without calls (min 0: scale to zero, the first call waits for "
+                             "a start or gets 503 with Retry-After). Every field is optional, with its default; "
+                             "min must not exceed max. On Kubernetes it needs KEDA in the cluster (422 without).",
+              "properties": {
+                  "min": {"type": "integer", "minimum": 0, "maximum": SCALE_MAX_REPLICAS,
+                          "default": SCALE_DEFAULTS["min"], "description": "replicas when idle; 0: scale to zero"},
+                  "max": {"type": "integer", "minimum": 1, "maximum": SCALE_MAX_REPLICAS,
+                          "default": SCALE_DEFAULTS["max"], "description": "replicas at most"},
+                  "target": {"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY,
+                             "default": SCALE_DEFAULTS["target"],
+                             "description": "calls in flight per replica the scaler aims at"},
+                  "idle_sec": {"type": "integer", "minimum": SCALE_IDLE_MIN_SEC, "maximum": SCALE_IDLE_MAX_SEC,
+                               "default": SCALE_DEFAULTS["idle_sec"],
+                               "description": "seconds without calls before going back to min"}}},
     "FunctionFields": {"type": "object", "properties": {
         "runtime": {"enum": list(RUNTIMES)},
         "entrypoint": {"type": "string", "description": "module.function (python), export (node), Function (go)"},
@@ -94,11 +114,14 @@ SCHEMAS: dict[str, Any] = {
                             "description": "calls in flight through /fn at once (per API process); 0: no limit"},
         "sandbox": {"enum": ["", *SANDBOXES], "default": "",
                     "description": "a stronger sandbox the function's pods must run in (kubernetes: RuntimeClass "
-                                   "gvisor; the standalone backend answers 422); empty: the platform's default"}}},
+                                   "gvisor; the standalone backend answers 422); empty: the platform's default"},
+        "scale": _nullable(_ref("Scale")) | {
+            "default": None, "description": "null (or absent): fixed replicas (one process on standalone); an "
+                                            "update replaces the whole object, null removes it"}}},
     "FunctionCreate": {"allOf": [_ref("FunctionFields"), {"type": "object", "required": ["name", "runtime"],
                                                           "properties": {"name": _ref("Name")}}]},
     "Function": {"allOf": [_ref("FunctionFields"), {"type": "object", "required": [
-        "name", "runtime", "namespace", "phase", "message"], "properties": {
+        "name", "runtime", "namespace", "phase", "message", "scale"], "properties": {
         "name": {"type": "string"}, "namespace": {"type": "string"},
         "phase": {"enum": ["Pending", "Building", "Ready", "Failed"]}, "message": {"type": "string"},
         "code_hash": _nullable({"type": "string"}), "image": _nullable({"type": "string"}),
@@ -239,8 +262,12 @@ def paths() -> dict[str, Any]:
                                                body=_body(_ref("FunctionCreate")))},
         f"{ns}/functions/{{name}}": {"parameters": [NS, NAME],
                                      "get": _operation("read a function", "200", _ref("Function"), COMMON),
-                                     "put": _operation("update a function", "200", _ref("Function"), (*WRITE, 422),
+                                     "put": _operation("update a function: the fields given replace the "
+                                                       "stored ones", "200", _ref("Function"), (*WRITE, 422),
                                                        body=_body(_ref("FunctionFields"))),
+                                     "patch": _operation("update a function (the same as PUT)", "200",
+                                                         _ref("Function"), (*WRITE, 422),
+                                                         body=_body(_ref("FunctionFields"))),
                                      "delete": _operation("delete a function and its triggers and jobs", "204",
                                                           None, COMMON)},
         f"{ns}/functions/{{name}}/upload": {"parameters": [NS, NAME], "post": _operation(

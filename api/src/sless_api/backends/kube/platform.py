@@ -28,6 +28,7 @@ from kubernetes import client as k8s
 from sless_api.backends.kube import resources
 from sless_api.backends.kube.client import KubeClient, KubeConflict, KubeNotFound
 from sless_api.backends.kube.code import CodeArchive
+from sless_api.backends.kube.keda import KedaCheck
 from sless_api.backends.kube.podlogs import read_call_logs
 from sless_api.backends.kube.router import KubeRouter
 from sless_api.backends.kube.routes import FUNCTIONS, TRIGGERS
@@ -72,6 +73,7 @@ class KubernetesPlatform:
         self.archive = CodeArchive(store, self.settings, config.data_dir / "tmp")
         self.router = KubeRouter(self.kube, self.settings)
         self.secrets = kube_secret_store(config.secrets, config.data_dir, self.kube)
+        self.keda = KedaCheck(self.kube)  # a function's ``scale`` needs KEDA in the cluster
 
     def background_services(self, invoker: CallInvoker) -> list[Background]:
         """None in the API: CronJobs fire cron triggers, ``sless-events`` (a process of its own) event ones."""
@@ -199,6 +201,8 @@ class KubernetesPlatform:
         return resources.function_record(await self._get(FUNCTIONS, namespace, name))
 
     async def create_function(self, namespace: str, spec: FunctionSpec) -> FunctionRecord:
+        if spec.scale is not None:
+            await self.keda.require()
         manifest = resources.function_manifest(namespace, spec)
         version = await checked_version(self.secrets, namespace, spec.secrets)
         if version:
@@ -214,6 +218,8 @@ class KubernetesPlatform:
             obj = await self._get(FUNCTIONS, namespace, name)
             old = resources.function_record(obj)
             new_spec = old.spec.updated(patch, self.config.max_timeout_sec)
+            if new_spec.scale is not None and new_spec.scale != old.spec.scale:
+                await self.keda.require()  # a scale set before KEDA went away does not block other changes
             cr_spec = resources.function_cr_spec(new_spec, obj.get("spec") or {})
             cr_spec.pop(SECRETS_VERSION, None)
             cr_spec.pop(TRAFFIC, None)  # a deploy drops the traffic split

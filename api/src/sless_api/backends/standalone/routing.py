@@ -81,7 +81,8 @@ class StandaloneRouter:
         env = {**env, **rec.spec.env_vars, **secrets.env, "SLESS_HOST": "127.0.0.1", "PYTHONDONTWRITEBYTECODE": "1",
                "SLESS_TIMEOUT_SEC": str(rec.spec.timeout_sec),
                "SLESS_MAX_BODY_BYTES": str(self.config.max_body_bytes)}
-        process_spec = {k: v for k, v in rec.spec.to_dict().items() if k != "max_concurrency"}  # the proxy's alone
+        # max_concurrency is the proxy's alone, scale the supervisor's: changing either restarts nothing
+        process_spec = {k: v for k, v in rec.spec.to_dict().items() if k not in ("max_concurrency", "scale")}
         version = hashlib.sha256(json.dumps([rec.code_hash, process_spec, secrets.version],
                                             sort_keys=True).encode())
         limits = Limits.for_function(rec.spec.memory_mb, rec.spec.runtime, host=self.config.sandbox)
@@ -89,7 +90,16 @@ class StandaloneRouter:
         return ProcessSpec(argv=list(argv), env=env, cwd=artifact.code_dir, version=version.hexdigest()[:16],
                            drain_sec=float(rec.spec.timeout_sec) + self.config.proxy_timeout_margin_sec,
                            sandbox=self.sandbox, jail=jail, runtime=rec.spec.runtime,
-                           spare=self._spare_template(rec, artifact, argv, limits))
+                           spare=self._spare_template(rec, artifact, argv, limits),
+                           **self._scaling(rec.spec))
+
+    @staticmethod
+    def _scaling(spec: FunctionSpec) -> dict[str, Any]:
+        """What the supervisor honours of ``scale`` here (one process per function, so not ``max`` nor
+        ``target``): ``idle_sec`` as the function's own idle timeout, and ``min`` >= 1 as one process kept warm."""
+        if spec.scale is None:
+            return {}
+        return {"idle_sec": float(spec.scale.idle_sec), "keep_warm": spec.scale.min >= 1}
 
     def _spare_template(self, rec: FunctionRecord, artifact: BuildArtifact, argv: list[str],
                         limits: Limits) -> SpareTemplate | None:

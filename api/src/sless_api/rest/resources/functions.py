@@ -84,11 +84,14 @@ class Function:
         resp.media = (await self.platform.get_function(ns, validate_name(name))).to_api()
 
     async def on_put(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
+        """A partial update: the fields given replace the stored ones (``scale`` as a whole; null removes it)."""
         patch = await json_body(req)
         if not isinstance(patch, dict):
             raise ApiError(400, "the request body must be a JSON object")
         record = await self.platform.update_function(ns, validate_name(name), patch)
         resp.media = record.to_api()
+
+    on_patch = on_put  # PUT has always been a partial update; PATCH says so
 
     async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
         await self.platform.delete_function(ns, validate_name(name))

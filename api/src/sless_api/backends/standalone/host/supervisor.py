@@ -14,7 +14,9 @@ send this call?":
   traffic switches, and the old process is only told to stop once the calls it
   leased have finished (then SIGTERM lets the runtime drain whatever else it
   serves);
-- scale to zero: processes idle for ``idle_timeout_sec`` are stopped;
+- scale to zero: processes idle for ``idle_timeout_sec`` (or their spec's
+  ``idle_sec``) are stopped, unless their spec keeps one warm (``keep_warm``:
+  started in the background at deploy and after a crash's backoff);
 - crash restart with exponential backoff, so a crash-looping function costs a
   fast StartFailed (with the process's stderr tail) rather than a hung call;
 - process output appended to ``<log_dir>/<key>.log``, size-capped by rotation.
@@ -123,6 +125,11 @@ class ProcessSpec:
     runtime: str = ""
     #: The warm spares this version may be started from (spares.py); None: always a fresh process.
     spare: SpareTemplate | None = None
+    #: Seconds without calls before the process is stopped; None: the supervisor's ``idle_timeout_sec``.
+    idle_sec: float | None = None
+    #: Keep one process running: started at deploy (and again after a crash, after its backoff), never
+    #: stopped for idleness (a function's ``scale.min`` >= 1).
+    keep_warm: bool = False
 
 
 @dataclass(eq=False)
@@ -260,6 +267,8 @@ class Supervisor:
             if running and old is not None and old.version == spec.version:
                 return
             if not running and not eager:
+                if spec.keep_warm:
+                    self._warm(slot)
                 return
             new = await self._start(slot, spec)
             slot.current = new
@@ -392,6 +401,16 @@ class Supervisor:
             if proc.alive:
                 return slot, proc
         raise StartFailed(f"{key}: processes keep being replaced while starting")
+
+    def _warm(self, slot: _Slot) -> None:
+        """Start the slot's process in the background unless one runs or starts (``keep_warm``); a failure is
+        accounted as for a call's start (backoff), and the reaper tries again once the backoff is over."""
+        proc = slot.current
+        if self._closed or slot.removed or (proc is not None and proc.alive):
+            return
+        if slot.starting is None or slot.starting.done():
+            slot.starting = asyncio.create_task(self._start_for_call(slot), name=f"sless-warm-{slot.key}")
+            slot.starting.add_done_callback(_retrieve_exception)
 
     async def _start_for_call(self, slot: _Slot) -> Child:
         async with slot.lock:
@@ -739,19 +758,25 @@ class Supervisor:
         task.add_done_callback(self._background_done)
 
     async def _reap_idle(self) -> None:
-        """Stop processes without calls for ``idle_timeout_sec`` (scale to zero)."""
+        """Stop processes without calls for ``idle_timeout_sec`` or their spec's ``idle_sec`` (scale to zero);
+        start again the process of a spec that keeps one warm once a crash's backoff is over."""
         interval = min(1.0, max(0.05, self.idle_timeout_sec / 4))
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
             for slot in list(self._slots.values()):
                 proc = slot.current
+                if slot.spec.keep_warm:
+                    if (proc is None or not proc.alive) and not (slot.failures and slot.retry_at > now):
+                        self._warm(slot)
+                    continue
+                idle = slot.spec.idle_sec if slot.spec.idle_sec is not None else self.idle_timeout_sec
                 if (
                     proc is not None
                     and proc.alive
                     and proc.inflight == 0
                     and not slot.lock.locked()
-                    and now - slot.last_activity >= self.idle_timeout_sec
+                    and now - slot.last_activity >= idle
                 ):
                     slot.log.note(f"pid {proc.proc.pid} idle for {now - slot.last_activity:.1f}s, stopping")
                     self._retire(slot, proc)
