@@ -5,6 +5,11 @@ object is adopted: our owner reference and labels are put on it and, when its
 ``sless.dev/spec-hash`` differs from what we would create, our spec replaces its spec.
 That covers a restart after a crash between "create child" and "record it", and a child
 someone edited by hand. A child controlled by a different owner is left alone and reported.
+
+The spec is written as a merge patch, which keeps fields it does not name: what our builders set
+and may later leave out (``manifests.OWNED_ANNOTATIONS``, a Deployment's topology spread) is named
+as null to go. A Deployment without ``spec.replicas`` (a scaled Function's: KEDA owns them) is
+created with the count ``ensure`` is given and never gets them written afterwards.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from sless_operator.kube import ApiError, Kube, api_path
-from sless_operator.manifests import PLURALS, SPEC_HASH
+from sless_operator.manifests import OWNED_ANNOTATIONS, PLURALS, SPEC_HASH
 
 # Jobs' pod templates are immutable: adopting one takes it as it is (metadata only).
 IMMUTABLE_SPEC = frozenset({"Job"})
@@ -70,6 +75,19 @@ def needs_update(want: dict[str, Any], live: dict[str, Any]) -> bool:
     return want_replicas is not None and live.get("spec", {}).get("replicas") != want_replicas
 
 
+def _cleared_spec(want: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:
+    """WANT's spec, naming as null a Deployment's topology spread that the live one has and WANT has not."""
+    spec: dict[str, Any] = want["spec"]
+    if want["kind"] != "Deployment":
+        return spec
+    live_pod = ((live.get("spec") or {}).get("template") or {}).get("spec") or {}
+    pod = spec.get("template", {}).get("spec", {})
+    if live_pod.get("topologySpreadConstraints") and "topologySpreadConstraints" not in pod:
+        template = spec["template"]
+        return {**spec, "template": {**template, "spec": {**pod, "topologySpreadConstraints": None}}}
+    return spec
+
+
 async def converge(kube: Kube, want: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:
     """Bring LIVE (an existing object of WANT's name) to WANT; returns the object as it now is."""
     if not needs_update(want, live):
@@ -80,11 +98,14 @@ async def converge(kube: Kube, want: dict[str, Any], live: dict[str, Any]) -> di
         controller = next(r for r in _refs(live) if r.get("controller"))
         raise ChildConflict(f"{name} exists and belongs to {controller.get('kind')} {controller.get('name')}")
     meta = want["metadata"]
-    patch: dict[str, Any] = {"metadata": {"labels": meta.get("labels", {}), "annotations": meta.get("annotations", {})}}
+    annotations = dict(meta.get("annotations", {}))
+    live_annotations = live.get("metadata", {}).get("annotations") or {}
+    annotations.update({k: None for k in OWNED_ANNOTATIONS if k in live_annotations and k not in annotations})
+    patch: dict[str, Any] = {"metadata": {"labels": meta.get("labels", {}), "annotations": annotations}}
     if refs:
         patch["metadata"]["ownerReferences"] = refs
     if want["kind"] not in IMMUTABLE_SPEC:
-        patch["spec"] = want["spec"]
+        patch["spec"] = _cleared_spec(want, live)
     else:
         # keep the live spec-hash: what runs is their template, not ours
         patch["metadata"]["annotations"] = {k: v for k, v in patch["metadata"]["annotations"].items()
@@ -101,13 +122,19 @@ async def converge(kube: Kube, want: dict[str, Any], live: dict[str, Any]) -> di
     return result
 
 
-async def ensure(kube: Kube, want: dict[str, Any], exists: bool = False) -> dict[str, Any]:
-    """Create WANT, or converge the existing object; EXISTS (the caller saw it) skips the create try."""
+async def ensure(kube: Kube, want: dict[str, Any], exists: bool = False,
+                 initial: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Create WANT, or converge the existing object; EXISTS (the caller saw it) skips the create try.
+
+    INITIAL: spec fields only a create sets (a scaled Deployment's first replicas; from then on its
+    autoscaler owns them).
+    """
     collection, path = _paths(want)
     live = await kube.get(path) if exists else None
     if live is None:
+        body = {**want, "spec": {**want["spec"], **initial}} if initial else want
         try:
-            return await kube.create(collection, want)
+            return await kube.create(collection, body)
         except ApiError as exc:
             if not exc.conflict:
                 raise

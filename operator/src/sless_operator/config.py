@@ -33,6 +33,11 @@ rights on ``<prefix>/cache`` only, never the push Secret itself (refused at star
 between tenants: whoever may push there can poison another tenant's cached layers, so leave it off where
 tenants do not trust each other. The build namespace's NetworkPolicies (chart ``build.networkPolicy``)
 keep build pods away from everything but the registry, S3, DNS and the package registries listed.
+
+Scaling on demand. A Function with ``scale`` gets a KEDA ScaledObject (``sless_operator.autoscale``) whose
+one trigger is KEDA's ``external-push`` scaler at ``SLESS_SCALER_ADDRESS`` (the platform's ``sless-scaler``,
+which the API processes feed with their calls in flight). ``SLESS_KEDA_API_VERSION`` is the ScaledObject's
+API version; where the cluster does not serve it (KEDA not installed), scaled Functions fail and others run.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ from sless_core.naming import DNS1123_LABEL
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?\Z")
 _IMAGE = re.compile(r"^[a-z0-9][a-z0-9._\-/:@]*\Z")
+_HOST = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9.]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])\Z")
+_API_VERSION = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/v[0-9]+((alpha|beta)[0-9]+)?\Z")
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
 
@@ -110,6 +117,10 @@ class OperatorConfig:
     # for gVisor, and the sandbox every function pod must run in whatever the function asks ("": only those that ask).
     sandbox_runtime_class: str = "gvisor"
     require_sandbox: str = ""
+    # Demand-driven scaling (a Function's ``scale``) through KEDA: the address (host:port) of the platform's
+    # external-push scaler that each ScaledObject names, and the API version of KEDA's ScaledObject.
+    scaler_address: str = "sless-scaler.sless-system.svc:9090"
+    keda_api_version: str = "keda.sh/v1alpha1"
 
     def __post_init__(self) -> None:
         if self.build_kaniko_secret and self.build_kaniko_secret == self.build_registry_secret:
@@ -170,6 +181,8 @@ class OperatorConfig:
             official_client=reader.boolean("SLESS_OPERATOR_OFFICIAL_CLIENT", cls.official_client),
             sandbox_runtime_class=reader.label("SLESS_SANDBOX_RUNTIME_CLASS", cls.sandbox_runtime_class),
             require_sandbox=reader.sandbox("SLESS_REQUIRE_SANDBOX"),
+            scaler_address=reader.address("SLESS_SCALER_ADDRESS", cls.scaler_address),
+            keda_api_version=reader.api_version("SLESS_KEDA_API_VERSION", cls.keda_api_version),
         )
 
 
@@ -189,6 +202,21 @@ class _Reader(EnvReader):
         value = self.raw(name) or ""
         if value and value not in SANDBOXES:
             raise ConfigError(f"{name} must be empty or one of {', '.join(SANDBOXES)}, got {value!r}")
+        return value
+
+    def address(self, name: str, default: str) -> str:
+        """``host:port`` (a DNS name or an IP address; IPv6 in brackets)."""
+        value = self.raw(name) or default
+        host, sep, port = value.rpartition(":")
+        if not sep or not _HOST.match(host) or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ConfigError(f"{name} must be host:port, got {value!r}")
+        return value
+
+    def api_version(self, name: str, default: str) -> str:
+        """``<group>/<version>`` of a Kubernetes API group."""
+        value = self.raw(name) or default
+        if not _API_VERSION.match(value):
+            raise ConfigError(f"{name} must be <group>/<version> such as keda.sh/v1alpha1, got {value!r}")
         return value
 
     def image(self, name: str, default: str) -> str:

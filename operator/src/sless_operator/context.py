@@ -73,6 +73,8 @@ class State:
     # (namespace, compile Job) -> what its upload-binary step reported (its termination message), seen on the
     # pod before the Job controller marks the Job complete
     compiled: dict[tuple[str, str], str] = field(default_factory=dict)
+    # does the cluster serve KEDA's ScaledObjects: (answer, time.monotonic() of the discovery), None: not asked yet
+    keda: tuple[bool, float] | None = None
 
 
 class Context:

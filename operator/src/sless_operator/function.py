@@ -11,6 +11,10 @@ build, ``buildJob`` (the Job for the current code), ``lastBuiltAt``, ``observedG
 the conditions ``Built`` and ``Ready``. A failed build is remembered by ``buildJob`` + ``Built``
 ``False/BuildFailed``, so a restart does not build the same code again; new code (a new
 ``codeHash``) builds again. Environment, memory and timeout changes only update the Deployment.
+
+A Function with ``scale`` (replicas on demand) needs KEDA: its ScaledObject owns the Deployment's
+replicas (``autoscale``); it is Ready once its current template has rolled out, at 0 replicas too
+("scaled to zero"). Without KEDA in the cluster it is Failed, and asked about again later.
 """
 
 from __future__ import annotations
@@ -25,13 +29,21 @@ from typing import Any
 from sless_core import crd
 from sless_core.crcodec import InvalidResource
 from sless_core.models import Phase
-from sless_operator import capture, children, codeurl, history, manifests, split, tenancy, trigger
+from sless_operator import autoscale, capture, children, codeurl, history, manifests, split, tenancy, trigger
+from sless_operator.autoscale import KedaMissing
 from sless_operator.children import ChildConflict
 from sless_operator.codeurl import NoSigningKey
 from sless_operator.context import Context
 from sless_operator.kube import api_path
 from sless_operator.manifests import FunctionRef
-from sless_operator.observe import DeploymentSummary, JobSummary, deployment_summary, desired_replicas, job_summary
+from sless_operator.observe import (
+    DeploymentSummary,
+    JobSummary,
+    deployment_summary,
+    desired_replicas,
+    job_summary,
+    switched_off,
+)
 from sless_operator.status import StatusBuilder, condition_of, now, write
 
 log = logging.getLogger(__name__)
@@ -112,7 +124,18 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         await _write(ctx, body, st)
         return
 
-    replicas = desired_replicas(ref.replicas, ctx.triggers_of(namespace, name))
+    if ref.spec.scale is not None:
+        try:
+            await autoscale.require_keda(ctx)
+        except KedaMissing as exc:
+            st.set(phase=Phase.FAILED.value, message=str(exc)).condition("Ready", False, "NoKEDA", str(exc))
+            await _write(ctx, body, st)
+            raise
+
+    triggers = ctx.triggers_of(namespace, name)
+    replicas = desired_replicas(ref.replicas, triggers)
+    paused = switched_off(triggers)
+    current: DeploymentSummary | None = None
     rollout: tuple[str, str] | None = None
     target = ""
     if ref.fetched:
@@ -127,21 +150,23 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
                 st.set(phase=Phase.FAILED.value, message=str(exc)).condition("Ready", False, "NoSigningKey", str(exc))
                 await _write(ctx, body, st)
                 return
-            rollout = (await _deploy(ctx, ref, image, replicas)).rollout()
+            current = await _deploy(ctx, ref, image, replicas, paused)
+            rollout = current.rollout()
             st.set(image=image)
             if rollout[0] == "ready" and old.get("codeHash") != ref.code_hash:
                 # codeHash: the code that serves (as after a build); lastBuiltAt: since when
                 st.set(codeHash=ref.code_hash, lastBuiltAt=now())
         else:  # new dependencies are building: what runs keeps running as it is
-            live = ctx.deployment(namespace, name)
-            rollout = live.rollout() if live is not None else None
+            current = ctx.deployment(namespace, name)
+            rollout = current.rollout() if current is not None else None
             image = str(old.get("image") or "")
         rollout = _fetch_failure(ctx, ref, rollout)
     else:
         build = await _build(ctx, ref, old, st)
         image = str(st.fields.get("image") or old.get("image") or "")
         if image:
-            rollout = (await _deploy(ctx, ref, image, replicas)).rollout()
+            current = await _deploy(ctx, ref, image, replicas, paused)
+            rollout = current.rollout()
 
     ready_state, ready_message = rollout or ("absent", "")
     if rollout is None:
@@ -160,7 +185,7 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
     elif build == "building":
         st.set(phase=Phase.BUILDING.value, message=target or f"building {_build_target(ctx, ref)}")
     elif ready_state == "ready":
-        st.set(phase=Phase.READY.value, message="")
+        st.set(phase=Phase.READY.value, message=_ready_message(ref, current, paused))
         versions = history.recorded(old, dict(body.get("spec") or {}), ref.code_hash, now())
         if versions is not None:
             st.set(versions=versions)
@@ -378,25 +403,56 @@ def build_pod_selector(ref: FunctionRef) -> str:
                      f"{crd.LABEL_FUNCTION}={ref.name}", f"{manifests.LABEL_CODE}={ref.code_hash[:16]}"])  # fmt: skip
 
 
-async def _deploy(ctx: Context, ref: FunctionRef, image: str, replicas: int) -> DeploymentSummary:
-    """Deployment + Service as the spec says; returns what the Deployment looks like now."""
-    want = manifests.deployment(ctx.config, ref, image, replicas)
+def _ready_message(ref: FunctionRef, current: DeploymentSummary | None, paused: bool) -> str:
+    """A Ready Function's message: empty, but for a scaled one at 0 replicas."""
+    if ref.spec.scale is None or current is None or not current.autoscaled or current.replicas:
+        return ""
+    return "scaled to zero (every http trigger is disabled)" if paused else "scaled to zero"
+
+
+async def _deploy(ctx: Context, ref: FunctionRef, image: str, replicas: int, paused: bool) -> DeploymentSummary:
+    """Deployment + Service (+ ScaledObject, PodDisruptionBudget) as the spec says; returns what the
+    Deployment looks like now.
+
+    REPLICAS: the fixed count (``observe.desired_replicas``). A Function with ``scale`` has a ScaledObject
+    instead (PAUSED: held at 0) and its Deployment's replicas are never written after its creation. What
+    goes goes first: the ScaledObject before the operator writes replicas again, the disruption budget
+    before the Deployment that no longer needs it.
+    """
+    scaled = ref.spec.scale is not None
+    want = manifests.deployment(ctx.config, ref, image, None if scaled else replicas)
     live = ctx.deployment(ref.namespace, ref.name)
     want_hash = want["metadata"]["annotations"][manifests.SPEC_HASH]
-    stale = live is None or live.spec_hash != want_hash or live.replicas != replicas
+    stale = live is None or live.spec_hash != want_hash or (not scaled and live.replicas != replicas)
+    many = manifests.many_replicas(ref, scaled)
     svc = manifests.service(ref)
     key = (ref.namespace, "Service", ref.name)
     svc_hash = f"{ref.owner.uid}/{svc['metadata']['annotations'][manifests.SPEC_HASH]}"
 
+    if not scaled and ((live is not None and live.autoscaled)
+                       or autoscale.applied(ctx, ref.namespace, "ScaledObject", ref.name)):  # fmt: skip
+        await autoscale.delete_scaled_object(ctx, ref.namespace, ref.name)
+    if not many and ((live is not None and live.spread)
+                     or autoscale.applied(ctx, ref.namespace, "PodDisruptionBudget", ref.name)):  # fmt: skip
+        await autoscale.delete_disruption_budget(ctx, ref.namespace, ref.name)
+
     async def deploy() -> DeploymentSummary | None:
         if stale or (live is not None and ref.owner.uid not in live.owner_uids):
-            return deployment_summary(await children.ensure(ctx.kube, want, exists=live is not None))
+            initial = None
+            if ref.spec.scale is not None:
+                initial = {"replicas": manifests.initial_replicas(ref.spec.scale, paused)}
+            return deployment_summary(await children.ensure(ctx.kube, want, exists=live is not None,
+                                                            initial=initial))  # fmt: skip
         return live
 
     async def expose() -> None:
         if ctx.state.applied.get(key) != svc_hash:
             await children.ensure(ctx.kube, svc)
             ctx.state.applied[key] = svc_hash
+        if many:
+            await autoscale.ensure_disruption_budget(ctx, ref)
+        if scaled:
+            await autoscale.ensure_scaled_object(ctx, ref, paused)
 
     # independent objects: one round-trip of latency instead of two
     current, _ = await asyncio.gather(deploy(), expose())

@@ -8,8 +8,8 @@ Resources outside tenant namespaces are refused by the reconcilers themselves (a
 says why, no children; see ``tenancy.refusal``).
 
 Error mapping: an invalid spec -> ``kopf.PermanentError`` (no retries); apiserver trouble,
-a Function not built yet, or a child name held by another owner -> ``kopf.TemporaryError``
-with a delay, so Kopf retries with backoff.
+a Function not built yet, a child name held by another owner, or KEDA missing for a scaled
+Function -> ``kopf.TemporaryError`` with a delay, so Kopf retries with backoff.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from sless_core import crd
 from sless_core.crcodec import FunctionResource, InvalidResource
 from sless_core.traffic import LABEL_SPLIT_OF
 from sless_operator import function, job, metrics, trigger
+from sless_operator.autoscale import ABSENT_RECHECK_SEC, KedaMissing
 from sless_operator.capture import terminated_state
 from sless_operator.children import ChildConflict
 from sless_operator.config import OperatorConfig
@@ -127,7 +128,7 @@ def _valid_functions(bodies: Iterable[dict[str, Any]]) -> list[FunctionResource]
     return found
 
 
-EXPECTED = (InvalidResource, ChildConflict, NamespaceMissing, NotATenant, WaitingForFunction)
+EXPECTED = (InvalidResource, ChildConflict, NamespaceMissing, NotATenant, WaitingForFunction, KedaMissing)
 
 
 async def to_kopf(ctx: Context, work: Callable[[], Awaitable[None]]) -> None:
@@ -143,6 +144,8 @@ async def to_kopf(ctx: Context, work: Callable[[], Awaitable[None]]) -> None:
         raise kopf.TemporaryError(str(exc), delay=60) from exc
     except (WaitingForFunction, NamespaceMissing) as exc:
         raise kopf.TemporaryError(str(exc), delay=5) from exc
+    except KedaMissing as exc:  # asked again after a while: KEDA may be installed meanwhile
+        raise kopf.TemporaryError(str(exc), delay=ABSENT_RECHECK_SEC + 5) from exc
     except ApiError as exc:
         raise kopf.TemporaryError(str(exc), delay=2 if exc.transient else 30) from exc
 

@@ -11,7 +11,8 @@ Where things run:
   another namespace; labels name its Function and the operator's finalizer deletes it. Its
   ``fetch-context`` init container alone gets the S3 credentials (``fetch_container``).
 - Deployments, Services, run Jobs and CronJobs in the tenant namespace, owned by their
-  Function, FunctionJob or Trigger (garbage collection removes them with it).
+  Function, FunctionJob or Trigger (garbage collection removes them with it); so are a scaled
+  Function's KEDA ScaledObject and a PodDisruptionBudget for a Deployment of 2 or more pods.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from urllib.parse import urlsplit
 
 from sless_core import contract, crd
 from sless_core.crcodec import FunctionResource
-from sless_core.models import FunctionSpec
+from sless_core.models import FunctionSpec, ScaleSpec
 from sless_core.naming import secret_object_name
 from sless_operator.config import OperatorConfig
 
@@ -35,6 +36,14 @@ CONTAINER = "function"
 SPEC_HASH = "sless.dev/spec-hash"
 LABEL_CODE = "sless.dev/code-hash"
 ANNOTATION_IMAGE = "sless.dev/image"
+#: On a Deployment whose replicas its ScaledObject owns (the operator leaves them alone)
+ANNOTATION_AUTOSCALED = "sless.dev/autoscaled"
+#: KEDA holds a paused ScaledObject's target at this many replicas
+ANNOTATION_PAUSED_REPLICAS = "autoscaling.keda.sh/paused-replicas"
+#: Annotations the operator sets and takes away again (a merge patch only removes what it names as null)
+OWNED_ANNOTATIONS = (ANNOTATION_AUTOSCALED, ANNOTATION_PAUSED_REPLICAS)
+SCALE_POLLING_SEC = 10
+SCALE_DOWN_WINDOW_MAX_SEC = 300
 TERMINATION_LOG = "/dev/termination-log"
 #: Where a function finds the secrets it references as files ($SLESS_SECRETS_DIR; the standalone path too).
 SECRETS_DIR = "/run/sless/secrets"
@@ -728,24 +737,101 @@ def compile_job(config: OperatorConfig, fn: FunctionRef, builder_image: str, key
     })  # fmt: skip
 
 
-def deployment(config: OperatorConfig, fn: FunctionRef, image: str, replicas: int) -> dict[str, Any]:
+def many_replicas(fn: FunctionRef, autoscaled: bool) -> bool:
+    """Can the function's Deployment run 2 or more pods (its scale's ``max``, else its fixed replicas)?"""
+    if autoscaled and fn.spec.scale is not None:
+        return fn.spec.scale.max >= 2
+    return fn.replicas >= 2
+
+
+def deployment(config: OperatorConfig, fn: FunctionRef, image: str, replicas: int | None) -> dict[str, Any]:
+    """The function's Deployment; REPLICAS None: its ScaledObject (KEDA, the HPA) owns them.
+
+    Then the object leaves ``spec.replicas`` out (an update never writes them; ``children.ensure``
+    creates it with a first count) and carries ``sless.dev/autoscaled``. A Deployment that can run 2 or
+    more pods spreads them over nodes (``topologySpreadConstraints``; ``pod_disruption_budget``
+    keeps a drain from taking them all at once).
+    """
     labels = base_labels(fn.name, COMPONENT_FUNCTION)
     pod_labels = {**labels, LABEL_CODE: fn.code_hash[:16]} if fn.fetched else labels
+    annotations = {ANNOTATION_IMAGE: image}
+    if replicas is None:
+        annotations[ANNOTATION_AUTOSCALED] = "true"
+    pod = _function_pod(config, fn, image, runner=False)
+    if many_replicas(fn, replicas is None):
+        pod["topologySpreadConstraints"] = [{
+            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector_labels(fn.name)},
+        }]  # fmt: skip
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": selector_labels(fn.name)},
+        "revisionHistoryLimit": 2,
+        "progressDeadlineSeconds": PROGRESS_DEADLINE_SEC,
+        # a new version is up and ready before an old pod stops: no gap in service
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+        "template": {"metadata": {"labels": pod_labels, "annotations": pod_annotations(fn)}, "spec": pod},
+    }
+    if replicas is not None:
+        spec = {"replicas": replicas, **spec}
     return _stamp({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": fn.name, "namespace": fn.namespace, "labels": labels,
-                     "annotations": {ANNOTATION_IMAGE: image},
+        "metadata": {"name": fn.name, "namespace": fn.namespace, "labels": labels, "annotations": annotations,
                      "ownerReferences": [fn.owner.reference()]},
+        "spec": spec,
+    })  # fmt: skip
+
+
+def initial_replicas(scale: ScaleSpec, paused: bool) -> int:
+    """What a scaled Deployment is created with: a pod at once (the first deploy proves one starts), none
+    while the function is switched off; from then on its ScaledObject decides."""
+    return 0 if paused else max(scale.min, 1)
+
+
+def pod_disruption_budget(fn: FunctionRef) -> dict[str, Any]:
+    """At most one of the function's pods evicted at a time (a node drain), for a Deployment of 2 or more."""
+    return _stamp({
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": fn.name, "namespace": fn.namespace, "labels": base_labels(fn.name, COMPONENT_FUNCTION),
+                     "ownerReferences": [fn.owner.reference()]},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(fn.name)}},
+    })  # fmt: skip
+
+
+def scaled_object(config: OperatorConfig, fn: FunctionRef, paused: bool) -> dict[str, Any]:
+    """KEDA's ScaledObject for a Function with ``scale``: it owns the Deployment's replicas.
+
+    The metric is the function's calls in flight, pushed by the platform's external scaler
+    (``SLESS_SCALER_ADDRESS``), ``target`` per pod. Scaling up is immediate; scaling down waits
+    ``idle_sec`` (at most 5 minutes for the HPA's stabilisation); a new ScaledObject keeps its first
+    pod ``idle_sec`` before it may go to zero. PAUSED (every http trigger disabled,
+    ``observe.desired_replicas``): KEDA holds the Deployment at 0 (``paused-replicas``).
+    """
+    scale = fn.spec.scale
+    assert scale is not None
+    meta: dict[str, Any] = {"name": fn.name, "namespace": fn.namespace,
+                            "labels": base_labels(fn.name, COMPONENT_FUNCTION),
+                            "ownerReferences": [fn.owner.reference()]}  # fmt: skip
+    if paused:
+        meta["annotations"] = {ANNOTATION_PAUSED_REPLICAS: "0"}
+    return _stamp({
+        "apiVersion": config.keda_api_version,
+        "kind": "ScaledObject",
+        "metadata": meta,
         "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": selector_labels(fn.name)},
-            "revisionHistoryLimit": 2,
-            "progressDeadlineSeconds": PROGRESS_DEADLINE_SEC,
-            # a new version is up and ready before an old pod stops: no gap in service
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-            "template": {"metadata": {"labels": pod_labels, "annotations": pod_annotations(fn)},
-                         "spec": _function_pod(config, fn, image, runner=False)},
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": fn.name},
+            "minReplicaCount": scale.min,
+            "maxReplicaCount": scale.max,
+            "cooldownPeriod": scale.idle_sec,
+            "initialCooldownPeriod": scale.idle_sec,
+            "pollingInterval": SCALE_POLLING_SEC,
+            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {
+                "scaleUp": {"stabilizationWindowSeconds": 0},
+                "scaleDown": {"stabilizationWindowSeconds": min(scale.idle_sec, SCALE_DOWN_WINDOW_MAX_SEC)},
+            }}},
+            "triggers": [{"type": "external-push", "metadata": {
+                "scalerAddress": config.scaler_address, "function": fn.name, "target": str(scale.target)}}],
         },
     })  # fmt: skip
 
@@ -970,4 +1056,6 @@ PLURALS = {
     "NetworkPolicy": "networkpolicies",
     "Namespace": "namespaces",
     "Secret": "secrets",
+    "PodDisruptionBudget": "poddisruptionbudgets",
+    "ScaledObject": "scaledobjects",
 }

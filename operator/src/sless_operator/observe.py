@@ -12,7 +12,7 @@ from typing import Any
 
 from sless_core import crd
 from sless_core.crcodec import InvalidResource, TriggerResource
-from sless_operator.manifests import FETCH_CODE_CONTAINER, SPEC_HASH
+from sless_operator.manifests import ANNOTATION_AUTOSCALED, FETCH_CODE_CONTAINER, SPEC_HASH
 
 
 @dataclass(frozen=True)
@@ -44,13 +44,27 @@ class DeploymentSummary:
     updated: int
     available: int
     progress_failed: str  # the Progressing condition's message when its deadline was exceeded
+    # its replicas belong to a KEDA ScaledObject (manifests.ANNOTATION_AUTOSCALED)
+    autoscaled: bool = False
+    # its pods spread over nodes (topologySpreadConstraints): it has a PodDisruptionBudget beside it
+    spread: bool = False
+    # the Deployment controller's word that the current template's rollout finished
+    # (Progressing: NewReplicaSetAvailable), which scaling alone does not take back
+    complete: bool = False
 
     def rollout(self) -> tuple[str, str]:
-        """("ready" | "progressing" | "failed", message): ready = like ``kubectl rollout status``."""
+        """("ready" | "progressing" | "failed", message): ready = like ``kubectl rollout status``.
+
+        A scaled Deployment is ready once its current template has rolled out, at whatever count
+        its autoscaler sets: 0 (scaled to zero), or pods still starting after a scale-up (a call
+        waits for them; the function is not being deployed).
+        """
         if self.progress_failed:
             return "failed", self.progress_failed
         if self.observed_generation < self.generation:
             return "progressing", "waiting for the Deployment controller"
+        if self.autoscaled and self.complete and self.total == self.updated:
+            return "ready", ""
         if self.updated < self.replicas:
             return "progressing", f"{self.updated} of {self.replicas} replicas updated"
         if self.total > self.updated:
@@ -121,6 +135,9 @@ def deployment_summary(body: dict[str, Any]) -> DeploymentSummary:
         updated=int(status.get("updatedReplicas", 0)),
         available=int(status.get("availableReplicas", 0)),
         progress_failed=failed,
+        autoscaled=(meta.get("annotations") or {}).get(ANNOTATION_AUTOSCALED) == "true",
+        spread=bool(((spec.get("template") or {}).get("spec") or {}).get("topologySpreadConstraints")),
+        complete=progressing.get("status") == "True" and progressing.get("reason") == "NewReplicaSetAvailable",
     )
 
 
@@ -159,16 +176,19 @@ def slim_function(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def desired_replicas(base: int, triggers: list[TriggerSummary]) -> int:
-    """The function's replicas, or 0 when it has http triggers and every one is disabled.
+def switched_off(triggers: list[TriggerSummary]) -> bool:
+    """The function has http triggers and every one is disabled: the tenant said "switch it off".
 
-    No http trigger at all keeps the function running (jobs, cron and the event dispatcher use
-    it too); a disabled http trigger is the tenant saying "switch it off".
+    No http trigger at all keeps the function running (jobs, cron and the event dispatcher use it too).
     """
     http = [t for t in triggers if t.type == "http" and not t.deleting]
-    if http and not any(t.enabled for t in http):
-        return 0
-    return base
+    return bool(http) and not any(t.enabled for t in http)
+
+
+def desired_replicas(base: int, triggers: list[TriggerSummary]) -> int:
+    """The function's fixed replicas, or 0 when it is switched off (``switched_off``); a scaled function's
+    ScaledObject is paused at 0 instead (``autoscale``)."""
+    return 0 if switched_off(triggers) else base
 
 
 def fetch_failure(pod: dict[str, Any]) -> str | None:

@@ -10,6 +10,10 @@ NetworkPolicy lets the platform reach them) under a function label of their own,
 Service never selects them. A split that is dropped, or names only the current
 version, removes them.
 
+The other version keeps fixed replicas (the Function's ``replicas``, 0 while it is switched off) even
+when the Function scales with demand (``scale``): only the current version's Deployment has a KEDA
+ScaledObject (``autoscale``); a split is a short phase of a release, not where the load is met.
+
 ``status.split`` says what runs: ``{"version": N, "ready": bool}`` (absent: nothing); the API's router
 shares calls only once it is ready, so a call never goes to pods that are not there yet.
 """

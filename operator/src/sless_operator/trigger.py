@@ -5,6 +5,8 @@
   when every http trigger of a Function is disabled it is scaled to 0 and the proxy, which
   reads the Trigger, answers 404 (the function is switched off, not broken: 503 would invite
   retries). A Function without any http trigger keeps running (jobs, cron and events use it).
+  A Function with ``scale`` is not scaled here: its KEDA ScaledObject is paused at 0 instead
+  (``autoscale``), and the operator never writes that Deployment's replicas.
 - ``cron``: a CronJob ``<trigger>-cron`` runs the Function's image in runner mode on the
   schedule (UTC), suspended while the trigger is disabled (see ``manifests.cron_job``). It
   needs the Function's image, so it appears once the Function has been built and follows
@@ -21,11 +23,11 @@ from typing import Any
 from sless_core import crd
 from sless_core.crcodec import InvalidResource, TriggerResource
 from sless_core.models import TriggerSpec, TriggerType
-from sless_operator import capture, children, manifests, tenancy
+from sless_operator import autoscale, capture, children, manifests, tenancy
 from sless_operator.context import Context
 from sless_operator.kube import MERGE, api_path
 from sless_operator.manifests import FunctionRef, Owner
-from sless_operator.observe import JobSummary, TriggerSummary, desired_replicas
+from sless_operator.observe import JobSummary, TriggerSummary, desired_replicas, switched_off
 from sless_operator.status import StatusBuilder, write
 
 EVENT_MESSAGE = "event triggers are served by the event dispatcher"
@@ -87,7 +89,8 @@ def _cron_ready(st: StatusBuilder, name: str, schedule: str, enabled: bool) -> s
 
 
 async def scale_for_http(ctx: Context, namespace: str, function: str) -> None:
-    """Apply the http rule (``observe.desired_replicas``) to the Function's Deployment, if any."""
+    """Apply the http rule (``observe.desired_replicas``) to the Function's Deployment, if any; a scaled
+    Function's to its ScaledObject (paused at 0 or not), never to the replicas its autoscaler owns."""
     async with ctx.state.locks.hold(("function", namespace, function)):
         live = ctx.deployment(namespace, function)
         if live is None:
@@ -96,10 +99,15 @@ async def scale_for_http(ctx: Context, namespace: str, function: str) -> None:
         if fn is None:
             return
         try:
-            base = FunctionRef.of(fn).replicas
+            ref = FunctionRef.of(fn)
         except InvalidResource:
             return  # its own reconcile reports it; nothing is scaled by a spec that cannot work
-        replicas = desired_replicas(base, ctx.triggers_of(namespace, function))
+        if ref.spec.scale is not None or live.autoscaled:
+            # a change between fixed and scaled replicas is the Function's reconcile (which comes with it)
+            if ref.spec.scale is not None and live.autoscaled and await autoscale.keda_installed(ctx):
+                await autoscale.ensure_scaled_object(ctx, ref, switched_off(ctx.triggers_of(namespace, function)))
+            return
+        replicas = desired_replicas(ref.replicas, ctx.triggers_of(namespace, function))
         if live.replicas != replicas:
             await ctx.kube.patch(api_path("apps/v1", "deployments", namespace, function),
                                  {"spec": {"replicas": replicas}}, MERGE)  # fmt: skip
