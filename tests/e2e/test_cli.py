@@ -60,6 +60,40 @@ def test_triggers_are_added_listed_toggled_and_removed(deployed: Tenant) -> None
     assert [t["name"] for t in as_json(sless(deployed, "trigger", "ls", "-o", "json"))["items"]] == ["hello"]
 
 
+def test_scale_from_sless_json_then_changed_shown_and_removed(tenant: Tenant, tmp_path: Path) -> None:
+    """``"scale"`` in sless.json is the function's; ``sless scale`` changes only the flags given, ``--off`` removes
+    it; ``sless get`` and ``sless ls`` show it; the warm process (min 1) answers calls."""
+    folder = tmp_path / "elastic"
+    folder.mkdir()
+    (folder / "handler.py").write_text("def handle(event):\n    return 'up'\n")
+    (folder / "sless.json").write_text(json.dumps({"runtime": "python3.11", "scale": {"min": 1, "max": 3}}))
+    sless(tenant, "deploy", str(folder))
+    defaults = {"target": 10, "idle_sec": 300}
+    assert tenant.api("GET", "/functions/elastic", expect=200).json()["scale"] == {"min": 1, "max": 3, **defaults}
+    assert requests.get(tenant.fn_url("elastic"), timeout=60).text == "up"
+    assert sless(tenant, "ls").stdout.split()[:4] == ["elastic", "python3.11", "Ready", "scale:1-3"]
+
+    shown = sless(tenant, "scale", "elastic", "--max", "6", "--idle-sec", "60").stdout.strip()
+    assert shown == "elastic: 1..6 replicas, target 10 calls in flight per replica, back to 1 after 60s without calls"
+    changed = as_json(sless(tenant, "scale", "elastic", "--target", "2", "-o", "json"))["scale"]
+    assert changed == {"min": 1, "max": 6, "target": 2, "idle_sec": 60}, "only the given flags change"
+    assert "scale:           1..6 replicas, target 2" in sless(tenant, "get", "elastic").stdout
+    assert sless(tenant, "scale", "elastic").stdout.startswith("elastic: 1..6 replicas"), "no flag: shown"
+
+    bad = sless(tenant, "scale", "elastic", "--min", "7", expect=1).stderr
+    assert "HTTP 400" in bad and "scale.min (7) must not exceed scale.max (6)" in bad
+    assert len(bad.strip().splitlines()) == 1
+    assert "HTTP 400" in sless(tenant, "scale", "elastic", "--idle-sec", "1", expect=1).stderr
+    assert "give it alone" in sless(tenant, "scale", "elastic", "--off", "--max", "2", expect=1).stderr
+    assert "HTTP 404" in sless(tenant, "scale", "nothing-here", "--max", "2", expect=1).stderr
+
+    assert sless(tenant, "scale", "elastic", "--off").stdout.strip() == "elastic: fixed replicas (no scale)"
+    assert tenant.api("GET", "/functions/elastic", expect=200).json()["scale"] is None
+    assert sless(tenant, "ls").stdout.split()[3] == "fixed"
+    fresh = as_json(sless(tenant, "scale", "elastic", "--max", "2", "-o", "json"))["scale"]
+    assert fresh == {"min": 0, "max": 2, **defaults}, "a function without scale gets the defaults for the rest"
+
+
 def test_bad_trigger_input_is_one_line_from_the_api(deployed: Tenant) -> None:
     failed = sless(deployed, "trigger", "add", "bad", "--function", "hello", "--type", "cron", "--schedule",
                    "61 * * * *", expect=1)
@@ -166,3 +200,5 @@ def test_completion_offers_verbs_sub_verbs_and_flags(tenant: Tenant) -> None:
     assert complete("sless", "trigger", "") == ["ls", "add", "enable", "disable", "rm", "--help"]
     assert "--schedule" in complete("sless", "trigger", "add", "nightly", "--s")
     assert complete("sless", "job", "run", "x", "--ev") == ["--event"]
+    assert complete("sless", "sc") == ["scale"]
+    assert {"--min", "--max", "--target", "--idle-sec", "--off"} <= set(complete("sless", "scale", "fn", "--"))

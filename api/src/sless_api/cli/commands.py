@@ -97,9 +97,18 @@ def zip_folder(folder: Path) -> bytes:
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
+    """The function's settings from ``sless.json`` (any field of the API's, ``scale`` included, plus ``trigger``);
+    without one, the runtime guessed from the files."""
     manifest = folder / "sless.json"
     if manifest.exists():
-        data: dict[str, Any] = json.loads(manifest.read_text())
+        try:
+            data = json.loads(manifest.read_text())
+        except ValueError as exc:
+            raise CliError(f"{manifest} is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise CliError(f"{manifest} must hold a JSON object (name, runtime, scale, ...)")
+        if "scale" in data and data["scale"] is not None and not isinstance(data["scale"], dict):
+            raise CliError(f'{manifest}: "scale" must be an object {{min, max, target, idle_sec}} or null')
         return data
     if (folder / "go.mod").exists() or list(folder.glob("*.go")):
         return {"runtime": "go1.23"}
@@ -164,7 +173,7 @@ def ls_row(fn: dict[str, Any]) -> str:
     message = " ".join(str(fn.get("message") or "").split())
     if len(message) > 60:
         message = message[:59] + "…"
-    return f"{fn['name']:30} {fn['runtime']:11} {fn['phase']:9} {message}"
+    return f"{fn['name']:30} {fn['runtime']:11} {fn['phase']:9} {cliverbs.scale_short(fn.get('scale')):12} {message}"
 
 
 #: adds verbs the client does not implement itself (``sless up``: the platform, from ``main.up``)

@@ -28,6 +28,57 @@ def one_line(text: Any, width: int) -> str:
 # -- functions -------------------------------------------------------------------------------------
 
 
+#: ``sless scale``'s flags: flag's attribute -> the key in ``scale``
+SCALE_FLAGS = {"min": "min", "max": "max", "target": "target", "idle_sec": "idle_sec"}
+
+
+def scale_short(scale: dict[str, Any] | None) -> str:
+    """A function's ``scale`` as one word for ``sless ls``: ``fixed``, or ``scale:MIN-MAX``."""
+    return "fixed" if not scale else f"scale:{scale['min']}-{scale['max']}"
+
+
+def scale_text(scale: dict[str, Any] | None) -> str:
+    """A function's ``scale`` in words: ``fixed replicas``, or its bounds, target and idle time."""
+    if not scale:
+        return "fixed replicas (no scale)"
+    return (f"{scale['min']}..{scale['max']} replicas, target {scale['target']} calls in flight per replica, "
+            f"back to {scale['min']} after {scale['idle_sec']}s without calls")
+
+
+def function_details(fn: dict[str, Any]) -> str:
+    """``sless get``: a function's settings and state, one per line."""
+    rows = [("name", fn["name"]), ("runtime", fn["runtime"]), ("entrypoint", fn.get("entrypoint")),
+            ("phase", fn["phase"]), ("memory_mb", fn.get("memory_mb")), ("timeout_sec", fn.get("timeout_sec")),
+            ("max_concurrency", fn.get("max_concurrency") or "no limit of its own"),
+            ("scale", scale_text(fn.get("scale"))), ("sandbox", fn.get("sandbox") or "the platform's default"),
+            ("code_hash", fn.get("code_hash") or "-"), ("message", one_line(fn.get("message"), 200) or "-")]
+    return "\n".join(f"{key + ':':16} {value}" for key, value in rows)
+
+
+def cmd_get(args: argparse.Namespace, client: Client) -> int:
+    record = client.request("GET", client.ns_path(f"/functions/{args.name}"))
+    emit(record, args.output == "json", function_details(record))
+    return 0
+
+
+def cmd_scale(args: argparse.Namespace, client: Client) -> int:
+    """Change only the given fields of a function's ``scale`` (``--off``: remove it); no flag: show it."""
+    given = {key: getattr(args, attr) for attr, key in SCALE_FLAGS.items() if getattr(args, attr) is not None}
+    path = client.ns_path(f"/functions/{args.name}")
+    if args.off and given:
+        raise CliError("--off removes scaling: give it alone, without --min/--max/--target/--idle-sec")
+    if args.off:
+        record = client.request("PATCH", path, json={"scale": None})
+    elif given:
+        # The API replaces scale as a whole: the flags given over the current values, the rest as they are.
+        current = client.request("GET", path).get("scale") or {}
+        record = client.request("PATCH", path, json={"scale": {**current, **given}})
+    else:
+        record = client.request("GET", path)
+    emit(record, args.output == "json", f"{record['name']}: {scale_text(record.get('scale'))}")
+    return 0
+
+
 def cmd_rm(args: argparse.Namespace, client: Client) -> int:
     client.request("DELETE", client.ns_path(f"/functions/{args.name}"))
     print(f"deleted function {args.name} (and its triggers)", file=sys.stderr)
@@ -218,6 +269,24 @@ def cmd_job_rm(args: argparse.Namespace, client: Client) -> int:
 
 def register(verbs: Any, with_client: Callable[[argparse.ArgumentParser, Verb], None]) -> None:
     """Add this module's verbs to the ``sless`` parser; WITH_CLIENT adds --url/--output/... and binds the verb."""
+    get = verbs.add_parser("get", help="a function's settings (scale included) and state")
+    get.add_argument("name")
+    with_client(get, cmd_get)
+    scale = verbs.add_parser(
+        "scale", help="scale a function with demand: change only the given fields, --off for fixed replicas; "
+                      "no flag: show its scale",
+        description="Demand-driven replicas: between --min and --max, aiming at --target calls in flight per "
+                    "replica, back to --min after --idle-sec without calls (--min 0: scale to zero). Only the "
+                    "flags given change; a function without scale gets the defaults for the others (min 0, max 10, "
+                    "target 10, idle 300 s). On Kubernetes this needs KEDA in the cluster.")
+    scale.add_argument("name")
+    scale.add_argument("--min", type=int, help="replicas when idle (0..100; 0: scale to zero)")
+    scale.add_argument("--max", type=int, help="replicas at most (1..100)")
+    scale.add_argument("--target", type=int, help="calls in flight per replica (1..1000)")
+    scale.add_argument("--idle-sec", dest="idle_sec", type=int,
+                       help="seconds without calls before going back to --min (5..86400)")
+    scale.add_argument("--off", action="store_true", help="remove scaling: fixed replicas again")
+    with_client(scale, cmd_scale)
     rm = verbs.add_parser("rm", help="delete a function (and its triggers)")
     rm.add_argument("name")
     with_client(rm, cmd_rm)
