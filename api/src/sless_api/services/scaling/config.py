@@ -49,7 +49,7 @@ class ScalerConfig:
                               f"least {MIN_TOKEN_CHARS} characters")
         listen = reader.text("SLESS_SCALER_LISTEN", cls.listen)
         host, sep, port = listen.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not sep or not host or not port.isdigit() or int(port) > 65535:  # 0: any free port
             raise ConfigError(f"SLESS_SCALER_LISTEN must be host:port, got {listen!r}")
         max_ttl = reader.number("SLESS_SCALER_MAX_TTL_SEC", cls.max_ttl_sec, low=1, high=3600)
         return cls(

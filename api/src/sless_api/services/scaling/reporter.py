@@ -75,9 +75,9 @@ class LoadReporter:
         self._stub: loadreports_pb2_grpc.LoadReportsAsyncStub | None = None
         self._task: asyncio.Task[None] | None = None
         self._last_warning = -WARN_EVERY_SEC
-        self._failures = 0
-        #: Reports accepted by the scaler (for tests and metrics).
+        #: Reports accepted by the scaler, and reports that failed since the last accepted one.
         self.reports_sent = 0
+        self.failures = 0
 
     async def start(self) -> None:
         """Open the channel and start the reporting task (on the running loop)."""
@@ -196,16 +196,16 @@ class LoadReporter:
         except (OSError, RuntimeError) as exc:  # a channel closed under us
             self._warn(f"{type(exc).__name__}: {exc}")
             return False
-        if self._failures:
-            log.info("load reports reach %s again (after %d failed)", self.address, self._failures)
-            self._failures = 0
+        if self.failures:
+            log.info("load reports reach %s again (after %d failed)", self.address, self.failures)
+            self.failures = 0
         self.reports_sent += 1
         return True
 
     def _warn(self, why: str) -> None:
-        self._failures += 1
+        self.failures += 1
         now = time.monotonic()
         if now - self._last_warning >= WARN_EVERY_SEC:
             self._last_warning = now
             log.warning("cannot send the load report to the scaler at %s (%s); %d failed so far, retrying "
-                        "every %gs", self.address, why, self._failures, self.interval)
+                        "every %gs", self.address, why, self.failures, self.interval)
