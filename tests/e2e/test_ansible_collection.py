@@ -136,6 +136,40 @@ def test_check_mode_changes_nothing_and_reports_the_change(tenant: Tenant, tmp_p
     tenant.api("GET", "/secrets/s", expect=404)
 
 
+def test_function_scale_is_set_idempotent_changed_and_removed(tenant: Tenant, tmp_path: Path) -> None:
+    """``scale``: only the stated sub-options are compared, so the same task twice changes nothing; the others
+    keep their values; ``enabled: false`` removes it; a bad value fails the task with the API's message."""
+    tenant.api("POST", "/ensure", expect=(200, 201))
+    tenant.api("POST", "/functions", json={"name": "fn", "runtime": "python3.11"}, expect=201)
+
+    def task(scale: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"sless.platform.sless_function": {"name": "fn", "wait": False, "scale": scale}}]
+
+    def scale_now() -> Any:
+        return tenant.api("GET", "/functions/fn", expect=200).json()["scale"]
+
+    checked = play(tenant, tmp_path, task({"max": 4, "idle_sec": 60}), "--check", "--diff")
+    assert checked.returncode == 0 and recap(checked)["changed"] == 1, checked.stdout[-3000:]
+    assert '"scale"' in checked.stdout and scale_now() is None
+    for changed in (1, 0):
+        ran = play(tenant, tmp_path, task({"max": 4, "idle_sec": 60}))
+        assert ran.returncode == 0 and recap(ran)["changed"] == changed, ran.stdout[-3000:]
+    assert scale_now() == {"min": 0, "max": 4, "target": 10, "idle_sec": 60}
+    ran = play(tenant, tmp_path, task({"target": 2}))
+    assert recap(ran)["changed"] == 1 and scale_now() == {"min": 0, "max": 4, "target": 2, "idle_sec": 60}
+    assert recap(play(tenant, tmp_path, task({"max": 4})))["changed"] == 0, "equal on what is stated"
+
+    bad = play(tenant, tmp_path, task({"min": 9}))
+    assert bad.returncode == 2 and "scale.min (9) must not exceed scale.max (4)" in bad.stdout, bad.stdout[-2000:]
+    both = play(tenant, tmp_path, task({"enabled": False, "max": 3}))
+    assert both.returncode == 2 and "removes scaling" in both.stdout
+
+    for changed in (1, 0):
+        ran = play(tenant, tmp_path, task({"enabled": False}))
+        assert ran.returncode == 0 and recap(ran)["changed"] == changed, ran.stdout[-3000:]
+    assert scale_now() is None
+
+
 ERROR_CASES: list[tuple[dict[str, Any], str]] = [
     ({"sless.platform.sless_function": {"name": "Bad_Name", "runtime": "python3.11"}}, "must be a DNS-1123 label"),
     ({"sless.platform.sless_function": {"name": "refs", "runtime": "python3.11", "wait": False,

@@ -135,3 +135,34 @@ def test_ansible_test_sanity_offline_subset() -> None:
                           cwd=COLLECTION, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert 'Running sanity test "compile"' in proc.stdout + proc.stderr
+
+
+def test_function_scale_suboptions_are_documented_as_specified() -> None:
+    module = load("sless_function")
+    spec = module.argument_spec()["scale"]["options"]
+    doc = documented_options(module)["scale"]["suboptions"]
+    assert sorted(spec) == sorted(doc) == ["enabled", "idle_sec", "max", "min", "target"]
+    for key, arg in spec.items():
+        assert (doc[key]["type"], doc[key].get("default")) == (arg["type"], arg.get("default")), key
+        assert doc[key]["description"], key
+
+
+SCALE = {"min": 0, "max": 10, "target": 10, "idle_sec": 300}
+
+
+def option(**given: Any) -> dict[str, Any]:
+    """The scale option as AnsibleModule hands it over: every sub-option, None where not given."""
+    return {"min": None, "max": None, "target": None, "idle_sec": None, "enabled": True, **given}
+
+
+def test_function_scale_compares_only_the_stated_suboptions() -> None:
+    wanted = load("sless_function").wanted_scale
+    assert wanted(None, SCALE) == (False, None), "not stated: the function's scale is not looked at"
+    assert wanted(option(max=10), SCALE) == (True, SCALE), "equal on what is stated: no change"
+    assert wanted(option(max=4, idle_sec=60), SCALE) == (True, {**SCALE, "max": 4, "idle_sec": 60})
+    assert wanted(option(max=4), None) == (True, {"max": 4}), "a new scale: the API fills in its defaults"
+    assert wanted(option(), None) == (True, {}), "scale: {} asks for scaling with the defaults"
+    assert wanted(option(enabled=False), SCALE) == (True, None)
+    assert wanted(option(enabled=False), None) == (True, None)
+    with pytest.raises(ValueError, match="give no max"):
+        wanted(option(enabled=False, max=3), SCALE)

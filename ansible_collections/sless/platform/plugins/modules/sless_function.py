@@ -47,6 +47,32 @@ options:
     description: "References to the tenant's secrets, each C({name, key, env}) or C({name, key, file})."
     type: list
     elements: dict
+  scale:
+    description:
+      - Demand-driven replicas, between O(scale.min) and O(scale.max), aiming at O(scale.target) calls in flight per
+        replica, back to O(scale.min) after O(scale.idle_sec) without calls. On Kubernetes it needs KEDA in the
+        cluster (the API refuses it otherwise).
+      - Only the sub-options given are compared and changed; the others keep the function's values (the API's
+        defaults for a function that had no scale). Left out, the function's scale is not looked at.
+      - O(scale.enabled=false) removes scaling (fixed replicas again).
+    type: dict
+    suboptions:
+      min:
+        description: Replicas when idle, 0 to 100 (0 scales to zero; API default 0).
+        type: int
+      max:
+        description: Replicas at most, 1 to 100, not below O(scale.min) (API default 10).
+        type: int
+      target:
+        description: Calls in flight per replica the scaler aims at, 1 to 1000 (API default 10).
+        type: int
+      idle_sec:
+        description: Seconds without calls before going back to O(scale.min), 5 to 86400 (API default 300).
+        type: int
+      enabled:
+        description: V(false) removes scaling; then no other sub-option may be given.
+        type: bool
+        default: true
   source_dir:
     description: Folder of the function's code, zipped and uploaded when its content changed.
     type: path
@@ -72,6 +98,20 @@ EXAMPLES = r"""
       GREETING: hi
     secrets:
       - {name: db, key: password, env: DB_PASSWORD}
+
+- name: Scale it with demand, to zero when idle for ten minutes
+  sless.platform.sless_function:
+    name: hello
+    scale:
+      min: 0
+      max: 5
+      idle_sec: 600
+
+- name: Back to fixed replicas
+  sless.platform.sless_function:
+    name: hello
+    scale:
+      enabled: false
 
 - name: Remove it
   sless.platform.sless_function:
@@ -107,7 +147,8 @@ from ansible_collections.sless.platform.plugins.module_utils.sless_api import (
 )
 from ansible_collections.sless.platform.plugins.module_utils.sless_code import zip_folder
 
-SPEC_FIELDS = ("runtime", "entrypoint", "memory_mb", "timeout_sec", "env_vars", "secrets")
+SPEC_FIELDS = ("runtime", "entrypoint", "memory_mb", "timeout_sec", "env_vars", "secrets", "scale")
+SCALE_FIELDS = ("min", "max", "target", "idle_sec")
 
 
 def desired_spec(params):
@@ -124,6 +165,22 @@ def desired_spec(params):
     if spec["secrets"] is not None:
         spec["secrets"] = [dict((k, v) for k, v in ref.items() if v is not None) for ref in spec["secrets"]]
     return dict((k, v) for k, v in spec.items() if v is not None)
+
+
+def wanted_scale(option, current):
+    """(stated, scale): whether the task states a scale, and the one the function must have (None: fixed replicas).
+
+    Sub-options left out keep CURRENT's values, so a task that states only O(scale.max) reports no change once the
+    function has that max; raises ValueError for O(scale.enabled=false) beside other sub-options.
+    """
+    if option is None:
+        return False, None
+    given = dict((k, option[k]) for k in SCALE_FIELDS if option.get(k) is not None)
+    if option.get("enabled") is False:
+        if given:
+            raise ValueError("scale.enabled=false removes scaling: give no %s with it" % "/".join(sorted(given)))
+        return True, None
+    return True, dict(current or {}, **given)
 
 
 def shown(record, code_hash=None):
@@ -165,6 +222,9 @@ def argument_spec():
         timeout_sec=dict(type="int"),
         env=dict(type="dict"),
         secrets=dict(type="list", elements="dict", no_log=False),
+        scale=dict(type="dict", options=dict(
+            min=dict(type="int"), max=dict(type="int"), target=dict(type="int"), idle_sec=dict(type="int"),
+            enabled=dict(type="bool", default=True))),
         source_dir=dict(type="path"),
         wait=dict(type="bool", default=True),
         wait_timeout=dict(type="int", default=900),
@@ -196,7 +256,13 @@ def main():
         result["code_hash"] = code_hash
 
     spec = desired_spec(params)
+    try:
+        scale_stated, scale = wanted_scale(params["scale"], current.get("scale") if current else None)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     if current is None:
+        if scale is not None:
+            spec["scale"] = scale
         if "runtime" not in spec:
             module.fail_json(msg="runtime is required to create function %s" % params["name"])
         result["changed"] = True
@@ -208,6 +274,9 @@ def main():
         current = client.call("POST", client.ns_path("/functions"), dict(spec, name=params["name"]))
     else:
         differs = subset_differs(spec, current)
+        if scale_stated and current.get("scale") != scale:
+            spec["scale"] = scale  # None removes it: compared here, since subset_differs skips None
+            differs = sorted(differs + ["scale"])
         upload_needed = code_hash is not None and current.get("code_hash") != code_hash
         if differs or upload_needed:
             after = dict(shown(current), **dict((k, spec[k]) for k in differs))
