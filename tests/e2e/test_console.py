@@ -35,13 +35,15 @@ def test_page_holds_no_tenant_data_and_uses_no_cdn(tenant: Tenant, sless: SlessP
 
 def test_plain_text_listing_needs_the_token(tenant: Tenant, other_tenant: Tenant, sless: SlessProcess) -> None:
     tenant.deploy("listed", "python3.11", {"handler.py": "def handle(e):\n    return 1\n"})
-    tenant.api("POST", "/functions", json={"name": "idle", "runtime": "nodejs20"}, expect=201)
+    tenant.api("POST", "/functions", json={"name": "idle", "runtime": "nodejs20", "scale": {"max": 3}}, expect=201)
     assert requests.get(f"{sless.url}/console", timeout=30).status_code == 401
     text = requests.get(f"{sless.url}/console", headers={"Authorization": f"Bearer {tenant.token}"}, timeout=30)
     assert text.headers["content-type"].startswith("text/plain")
     lines = text.text.splitlines()
     assert lines[1].startswith("listed ") and "Ready" in lines[1] and f"/fn/{tenant.ns}/listed" in lines[1]
-    assert lines[2].startswith("idle ") and "Pending" in lines[2]
+    assert lines[0].split()[:4] == ["NAME", "RUNTIME", "PHASE", "SCALE"]
+    assert lines[1].split()[3] == "fixed"
+    assert lines[2].startswith("idle ") and lines[2].split()[2:4] == ["Pending", "0..3"]
     foreign = requests.get(f"{sless.url}/console", headers={"Authorization": f"Bearer {other_tenant.token}"},
                            timeout=30)
     assert "listed" not in foreign.text

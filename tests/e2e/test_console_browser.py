@@ -386,6 +386,47 @@ def test_secrets_are_listed_by_name_and_set_from_the_form(browser: webdriver.Chr
     assert [s["name"] for s in tenant.api("GET", "/secrets", expect=200).json()["items"]] == ["db", "existing"]
 
 
+def test_scaling_is_shown_set_refused_with_the_apis_message_and_removed(browser: webdriver.Chrome,
+                                                                         sless: SlessProcess, tenant: Tenant) -> None:
+    """The function's scale in words (or fixed replicas) and in the list; the form sets only what is filled in
+    (the API's defaults for the rest), shows a refusal as the API words it, and "Fixed replicas" removes it."""
+    tenant.api("POST", "/ensure", expect=(200, 201))
+    tenant.api("POST", "/functions", json={"name": "elastic", "runtime": "python3.11",
+                                           "scale": {"min": 1, "max": 4, "idle_sec": 60}}, expect=201)
+    sign_in(browser, sless, tenant)
+    row = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-function='elastic']"))[0]
+    assert "1..4" in row.text
+    open_function(browser, "elastic")
+    until(browser, lambda d: text(d, "scale-current").startswith("1..4 replicas, target 10 calls in flight"))
+    assert browser.find_element(By.ID, "scale-idle_sec").get_attribute("value") == "60"
+
+    def submit(**values: str) -> str:
+        browser.execute_script("document.getElementById('scale-status').textContent = '';")
+        for key in ("min", "max", "target", "idle_sec"):
+            box = browser.find_element(By.ID, f"scale-{key}")
+            box.clear()
+            if key in values:
+                box.send_keys(values[key])
+        browser.find_element(By.ID, "scale-save").click()
+        return str(until(browser, lambda d: text(d, "scale-status")))
+
+    assert submit(max="6", target="3") == ("saved: 0..6 replicas, target 3 calls in flight per replica, back to 0 "
+                                           "after 300s without calls")
+    assert tenant.api("GET", "/functions/elastic", expect=200).json()["scale"] == {
+        "min": 0, "max": 6, "target": 3, "idle_sec": 300}
+    until(browser, lambda d: "0..6" in d.find_element(By.CSS_SELECTOR, "tr[data-function='elastic']").text)
+    refused = tenant.api("PATCH", "/functions/elastic", json={"scale": {"min": 7, "max": 6}}, expect=400).json()
+    assert submit(min="7", max="6") == refused["error"]
+    assert browser.find_element(By.ID, "scale-status").get_attribute("role") == "alert"
+
+    browser.execute_script("document.getElementById('scale-status').textContent = '';")
+    browser.find_element(By.ID, "scale-off").click()
+    until(browser, lambda d: text(d, "scale-status") == "scaling removed: fixed replicas")
+    assert text(browser, "scale-current") == "fixed replicas (no scale)"
+    assert tenant.api("GET", "/functions/elastic", expect=200).json()["scale"] is None
+    until(browser, lambda d: "fixed" in d.find_element(By.CSS_SELECTOR, "tr[data-function='elastic']").text)
+
+
 ONE = "def handle(event):\n    return 'one'\n"
 TWO = "def handle(event):\n    return 'two'\n"
 

@@ -52,7 +52,8 @@ ERROR_REASONS = {400: "invalid input (`field` names it)", 401: "missing or bad t
                  403: "another tenant's namespace, or the tenant's quota reached (`quota` names it)",
                  404: "no such object (or path)", 405: "method not allowed",
                  409: "conflict", 413: "body too large", 415: "wrong content type",
-                 422: "not supported by this backend or cluster (e.g. scale without KEDA)", 501: "this cluster does not let the API read pod logs",
+                 422: "not supported by this backend or cluster (e.g. scale without KEDA)",
+                 501: "this cluster does not let the API read pod logs",
                  503: "not ready, or no token key configured"}
 COMMON = (400, 401, 403, 404, 405, 413, 503)
 WRITE = (*COMMON, 409, 415)

@@ -49,12 +49,13 @@ def text_listing(functions: list[FunctionRecord], triggers: list[TriggerRecord],
         enabled = any(t.spec.enabled for t in by_function.get(fn.spec.name, []))
         return (0 if enabled and fn.phase == "Ready" else 1, fn.spec.name)
 
-    lines = [f"{'NAME':28} {'RUNTIME':10} {'PHASE':9} {'TRIGGERS':24} URL"]
+    lines = [f"{'NAME':28} {'RUNTIME':10} {'PHASE':9} {'SCALE':9} {'TRIGGERS':24} URL"]
     for fn in sorted(functions, key=active):
         trigs = ",".join(f"{t.spec.type}{'' if t.spec.enabled else '(off)'}" for t in by_function.get(fn.spec.name, []))
         http = any(t.spec.type == "http" and t.spec.enabled for t in by_function.get(fn.spec.name, []))
         url = f"{base_url}/fn/{fn.namespace}/{fn.spec.name}" if http else "-"
-        lines.append(f"{fn.spec.name:28} {fn.spec.runtime:10} {fn.phase:9} {trigs or '-':24} {url}")
+        scale = f"{fn.spec.scale.min}..{fn.spec.scale.max}" if fn.spec.scale is not None else "fixed"
+        lines.append(f"{fn.spec.name:28} {fn.spec.runtime:10} {fn.phase:9} {scale:9} {trigs or '-':24} {url}")
         if fn.phase == "Failed":
             lines.append(f"    {fn.message.splitlines()[-1] if fn.message else ''}")
     return "\n".join(lines) + "\n"

@@ -1,5 +1,5 @@
 // The sless console: sign in with a tenant token, list functions, jobs and secrets, and open a function's detail
-// (triggers, invoke, upload, versions and traffic split, run as a job, recent invocations, source). Everything it
+// (scaling, triggers, invoke, upload, versions and traffic split, run as a job, recent invocations, source). Everything it
 // shows comes from the REST API and is rendered as text.
 "use strict";
 import { $, api, el, listAll, nsPath, say, seg, session } from "./api.js";
@@ -9,6 +9,7 @@ import { setInvokeTarget } from "./invoke.js";
 import { loadJobs, setJobFunction } from "./jobs.js";
 import { loadSecrets } from "./secrets.js";
 import { setUploadTarget } from "./upload.js";
+import { scaleShort, setScaleTarget } from "./scale.js";
 import { loadVersions, setVersionsTarget } from "./versions.js";
 
 let current = null;
@@ -26,7 +27,7 @@ async function loadFunctions() {
     const http = ts.find((t) => t.type === "http" && t.enabled);
     rows.append(el("tr", { class: "fn", "data-function": f.name },
       el("td", {}, el("button", { type: "button", class: "link", onclick: () => showDetail(f, ts) }, f.name)),
-      el("td", { class: `phase-${f.phase}` }, f.phase), el("td", {}, f.runtime),
+      el("td", { class: `phase-${f.phase}` }, f.phase), el("td", {}, f.runtime), el("td", {}, scaleShort(f.scale)),
       el("td", {}, ts.map((t) => `${t.type}${t.enabled ? "" : " (off)"}`).join(", ") || "-"),
       el("td", {}, http ? http.url : "-"), el("td", {}, f.created_at || ""), el("td", {}, f.last_built_at || "-"),
       el("td", { class: "message" }, f.message)));
@@ -114,9 +115,11 @@ async function showDetail(fn, triggers, fresh = true) {
     setUploadTarget(fn, () => reload().catch((e) => say($("detail-status"), e.message, true)));
     setJobFunction(fn);
     setVersionsTarget(fn, () => reload().catch((e) => say($("detail-status"), e.message, true)));
+    setScaleTarget(fn, () => reload().catch((e) => say($("detail-status"), e.message, true)));
     $("detail-title").focus();
   } else {
     setInvokeTarget(fn, triggers, false);
+    setScaleTarget(fn, () => reload().catch((e) => say($("detail-status"), e.message, true)), false);
   }
   try {
     await Promise.all([renderInvocations(fn), renderSource(fn), loadVersions()]);
