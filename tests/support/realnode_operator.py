@@ -123,6 +123,7 @@ def api_server(real_node: RealNode, s3_on_bridge: str, tmp_path: Path, extra_env
         "SLESS_S3_ENDPOINT": s3_on_bridge, "SLESS_S3_ACCESS_KEY": ACCESS, "SLESS_S3_SECRET_KEY": SECRET_KEY,
         "SLESS_S3_BUCKET": BUCKET, "SLESS_RUNTIME_IMAGE_PREFIX": f"{real_node.registry}/sless",
         "SLESS_RUNTIME_IMAGE_TAG": "testbed", "SLESS_KUBE_REQUEST_TIMEOUT_SEC": "10",
+        "SLESS_KUBE_ROUTING": "endpoints",  # as the chart installs it: each call to a ready pod the API picks
         "SLESS_GO_RUN_IMAGE": real_node.image("sless-testbed/static"), **(extra_env or {}),
     }  # fmt: skip
     env.pop("SLESS_DATABASE_URL", None)

@@ -72,7 +72,7 @@ def from_thread(fn: Any, *args: Any) -> None:
 
 def test_only_ready_endpoints_that_are_not_terminating_count() -> None:
     obj = endpoint_slice("s1", ("10.0.0.1", True, False), ("10.0.0.2", False, False), ("10.0.0.3", True, True))
-    assert ready_addresses(obj) == ("10.0.0.1",)
+    assert ready_addresses(obj) == ("10.0.0.1:8080",)
 
 
 def test_slices_add_up_per_service_and_a_relist_replaces_a_namespace() -> None:
@@ -80,9 +80,9 @@ def test_slices_add_up_per_service_and_a_relist_replaces_a_namespace() -> None:
     endpoints.apply("endpointslices", "ADDED", endpoint_slice("a", ("10.0.0.1", True, False)))
     endpoints.apply("endpointslices", "ADDED", endpoint_slice("b", ("10.0.0.2", True, False)))
     endpoints.apply("endpointslices", "ADDED", endpoint_slice("c", ("10.0.0.9", True, False), ns="other"))
-    assert sorted(endpoints.addresses(NS, FN)) == ["10.0.0.1", "10.0.0.2"]
+    assert sorted(endpoints.addresses(NS, FN)) == ["10.0.0.1:8080", "10.0.0.2:8080"]
     endpoints.apply("endpointslices", "DELETED", endpoint_slice("a"))
-    assert endpoints.addresses(NS, FN) == ("10.0.0.2",)
+    assert endpoints.addresses(NS, FN) == ("10.0.0.2:8080",)
     endpoints.replace("endpointslices", [], NS)  # the namespace relisted empty: its slices are gone
     assert not endpoints.has_ready(NS, FN)
     assert endpoints.has_ready("other", FN)  # another namespace's part is kept
@@ -158,3 +158,33 @@ async def _through(activator: Activator, route: Route = SCALED, service: str = F
     async with activator.upstream(route, service, URL) as url:
         return url
 
+
+
+def test_direct_routing_picks_the_ready_pod_with_the_fewest_calls_in_flight() -> None:
+    endpoints = ReadyEndpoints()
+    activator = Activator(endpoints, lambda ns: True, 10.0, 5, direct=True)
+    pods = (("10.0.0.1", True, False), ("10.0.0.2", True, False), ("10.0.0.3", True, False))
+    endpoints.apply("endpointslices", "ADDED", endpoint_slice("s", *pods))
+
+    async def scenario() -> None:
+        first = activator.upstream(SCALED, FN, URL)
+        busy = await first.__aenter__()  # one call held open on one pod
+        picks = []
+        for _ in range(4):  # the others share the next calls in turn, the busy pod gets none while they are idle
+            async with activator.upstream(SCALED, FN, URL) as url:
+                picks.append(url)
+        assert busy not in picks and len(set(picks)) == 2
+        assert activator.in_flight == {busy.removeprefix("http://"): 1}
+        await first.__aexit__(None, None, None)
+        assert activator.in_flight == {}
+
+    asyncio.run(scenario())
+    leaving = endpoint_slice("s", ("10.0.0.1", True, True), ("10.0.0.2", True, False))
+    endpoints.apply("endpointslices", "MODIFIED", leaving)
+    assert asyncio.run(_through(activator)) == "http://10.0.0.2:8080"  # a terminating pod takes no new call
+
+
+def test_slice_ports_and_ipv6_addresses() -> None:
+    obj = endpoint_slice("s", ("fd00::5", True, False))
+    obj["ports"] = [{"name": "http", "port": 9000}]
+    assert ready_addresses(obj) == ("[fd00::5]:9000",)

@@ -19,6 +19,7 @@ Kubernetes backend:
 | ``SLESS_KUBE_TENANT_ROLE`` | (none) | ClusterRole the API binds to itself per tenant namespace |
 | ``SLESS_KUBE_SERVICE_ACCOUNT`` | (none) | ``<namespace>:<name>``: the API's own, bound there |
 | ``SLESS_ACTIVATION_TIMEOUT_SEC`` | ``120`` | a call to a function at zero waits this long for a ready pod (then 503) |
+| ``SLESS_KUBE_ROUTING`` | ``service`` | ``endpoints``: to ready pods, fewest in flight first; ``service``: its VIP |
 | ``SLESS_ACTIVATION_QUEUE`` | ``200`` | calls one API process holds per function at zero; more get 503 at once |
 
 Standalone backend: ``SLESS_SANDBOX``, ``SLESS_SANDBOX_*`` (:class:`SandboxSettings`),
@@ -44,6 +45,7 @@ from sless_core.models import RUNTIMES
 _DOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 _IMAGE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/:]*\Z")
 FUNCTION_PORT = 8080
+ROUTINGS = ("service", "endpoints")
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class KubeSettings:
     activation_timeout_sec: float = 120.0
     #: Calls one process holds per function while it has no ready pod; the next ones are refused (503).
     activation_queue: int = 200
+    #: ``endpoints``: calls go to ready pods picked by the API (``kube.activator``); ``service``: to the Service
+    routing: str = "service"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> KubeSettings:
@@ -98,6 +102,7 @@ class KubeSettings:
             activation_timeout_sec=reader.number("SLESS_ACTIVATION_TIMEOUT_SEC", cls.activation_timeout_sec,
                                                  low=1, high=3600),
             activation_queue=reader.integer("SLESS_ACTIVATION_QUEUE", cls.activation_queue, low=1, high=100_000),
+            routing=reader.choice("SLESS_KUBE_ROUTING", cls.routing, ROUTINGS),
         )
 
     def base_image(self, runtime: str) -> str:

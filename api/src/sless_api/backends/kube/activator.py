@@ -16,6 +16,12 @@ same upstream (``Invoker.request``), so any of them wakes a function at zero.
 
 When the EndpointSlice watch has not listed a namespace (not yet, or the API may not read slices), calls are
 forwarded as before: the activator never holds a call on knowledge it lacks.
+
+Balancing (``SLESS_KUBE_ROUTING=endpoints``): each call goes straight to one ready pod, the one with the fewest
+calls in flight from this process (ties in turn), instead of the Service's virtual IP. A new pod takes calls
+the moment its endpoint is ready, and a leaving pod none from the moment its endpoint is terminating, without
+waiting for kube-proxy's next sync on the node (which, late on a busy node, sent calls to a pod whose listener
+had closed). ``max_concurrency`` stays per function and process; ``scale.target`` is per pod.
 """
 
 from __future__ import annotations
@@ -50,13 +56,32 @@ class Activator:
     """Holds calls to scaled functions at zero until a pod is ready, and counts every call as demand."""
 
     def __init__(self, endpoints: ReadyEndpoints, synced: Callable[[str], bool], timeout_sec: float,
-                 queue: int, demand: Demand | None = None) -> None:
+                 queue: int, demand: Demand | None = None, direct: bool = False) -> None:
         self.endpoints = endpoints
         self.synced = synced
         self.timeout_sec = timeout_sec
         self.queue = queue
         self.demand = demand
+        self.direct = direct
         self.waiting: dict[Key, int] = {}
+        self.in_flight: dict[str, int] = {}  # calls this process has in flight per pod address
+        self._turn: dict[Key, int] = {}
+
+    def pick(self, namespace: str, service: str) -> str | None:
+        """The ready pod address with the fewest calls in flight from here (ties: in turn); None: none known."""
+        found = self.endpoints.addresses(namespace, service)
+        if len(found) <= 1:
+            return found[0] if found else None
+        key = (namespace, service)
+        start = self._turn.get(key, 0) % len(found)
+        best, fewest = found[start], self.in_flight.get(found[start], 0)
+        for i in range(1, len(found)):
+            candidate = found[(start + i) % len(found)]
+            busy = self.in_flight.get(candidate, 0)
+            if busy < fewest:
+                best, fewest = candidate, busy
+        self._turn[key] = start + 1
+        return best
 
     def upstream(self, route: Route, service: str, url: str) -> ActivatedUpstream:
         return ActivatedUpstream(self, route, service, url)
@@ -95,11 +120,12 @@ class ActivatedUpstream:
     A class, not a generator-based context manager: every proxied call enters one (see ``gateway.invoker``).
     """
 
-    __slots__ = ("_activator", "_counted", "_route", "_service", "_url")
+    __slots__ = ("_activator", "_address", "_counted", "_route", "_service", "_url")
 
     def __init__(self, activator: Activator, route: Route, service: str, url: str) -> None:
         self._activator, self._route, self._service, self._url = activator, route, service, url
         self._counted = False
+        self._address: str | None = None
 
     async def __aenter__(self) -> str:
         activator, route = self._activator, self._route
@@ -114,12 +140,27 @@ class ActivatedUpstream:
         except BaseException:
             self._end()
             raise
+        if activator.direct and activator.synced(route.namespace):
+            address = activator.pick(route.namespace, self._service)
+            if address is not None:
+                self._address = address
+                activator.in_flight[address] = activator.in_flight.get(address, 0) + 1
+                return f"http://{address}"
         return self._url
 
     async def __aexit__(self, *exc: Any) -> None:
         self._end()
 
     def _end(self) -> None:
+        address = self._address
+        if address is not None:
+            self._address = None
+            in_flight = self._activator.in_flight
+            left = in_flight.get(address, 1) - 1
+            if left > 0:
+                in_flight[address] = left
+            else:
+                in_flight.pop(address, None)
         if self._counted:
             self._counted = False
             demand = self._activator.demand

@@ -25,15 +25,18 @@ SERVICE_LABEL = "kubernetes.io/service-name"
 SELECTOR = f"{crd.LABEL_MANAGED}={crd.MANAGED_BY},{crd.LABEL_COMPONENT}=function"
 
 Key = tuple[str, str]  # (namespace, Service name)
+PORT_NAME, DEFAULT_PORT = "http", 8080  # the function Service's port, by the name the container gives it
 
 
 def ready_addresses(obj: dict[str, Any]) -> tuple[str, ...]:
-    """The addresses of a slice's endpoints that are ready and not terminating."""
+    """The ``host:port`` of a slice's endpoints that are ready and not terminating (IPv6 in brackets)."""
+    port = next((p.get("port") for p in obj.get("ports") or () if p.get("name") == PORT_NAME), None)
+    port = port if isinstance(port, int) and 0 < port < 65536 else DEFAULT_PORT
     found: list[str] = []
     for endpoint in obj.get("endpoints") or ():
         conditions = endpoint.get("conditions") or {}
         if conditions.get("ready") is True and conditions.get("terminating") is not True:
-            found.extend(str(a) for a in endpoint.get("addresses") or ())
+            found.extend(f"[{a}]:{port}" if ":" in str(a) else f"{a}:{port}" for a in endpoint.get("addresses") or ())
     return tuple(found)
 
 

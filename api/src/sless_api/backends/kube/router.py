@@ -40,7 +40,7 @@ class KubeRouter:
         slices = Resource(endpoints.PLURAL, endpoints.GROUP, endpoints.VERSION, endpoints.SELECTOR)
         self.endpoint_watch = RouteWatch(kube, self.endpoints, (slices,))
         self.activator = Activator(self.endpoints, self.endpoint_watch.listed, settings.activation_timeout_sec,
-                                   settings.activation_queue, demand)
+                                   settings.activation_queue, demand, direct=settings.routing == "endpoints")
 
     def start(self) -> None:
         self.watch.start()
