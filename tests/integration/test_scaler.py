@@ -451,8 +451,9 @@ def test_sigterm_ends_the_streams_and_exits_cleanly(start_scaler: Callable[..., 
 
     asyncio.run(run())
     assert scaler.proc.wait(15) == 0
-    messages = [line["msg"] for line in scaler.lines()]
-    assert messages[-1] == "stopped" and any(str(m).startswith("stopping") for m in messages)
+    # the service's own lines (at DEBUG, gRPC's and asyncio's may come after them)
+    messages = [line["msg"] for line in scaler.lines() if line["logger"] == "sless.scaler.service"]
+    assert str(messages[-2]).startswith("stopping") and messages[-1] == "stopped", messages
     assert all(line["logger"] and line["level"] for line in scaler.lines())
 
 
@@ -490,3 +491,36 @@ def test_a_taken_port_exits_1(start_scaler: Callable[..., Scaler]) -> None:
     done = subprocess.run([str(SCALER)], env=full, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1 and "cannot listen" in done.stderr, done.stderr
     assert _serving(scaler.address)  # the first one still serves
+
+
+def test_the_number_of_streams_is_bounded(start_scaler: Callable[..., Scaler]) -> None:
+    scaler = start_scaler(SLESS_SCALER_MAX_STREAMS="2")
+
+    async def run() -> None:
+        async with keda(scaler.address) as stub:
+            first, second = stub.StreamIsActive(ref("a")), stub.StreamIsActive(ref("b"))
+            assert await next_state(first) is False and await next_state(second) is False
+            third = stub.StreamIsActive(ref("c"))
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await asyncio.wait_for(third.read(), PUSH_TIMEOUT)
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "streams" in (refused.value.details() or "")
+            first.cancel()  # a stream that ends makes room (once the server has seen the cancel)
+            opened: list[bool] = []
+
+            async def open_one() -> bool:
+                call = stub.StreamIsActive(ref("c"))
+                try:
+                    opened.append(await next_state(call))
+                except grpc.aio.AioRpcError as exc:
+                    assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                    return False
+                return True
+
+            deadline = asyncio.get_running_loop().time() + PUSH_TIMEOUT
+            while not await open_one():
+                assert asyncio.get_running_loop().time() < deadline, "the cancelled stream's room was not freed"
+                await asyncio.sleep(0.05)
+            assert opened == [False]
+
+    asyncio.run(run())

@@ -15,6 +15,7 @@ reports and pushes "active" to KEDA's stream the moment one arrives (:mod:`sless
 | ``SLESS_SCALER_MAX_TTL_SEC`` | ``60`` | the longest ttl a report may ask for |
 | ``SLESS_SCALER_MAX_REPORTERS`` | ``1000`` | live reporting processes kept at most (past it: RESOURCE_EXHAUSTED) |
 | ``SLESS_SCALER_MAX_FUNCTIONS`` | ``5000`` | functions in one report at most |
+| ``SLESS_SCALER_MAX_STREAMS`` | ``10000`` | ``StreamIsActive`` streams open at once at most (one per scaled function) |
 | ``SLESS_SCALER_KEEPALIVE_SEC`` | ``5`` | ``StreamIsActive`` resends the current state this often |
 | ``SLESS_SCALER_GRACE_SEC`` | ``5`` | on SIGTERM, how long calls in progress may finish |
 | ``SLESS_LOG_LEVEL``, ``SLESS_LOG_FORMAT`` | ``INFO``, ``auto`` | as the API (JSON lines in a pod) |

@@ -28,6 +28,8 @@ class ScalerConfig:
     max_reporters: int = 1000
     #: Functions in one report at most.
     max_functions: int = 5000
+    #: ``StreamIsActive`` streams open at once at most (KEDA keeps one per scaled function); more: RESOURCE_EXHAUSTED.
+    max_streams: int = 10_000
     #: ``StreamIsActive`` resends the current state this often even without a change (keep-alive).
     keepalive_sec: float = 5.0
     #: On SIGTERM, how long calls in progress may finish.
@@ -59,6 +61,7 @@ class ScalerConfig:
             max_ttl_sec=max_ttl,
             max_reporters=reader.integer("SLESS_SCALER_MAX_REPORTERS", cls.max_reporters, low=1, high=100_000),
             max_functions=reader.integer("SLESS_SCALER_MAX_FUNCTIONS", cls.max_functions, low=1, high=100_000),
+            max_streams=reader.integer("SLESS_SCALER_MAX_STREAMS", cls.max_streams, low=1, high=1_000_000),
             keepalive_sec=reader.number("SLESS_SCALER_KEEPALIVE_SEC", cls.keepalive_sec, low=0.05, high=300),
             grace_sec=reader.number("SLESS_SCALER_GRACE_SEC", cls.grace_sec, low=0, high=300),
         )

@@ -71,6 +71,7 @@ class LoadReporter:
         self._sent: set[Key] = set()  # the functions the scaler holds non-zero for us
         self._dirty = False  # a count changed since the last report
         self._wake = asyncio.Event()
+        self._sending = asyncio.Lock()  # one report at a time: a newer snapshot never lands before an older one
         self._channel: grpc.aio.Channel | None = None
         self._stub: loadreports_pb2_grpc.LoadReportsAsyncStub | None = None
         self._task: asyncio.Task[None] | None = None
@@ -165,6 +166,10 @@ class LoadReporter:
 
     async def report_now(self) -> bool:
         """Send the snapshot if anything is counted or changed since the last one; False when it failed."""
+        async with self._sending:
+            return await self._report()
+
+    async def _report(self) -> bool:
         counts = self.counts()
         if not counts and not self._sent and not self._dirty:
             return True

@@ -75,6 +75,10 @@ class ScalerState:
         """The event set at KEY's next change (take it before reading the state: no change falls between)."""
         return self._signals.setdefault(key, asyncio.Event())
 
+    @property
+    def streams(self) -> int:
+        return self._watchers.total()
+
     def watch(self, key: FunctionKey) -> None:
         self._watchers[key] += 1
 
@@ -145,6 +149,9 @@ class ExternalScaler(externalscaler_pb2_grpc.ExternalScalerServicer):
         cancels (the generator is closed) or the server shuts down."""
         key, _ = await _target(request, context)
         state = self.state
+        if state.streams >= state.config.max_streams:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"{state.streams} streams are open, the most this scaler serves")
         state.watch(key)
         log.debug("stream opened for %s/%s", *key)
         try:
