@@ -18,7 +18,7 @@ HASH=$(sha256sum "$0" | cut -c1-8)
 B=$C/keda-bin/$KEDA-$GOV-$HASH
 ALL=(keda-operator keda-adapter)
 log() { echo "[keda-build $(date +%T)] $*" >&2; }
-complete() { for b in "${ALL[@]}"; do [ -x "$B/$b" ] || return 1; done; [ -f "$B/crds/keda.sh_scaledobjects.yaml" ]; }
+complete() { for b in "${ALL[@]}"; do [ -x "$B/$b" ] || return 1; done; [ -f "$B/crds/keda.sh_scaledobjects.yaml" ] && [ -f "$B/crds/eventing.keda.sh_cloudeventsources.yaml" ]; }
 if complete; then echo "$B"; exit 0; fi
 if [ "${1:-}" = --check ]; then exit 3; fi
 mkdir -p "$C"; exec 9>"$C/keda-build.lock"
@@ -44,7 +44,8 @@ V=github.com/kedacore/keda/v2/version
 "${NICE[@]}" go build -trimpath -ldflags "-s -w -X $V.Version=${KEDA#v} -X $V.GitCommit=module" \
   -o "$B.partial/" ./cmd/operator ./cmd/adapter
 mv "$B.partial/operator" "$B.partial/keda-operator"; mv "$B.partial/adapter" "$B.partial/keda-adapter"
-mkdir "$B.partial/crds" && cp config/crd/bases/keda.sh_*.yaml "$B.partial/crds/"
+# every CRD: the operator also runs the CloudEventSource controllers (eventing.keda.sh)
+mkdir "$B.partial/crds" && cp config/crd/bases/*.yaml "$B.partial/crds/"
 cp pkg/scalers/externalscaler/externalscaler.proto "$B.partial/"
 rm -rf "$B"; mv "$B.partial" "$B"
 log "KEDA built in $((SECONDS - T0))s into $B"; du -sh "$B"/* >&2

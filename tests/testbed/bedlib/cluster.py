@@ -29,7 +29,7 @@ from typing import Any
 from . import kwokconf, ports, procs, realnode
 from .build import build, k8s_version
 from .kubectl import Kubectl, established, wait_for
-from .pki import Pki, make_pki, write_kubeconfig
+from .pki import FRONT_PROXY_CLIENT, Pki, make_pki, write_kubeconfig
 
 NODE = "kwok-node-0"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -195,6 +195,17 @@ def _argv(bin_dir: Path, state: Path, pki: Pki, port: dict[str, int], apiserver_
             f"--kubelet-client-certificate={pki.path('admin.crt')}",
             f"--kubelet-client-key={pki.path('admin.key')}",
             f"--cert-dir={state / 'apiserver-certs'}", "--profiling=false",
+            # the aggregation layer (extension API servers such as KEDA's metrics adapter, keda.py): the
+            # aggregator proxies as front-proxy-client, the extension servers trust its X-Remote-* headers.
+            # Aggregator routing stays off (ClusterIP routing): that resolver also follows an ExternalName
+            # Service, `localhost` for a host process; endpoint routing refuses ExternalName and EndpointSlices
+            # refuse loopback addresses.
+            f"--requestheader-client-ca-file={pki.front_proxy_ca_crt}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki.path(FRONT_PROXY_CLIENT + '.crt')}",
+            f"--proxy-client-key-file={pki.path(FRONT_PROXY_CLIENT + '.key')}",
         ],
         "kube-controller-manager": [
             str(bin_dir / "kube-controller-manager"), f"--kubeconfig={kubeconfig}", *client_auth,
