@@ -533,6 +533,7 @@ def test_events_rbac_is_exactly_what_the_dispatcher_needs(default: list[dict[str
     rules = one(default, "ClusterRole", EVENTS)["rules"]
     assert rules == [
         {"apiGroups": ["sless.dev"], "resources": ["functions", "triggers"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
         {"apiGroups": ["sless.dev"], "resources": ["triggers/status"], "verbs": ["patch"]},
     ]
     assert not any("*" in item for rule in rules for field in rule.values() for item in field)
