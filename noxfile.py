@@ -8,6 +8,7 @@
   Chromium and its driver, buildah, the S3 server `moto_server`); installed only, the fixtures start private
   servers on loopback (tests/support/services.py, tests/support/rabbitmq.py)
 - test bed: `tests/testbed/build.sh` (etcd, the Kubernetes binaries, kwok, helm; cached, 10-20 min cold)
+- KEDA on the test bed: `tests/testbed/build-keda.sh` (operator and metrics adapter; cached, ~6 min cold)
 - real node: `scripts/install-realnode.sh` and `testbed build --real-node` (root; ~20-27 min cold)
 - Vault: `tests/install/build-vault.sh`; Ansible collections: `scripts/install-collections.sh`
 
@@ -53,6 +54,11 @@ def _services(session: nox.Session) -> None:
 def _testbed(session: nox.Session) -> None:
     """The Kubernetes test bed's binaries (built once, cached; timings on stderr, the bin folder on stdout)."""
     session.run("bash", "tests/testbed/build.sh", external=True)
+
+
+def _keda(session: nox.Session) -> None:
+    """KEDA's operator and metrics adapter for the `keda` fixture (built once, cached; ~6 min cold)."""
+    session.run("bash", "tests/testbed/build-keda.sh", external=True)
 
 
 def _vault(session: nox.Session) -> None:
@@ -141,12 +147,13 @@ def e2e(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def k8s(session: nox.Session) -> None:
-    """pytest -m k8s; installs the test services, builds the test bed's binaries and Vault (both cached).
+    """pytest -m k8s; installs the test services, builds the test bed's binaries, KEDA and Vault (all cached).
 
     Bootstrap, scripts/install-test-services.sh, scripts/install-collections.sh, tests/install/build-vault.sh
-    (the k8s-marked Vault tests of tests/install) and tests/testbed/build.sh (skipped with
-    SLESS_TESTBED_EXISTING=1 and KUBECONFIG: that cluster is used). Covers tests/k8s, the kubernetes cases of
-    tests/backends and tests/install's Vault tests; the fixture starts a control plane with kwok nodes.
+    (the k8s-marked Vault tests of tests/install), tests/testbed/build.sh and tests/testbed/build-keda.sh (the
+    `keda` fixture's; both skipped with SLESS_TESTBED_EXISTING=1 and KUBECONFIG: that cluster is used). Covers
+    tests/k8s, the kubernetes cases of tests/backends and tests/install's Vault tests; the fixture starts a
+    control plane with kwok nodes, and KEDA on it for the tests that ask.
     """
     _services(session)
     _bootstrap(session)
@@ -154,6 +161,7 @@ def k8s(session: nox.Session) -> None:
     _vault(session)
     if os.environ.get("SLESS_TESTBED_EXISTING") != "1":
         _testbed(session)
+        _keda(session)
     _pytest(session, "-m", "k8s")
 
 
@@ -202,16 +210,17 @@ def install(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def backends(session: nox.Session) -> None:
-    """pytest tests/backends; installs the test services, builds the test bed's binaries (cached).
+    """pytest tests/backends; installs the test services, builds the test bed's binaries and KEDA (cached).
 
-    Bootstrap, scripts/install-test-services.sh (RabbitMQ, S3), tests/testbed/build.sh (skipped with
-    SLESS_TESTBED_EXISTING=1). The REST contract against `sless up` and against the kubernetes backend with its
-    operator on the test bed.
+    Bootstrap, scripts/install-test-services.sh (RabbitMQ, S3), tests/testbed/build.sh and
+    tests/testbed/build-keda.sh (both skipped with SLESS_TESTBED_EXISTING=1). The REST contract against
+    `sless up` and against the kubernetes backend with its operator on the test bed (KEDA for its scaling).
     """
     _services(session)
     _bootstrap(session)
     if os.environ.get("SLESS_TESTBED_EXISTING") != "1":
         _testbed(session)
+        _keda(session)
     _pytest(session, "tests/backends")
 
 
