@@ -132,6 +132,20 @@ class LoadReporter:
             counts.pop(key, None)
         self._dirty = True
 
+    # The four calls of the Kubernetes activator's ``Demand`` sink (backends.kube.activator): a LoadReporter is one.
+
+    def call_started(self, namespace: str, function: str) -> None:
+        self.begin(namespace, function)
+
+    def call_ended(self, namespace: str, function: str) -> None:
+        self.end(namespace, function)
+
+    def waiting_started(self, namespace: str, function: str) -> None:
+        self.begin(namespace, function, waiting=True)
+
+    def waiting_ended(self, namespace: str, function: str) -> None:
+        self.end(namespace, function, waiting=True)
+
     @contextlib.asynccontextmanager
     async def inflight(self, namespace: str, function: str) -> AsyncIterator[None]:
         """Count a call in flight (served by a replica) for the block."""
