@@ -409,10 +409,11 @@ class Supervisor:
         if self._closed or slot.removed or (proc is not None and proc.alive):
             return
         if slot.starting is None or slot.starting.done():
-            slot.starting = asyncio.create_task(self._start_for_call(slot), name=f"sless-warm-{slot.key}")
+            slot.starting = asyncio.create_task(self._start_for_call(slot, cold=False), name=f"sless-warm-{slot.key}")
             slot.starting.add_done_callback(_retrieve_exception)
 
-    async def _start_for_call(self, slot: _Slot) -> Child:
+    async def _start_for_call(self, slot: _Slot, cold: bool = True) -> Child:
+        """Start the slot's process unless one runs; COLD: a call waits for it (a cold start, in the metrics)."""
         async with slot.lock:
             if slot.removed:
                 raise NotDeployed(slot.key)
@@ -432,8 +433,9 @@ class Supervisor:
                 )
             began = time.monotonic()
             proc = await self._start(slot, slot.spec)
-            metrics.COLD_STARTS.labels(slot.spec.runtime).inc()
-            metrics.COLD_START_SECONDS.labels(slot.spec.runtime).observe(time.monotonic() - began)
+            if cold:
+                metrics.COLD_STARTS.labels(slot.spec.runtime).inc()
+                metrics.COLD_START_SECONDS.labels(slot.spec.runtime).observe(time.monotonic() - began)
             slot.current = proc
             slot.last_activity = time.monotonic()
             return proc
