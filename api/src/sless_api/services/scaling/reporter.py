@@ -176,7 +176,10 @@ class LoadReporter:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.interval)
             self._wake.clear()
-            await self.report_now()
+            try:
+                await self.report_now()
+            except Exception:  # a bug here must not end the reports of a process that keeps serving
+                log.exception("load report failed; retrying at the next tick")
 
     async def report_now(self) -> bool:
         """Send the snapshot if anything is counted or changed since the last one; False when it failed."""

@@ -17,6 +17,7 @@ import contextlib
 import hmac
 import logging
 import math
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 
@@ -95,11 +96,10 @@ class ScalerState:
 
     async def sweep(self) -> None:
         """Expire dead reporters' snapshots as they run out, so a stream hears of the idle function at once."""
-        loop = asyncio.get_running_loop()
         while True:
             self.notify(self.loads.expire())
-            next_expiry = self.loads.next_expiry()
-            delay = SWEEP_SEC if next_expiry is None else min(SWEEP_SEC, max(0.0, next_expiry - loop.time()))
+            next_expiry = self.loads.next_expiry()  # on the aggregator's clock, time.monotonic
+            delay = SWEEP_SEC if next_expiry is None else min(SWEEP_SEC, max(0.0, next_expiry - time.monotonic()))
             await asyncio.sleep(delay)
 
 
