@@ -126,6 +126,33 @@ def test_function_crud_through_custom_resources(kube_api: KubeApi, tenant: Tenan
     tenant.api("PUT", "/functions/hello", json={"memory_mb": 256}, expect=404)
 
 
+def test_scale_without_keda_is_422_and_a_stored_scale_blocks_no_other_change(kube_api: KubeApi,
+                                                                            tenant: Tenant) -> None:
+    """On a cluster without KEDA the API writes no scale (422 naming it), yet a Function that has one (written
+    with kubectl, or before KEDA went away) reads back with it and takes other changes, and its scale can go."""
+    bed, ns = kube_api.bed, tenant.ns
+    if '"scaledobjects"' in bed.kubectl("get", "--raw", "/apis/keda.sh/v1alpha1", check=False).stdout:
+        pytest.skip("this test bed runs KEDA")
+    refused = tenant.api("POST", "/functions", json={"name": "elastic", "runtime": "python3.11",
+                                                     "scale": {"max": 3}}, expect=422).json()
+    assert refused["field"] == "scale" and "scaling needs KEDA" in refused["error"]
+    assert cr(bed, crd.FUNCTION_PLURAL, ns, "elastic") is None
+
+    tenant.api("POST", "/functions", json={"name": "elastic", "runtime": "python3.11"}, expect=201)
+    assert "scale" not in cr(bed, crd.FUNCTION_PLURAL, ns, "elastic")["spec"]  # type: ignore[index]
+    bed.kubectl("patch", f"{crd.FUNCTION_PLURAL}.{crd.GROUP}", "elastic", "-n", ns, "--type=merge", "-p",
+                '{"spec": {"scale": {"min": 1, "max": 3, "target": 5, "idleSec": 60}}}')
+    scale = {"min": 1, "max": 3, "target": 5, "idle_sec": 60}
+    assert tenant.api("GET", "/functions/elastic", expect=200).json()["scale"] == scale
+    changed = tenant.api("PATCH", "/functions/elastic", json={"memory_mb": 256}, expect=200).json()
+    assert (changed["memory_mb"], changed["scale"]) == (256, scale)
+    obj = cr(bed, crd.FUNCTION_PLURAL, ns, "elastic")
+    assert obj is not None and obj["spec"]["scale"] == {"min": 1, "max": 3, "target": 5, "idleSec": 60}
+    tenant.api("PATCH", "/functions/elastic", json={"scale": {**scale, "max": 4}}, expect=422)
+    tenant.api("PATCH", "/functions/elastic", json={"scale": None}, expect=200)
+    assert "scale" not in cr(bed, crd.FUNCTION_PLURAL, ns, "elastic")["spec"]  # type: ignore[index]
+
+
 def test_cluster_schema_rejections_are_400s_not_500s(kube_api: KubeApi, tenant: Tenant) -> None:
     # SLESS_MAX_TIMEOUT_SEC is 7200 in this API, the CRD allows at most 3600: the API server says no.
     resp = tenant.api("POST", "/functions", json={"name": "slow", "runtime": "python3.11", "timeout_sec": 5000},
