@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 import urllib3.exceptions
@@ -127,3 +128,20 @@ def test_a_gone_watch_relists_and_other_errors_fail_the_watch() -> None:
         watcher._event({"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}, "1")
     with pytest.raises(RuntimeError, match="500"):
         watcher._event({"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "boom"}}, "1")
+
+
+def test_the_scaler_settings_need_an_address_and_a_token(tmp_path: Path) -> None:
+    assert KubeSettings.from_env({}).scaler_address == ""  # not told: no reports
+    token = tmp_path / "token"
+    token.write_text("token-0123456789abcdef\n")
+    told = KubeSettings.from_env({"SLESS_SCALER_ADDRESS": "sless-scaler.sless:9090",
+                                  "SLESS_SCALER_TOKEN_FILE": str(token)})  # fmt: skip
+    assert (told.scaler_address, told.scaler_token) == ("sless-scaler.sless:9090", "token-0123456789abcdef")
+    assert "token-0123" not in repr(told)
+    for env, why in (({"SLESS_SCALER_ADDRESS": "sless-scaler"}, "host:port"),
+                     ({"SLESS_SCALER_ADDRESS": "a:99999", "SLESS_SCALER_TOKEN": "t" * 20}, "host:port"),
+                     ({"SLESS_SCALER_ADDRESS": "a:9090"}, "token"),
+                     ({"SLESS_SCALER_ADDRESS": "a:9090", "SLESS_SCALER_TOKEN_FILE": str(tmp_path / "none")},
+                      "cannot read")):
+        with pytest.raises(ValueError, match=why):
+            KubeSettings.from_env(env)

@@ -28,10 +28,14 @@ def test_calls_are_counted_per_function_in_flight_and_waiting() -> None:
 
 def test_it_is_the_activators_demand_sink() -> None:
     demand: Demand = make()  # mypy checks the protocol; the calls below its meaning
+    assert isinstance(demand, LoadReporter)
+    demand.call_started(NS, "fn")  # as the activator calls them: a call, part of which waits for a replica
+    assert demand.counts() == {(NS, "fn"): (1, 0)}
     demand.waiting_started(NS, "fn")
+    assert demand.counts() == {(NS, "fn"): (0, 1)}  # one call, counted once: now waiting
+    assert demand._wake.is_set()  # the function's first waiter is reported at once
     demand.waiting_ended(NS, "fn")
-    demand.call_started(NS, "fn")
-    assert isinstance(demand, LoadReporter) and demand.counts() == {(NS, "fn"): (1, 0)}
+    assert demand.counts() == {(NS, "fn"): (1, 0)}
     demand.call_ended(NS, "fn")
     assert demand.counts() == {}
 

@@ -20,6 +20,8 @@ Kubernetes backend:
 | ``SLESS_KUBE_SERVICE_ACCOUNT`` | (none) | ``<namespace>:<name>``: the API's own, bound there |
 | ``SLESS_ACTIVATION_TIMEOUT_SEC`` | ``120`` | a call to a function at zero waits this long for a ready pod (then 503) |
 | ``SLESS_KUBE_ROUTING`` | ``service`` | ``endpoints``: to ready pods, fewest in flight first; ``service``: its VIP |
+| ``SLESS_SCALER_ADDRESS`` | (none) | ``host:port`` of ``sless-scaler``, told the calls per function; none: not told |
+| ``SLESS_SCALER_TOKEN_FILE`` | (none) | file with the scaler's report token (or ``SLESS_SCALER_TOKEN``) |
 | ``SLESS_ACTIVATION_QUEUE`` | ``200`` | calls one API process holds per function at zero; more get 503 at once |
 
 Standalone backend: ``SLESS_SANDBOX``, ``SLESS_SANDBOX_*`` (:class:`SandboxSettings`),
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,6 +73,10 @@ class KubeSettings:
     activation_queue: int = 200
     #: ``endpoints``: calls go to ready pods picked by the API (``kube.activator``); ``service``: to the Service
     routing: str = "service"
+    #: ``host:port`` of ``sless-scaler`` (``services.scaling``), which this process tells its calls per function
+    #: (KEDA scales on them); empty: no reports (functions with ``scale`` then only wake by KEDA's own polling)
+    scaler_address: str = ""
+    scaler_token: str = field(default="", repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> KubeSettings:
@@ -103,6 +109,7 @@ class KubeSettings:
                                                  low=1, high=3600),
             activation_queue=reader.integer("SLESS_ACTIVATION_QUEUE", cls.activation_queue, low=1, high=100_000),
             routing=reader.choice("SLESS_KUBE_ROUTING", cls.routing, ROUTINGS),
+            **_scaler(reader),
         )
 
     def base_image(self, runtime: str) -> str:
@@ -114,6 +121,25 @@ class KubeSettings:
     def service_url(self, namespace: str, name: str) -> str:
         """Where the operator's Service of a function answers inside the cluster."""
         return f"http://{name}.{namespace}.{self.service_domain}:{FUNCTION_PORT}"
+
+
+def _scaler(reader: EnvReader) -> dict[str, str]:
+    """The scaler's address and report token (from ``SLESS_SCALER_TOKEN_FILE``, else ``SLESS_SCALER_TOKEN``)."""
+    address = (reader.optional("SLESS_SCALER_ADDRESS") or "").strip()
+    if not address:
+        return {}
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"SLESS_SCALER_ADDRESS must be host:port, got {address!r}")
+    token_file = reader.optional("SLESS_SCALER_TOKEN_FILE")
+    try:
+        token = Path(token_file).read_text().strip() if token_file else (reader.optional("SLESS_SCALER_TOKEN") or "")
+    except OSError as exc:
+        raise ConfigError(f"SLESS_SCALER_TOKEN_FILE: cannot read {token_file}: {exc.strerror}") from None
+    if not token:
+        raise ConfigError("SLESS_SCALER_ADDRESS needs the scaler's token: set SLESS_SCALER_TOKEN_FILE "
+                          "or SLESS_SCALER_TOKEN")
+    return {"scaler_address": address, "scaler_token": token.strip()}
 
 
 _ROLE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")

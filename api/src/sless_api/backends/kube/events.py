@@ -164,7 +164,7 @@ class EventTable(RouteTable):
 def event_router(kube: KubeClient, settings: KubeSettings) -> tuple[KubeRouter, EventTable]:
     """A router whose watches feed an :class:`EventTable`: one watch serves the calls and the triggers."""
     table = EventTable()
-    return KubeRouter(kube, settings, table), table
+    return KubeRouter(kube, settings, table, reporter_kind="events"), table
 
 
 class KubeEvents:

@@ -18,6 +18,7 @@ from sless_api.backends.kube.watch import Resource, RouteWatch
 from sless_api.backends.settings import KubeSettings
 from sless_api.domain.errors import NotFound, Unavailable
 from sless_api.domain.routing import Route
+from sless_api.services.scaling.reporter import LoadReporter, default_reporter_id
 
 SYNC_WAIT_SEC = 5.0
 
@@ -31,9 +32,15 @@ class KubeRouter:
     """
 
     def __init__(self, kube: KubeClient, settings: KubeSettings, table: RouteTable | None = None,
-                 demand: Demand | None = None) -> None:
+                 demand: Demand | None = None, reporter_kind: str = "api") -> None:
         self.kube = kube
         self.settings = settings
+        self.reporter: LoadReporter | None = None
+        self._reporting: asyncio.Task[None] | None = None  # the reporter's start, kept from the collector
+        if demand is None and settings.scaler_address:
+            self.reporter = LoadReporter(settings.scaler_address, settings.scaler_token,
+                                         default_reporter_id(reporter_kind))
+            demand = self.reporter
         self.table = table if table is not None else RouteTable()
         self.watch = RouteWatch(kube, self.table)
         self.endpoints = ReadyEndpoints()
@@ -43,11 +50,16 @@ class KubeRouter:
                                    settings.activation_queue, demand, direct=settings.routing == "endpoints")
 
     def start(self) -> None:
+        """Start the watches, and the scaler's reporter on the running loop (the backends start on theirs)."""
         self.watch.start()
         self.endpoint_watch.start()
+        if self.reporter is not None:
+            self._reporting = asyncio.get_running_loop().create_task(self.reporter.start())
 
     async def close(self) -> None:
         await asyncio.gather(asyncio.to_thread(self.watch.stop), asyncio.to_thread(self.endpoint_watch.stop))
+        if self.reporter is not None:
+            await self.reporter.aclose()  # the scaler forgets this process's calls at once
 
     def add_namespace(self, namespace: str) -> None:
         """A tenant namespace the API has touched (watched on its own when cluster-wide watches are refused)."""

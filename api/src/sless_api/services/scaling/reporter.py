@@ -133,6 +133,8 @@ class LoadReporter:
         self._dirty = True
 
     # The four calls of the Kubernetes activator's ``Demand`` sink (backends.kube.activator): a LoadReporter is one.
+    # The activator counts a call from its start to its end and marks the part it waits for a replica; here a call
+    # counts in one stage at a time, so its waiting moves it from in flight to waiting and back.
 
     def call_started(self, namespace: str, function: str) -> None:
         self.begin(namespace, function)
@@ -141,10 +143,12 @@ class LoadReporter:
         self.end(namespace, function)
 
     def waiting_started(self, namespace: str, function: str) -> None:
+        self.end(namespace, function)
         self.begin(namespace, function, waiting=True)
 
     def waiting_ended(self, namespace: str, function: str) -> None:
         self.end(namespace, function, waiting=True)
+        self.begin(namespace, function)
 
     @contextlib.asynccontextmanager
     async def inflight(self, namespace: str, function: str) -> AsyncIterator[None]:
