@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import json
 import logging
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2
 
 from sless_api.services.scaling.proto import (
     externalscaler_pb2,
@@ -32,44 +28,14 @@ from sless_api.services.scaling.proto import (
     loadreports_pb2_grpc,
 )
 from sless_api.services.scaling.reporter import LoadReporter
+from tests.support import scaler as scalerproc
 from tests.support.poll import holds_async, until, until_async
+from tests.support.scaler import SCALER, TOKEN, Scaler, serving
 from tests.support.services import free_port
 
-TOKEN = "scaler-test-token-0123456789"
 NS = "tenant-a"
-SCALER = Path(sys.executable).with_name("sless-scaler")
 #: A message the scaler pushes reaches the test within this on a loaded 2-core machine (it takes milliseconds).
 PUSH_TIMEOUT = 10.0
-
-
-@dataclass
-class Scaler:
-    address: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    def lines(self) -> list[dict[str, object]]:
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line.startswith("{")]
-
-
-def _serving(address: str) -> bool:
-    async def check() -> bool:
-        async with grpc.aio.insecure_channel(address) as channel:
-            check = channel.unary_unary("/grpc.health.v1.Health/Check",
-                                        request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
-                                        response_deserializer=health_pb2.HealthCheckResponse.FromString)
-            try:
-                answer = await check(health_pb2.HealthCheckRequest(), timeout=1)
-            except grpc.aio.AioRpcError:
-                return False
-            return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
-
-    return asyncio.run(check())
-
-
-def _up(proc: subprocess.Popen[bytes], address: str) -> bool:
-    """Serving, or exited (then the caller looks why)."""
-    return proc.poll() is not None or _serving(address)
 
 
 @pytest.fixture
@@ -78,29 +44,12 @@ def start_scaler(tmp_path: Path) -> Iterator[Callable[..., Scaler]]:
     started: list[Scaler] = []
 
     def start(**env: str) -> Scaler:
-        for attempt in range(3):  # a free port can be taken between free_port() and the bind
-            address = f"127.0.0.1:{free_port()}"
-            log = tmp_path / f"scaler-{len(started)}-{attempt}.log"
-            full = {**os.environ, "SLESS_SCALER_LISTEN": address, "SLESS_SCALER_TOKEN": TOKEN,
-                    "SLESS_LOG_FORMAT": "json", "SLESS_LOG_LEVEL": "DEBUG", **env}
-            with log.open("wb") as out:
-                proc = subprocess.Popen([str(SCALER)], env=full, stdout=out, stderr=subprocess.STDOUT)
-            scaler = Scaler(address, proc, log)
-            started.append(scaler)
-            until(f"sless-scaler serving on {address}", functools.partial(_up, proc, address), 30)
-            if proc.poll() is None:
-                return scaler
-        raise AssertionError(f"sless-scaler did not start: {log.read_text()[-2000:]}")
+        started.append(scalerproc.start(tmp_path, f"scaler-{len(started)}", **env))
+        return started[-1]
 
     yield start
     for scaler in started:
-        if scaler.proc.poll() is None:
-            scaler.proc.send_signal(signal.SIGTERM)
-            try:
-                scaler.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                scaler.proc.kill()
-                scaler.proc.wait()
+        scalerproc.stop(scaler)
 
 
 def ref(function: str, namespace: str = NS, **metadata: str) -> externalscaler_pb2.ScaledObjectRef:
@@ -490,7 +439,7 @@ def test_a_taken_port_exits_1(start_scaler: Callable[..., Scaler]) -> None:
             "SLESS_LOG_FORMAT": "json"}
     done = subprocess.run([str(SCALER)], env=full, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1 and "cannot listen" in done.stderr, done.stderr
-    assert _serving(scaler.address)  # the first one still serves
+    assert serving(scaler.address)  # the first one still serves
 
 
 def test_the_number_of_streams_is_bounded(start_scaler: Callable[..., Scaler]) -> None:
