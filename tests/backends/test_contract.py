@@ -155,8 +155,9 @@ def has_keda(backend: Backend) -> bool:
 
 
 def test_function_scale_is_stored_returned_changed_and_removed(backend: Backend, tenant: Tenant) -> None:
-    """``scale``: null when absent; a given object is completed with the defaults; PUT and PATCH replace it,
-    null removes it. On a Kubernetes cluster without KEDA it is refused (422, field scale) and nothing is made."""
+    """``scale``: null when absent; a given object is completed with the defaults; PUT and PATCH merge into it
+    (the fields given change, the others stay), null removes it. On a Kubernetes cluster without KEDA it is refused
+    (422, field scale) and nothing is made."""
     plain = tenant.api("POST", "/functions", json={"name": "fixed", "runtime": "python3.11"}, expect=201).json()
     assert plain["scale"] is None
     body = {"name": "elastic", "runtime": "python3.11", "scale": {"min": 1, "max": 4}}
@@ -176,7 +177,7 @@ def test_function_scale_is_stored_returned_changed_and_removed(backend: Backend,
 
     changed = tenant.api("PUT", "/functions/elastic", json={"scale": {"max": 8, "target": 3, "idle_sec": 60}},
                          expect=200).json()
-    assert changed["scale"] == {"min": 0, "max": 8, "target": 3, "idle_sec": 60}
+    assert changed["scale"] == {"min": 1, "max": 8, "target": 3, "idle_sec": 60}, "min was kept"
     other = tenant.api("PATCH", "/functions/elastic", json={"memory_mb": 256}, expect=200).json()
     assert (other["scale"], other["memory_mb"]) == (changed["scale"], 256), "a change without scale keeps it"
     error_of(tenant.api("PATCH", "/functions/elastic", json={"scale": {"min": 9, "max": 8}}), 400, "scale.min")

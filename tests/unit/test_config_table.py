@@ -76,6 +76,7 @@ ENVIRONMENT_READERS = {
     "api/src/sless_api/main/serve.py": "entry point (sless-api); PROMETHEUS_MULTIPROC_DIR is prometheus_client's own",
     "api/src/sless_api/main/app.py": "entry point of `uvicorn --factory sless_api.main.app:create_app`",
     "api/src/sless_api/main/events.py": "entry point (sless-events)",
+    "api/src/sless_api/main/scaler.py": "entry point (sless-scaler)",
     "api/src/sless_api/metrics.py": "PROMETHEUS_MULTIPROC_DIR, read by prometheus_client itself in each worker",
     "api/src/sless_api/backends/standalone/builder.py": "function and build processes' environments; the "
                                                         "runtimes' locations, shared with the harnesses that run "

@@ -323,11 +323,14 @@ class FunctionSpec:
         )
 
     def updated(self, patch: object, max_timeout: int) -> FunctionSpec:
-        """The spec with ``patch`` applied; a changed runtime resets a default entrypoint."""
+        """The spec with ``patch`` applied; a changed runtime resets a default entrypoint. ``scale`` merges as
+        JSON Merge Patch does: ``{"scale": {"max": 5}}`` changes only ``max``, ``{"scale": null}`` removes it."""
         data = _require_dict(patch)
         merged = self.to_dict()
         if "runtime" in data and "entrypoint" not in data and self.entrypoint == DEFAULT_ENTRYPOINT[self.runtime]:
             merged.pop("entrypoint")
+        if isinstance(data.get("scale"), dict) and self.scale is not None:
+            data = {**data, "scale": {**self.scale.to_dict(), **data["scale"]}}
         merged.update(data)
         return FunctionSpec.from_user(merged, max_timeout, name=self.name)
 

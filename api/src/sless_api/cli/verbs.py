@@ -70,9 +70,7 @@ def cmd_scale(args: argparse.Namespace, client: Client) -> int:
     if args.off:
         record = client.request("PATCH", path, json={"scale": None})
     elif given:
-        # The API replaces scale as a whole: the flags given over the current values, the rest as they are.
-        current = client.request("GET", path).get("scale") or {}
-        record = client.request("PATCH", path, json={"scale": {**current, **given}})
+        record = client.request("PATCH", path, json={"scale": given})  # the API merges it into the current one
     else:
         record = client.request("GET", path)
     emit(record, args.output == "json", f"{record['name']}: {scale_text(record.get('scale'))}")

@@ -84,7 +84,7 @@ class Function:
         resp.media = (await self.platform.get_function(ns, validate_name(name))).to_api()
 
     async def on_put(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
-        """A partial update: the fields given replace the stored ones (``scale`` as a whole; null removes it)."""
+        """A partial update: the fields given replace the stored ones (``scale`` merged key by key; null removes it)."""
         patch = await json_body(req)
         if not isinstance(patch, dict):
             raise ApiError(400, "the request body must be a JSON object")
