@@ -79,6 +79,61 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{- define "sless.scaler.serviceAccountName" -}}
+{{- if .Values.scaler.serviceAccount.create -}}
+{{- default (include "sless.componentName" (dict "root" . "component" "scaler")) .Values.scaler.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.scaler.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* sless-scaler: its Service's name and the address every ScaledObject and every reporter dials (the Service's
+DNS name, which KEDA resolves from its own namespace). */}}
+{{- define "sless.scaler.address" -}}
+{{- printf "%s.%s.svc:%d" (include "sless.componentName" (dict "root" . "component" "scaler")) .Release.Namespace (int .Values.scaler.port) -}}
+{{- end -}}
+
+{{/* The Secret holding the scaler's report token: secrets.scaler.name, else the one the chart generates. */}}
+{{- define "sless.scaler.tokenSecretName" -}}
+{{- default (include "sless.componentName" (dict "root" . "component" "scaler-token")) .Values.secrets.scaler.name -}}
+{{- end -}}
+
+{{/* Where the scaler, the API and the event dispatcher find the token (SLESS_SCALER_TOKEN_FILE). */}}
+{{- define "sless.scaler.tokenDir" -}}/var/run/sless/scaler{{- end -}}
+
+{{/* The egress rule (a list item) to sless-scaler's pods, for the API's and the dispatcher's NetworkPolicies. */}}
+{{- define "sless.scaler.egress" -}}
+{{- if .Values.scaler.enabled }}
+    - to:
+        - podSelector:
+            matchLabels:
+              {{- include "sless.componentSelectorLabels" (dict "root" . "component" "scaler") | nindent 14 }}
+      ports:
+        - protocol: TCP
+          port: {{ .Values.scaler.port }}
+{{- end }}
+{{- end -}}
+
+{{/* The token's env, volume mount and volume, for each pod that holds it (include with the root context). */}}
+{{- define "sless.scaler.tokenEnv" -}}
+- name: SLESS_SCALER_TOKEN_FILE
+  value: {{ printf "%s/token" (include "sless.scaler.tokenDir" .) | quote }}
+{{- end -}}
+{{- define "sless.scaler.tokenMount" -}}
+- name: scaler-token
+  mountPath: {{ include "sless.scaler.tokenDir" . }}
+  readOnly: true
+{{- end -}}
+{{- define "sless.scaler.tokenVolume" -}}
+- name: scaler-token
+  secret:
+    secretName: {{ include "sless.scaler.tokenSecretName" . }}
+    defaultMode: 288  # 0440: the pods' group (fsGroup) reads it
+    items:
+      - key: {{ .Values.secrets.scaler.key }}
+        path: token
+{{- end -}}
+
 {{/* "true" when the event dispatcher runs: events.enabled and a RabbitMQ Secret to consume from. */}}
 {{- define "sless.events.enabled" -}}
 {{- if and .Values.events.enabled .Values.secrets.rabbitmq.name -}}true{{- end -}}
