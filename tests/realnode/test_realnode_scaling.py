@@ -1,0 +1,177 @@
+"""Elastic functions on real pods: KEDA scales a Function from zero on its first call, out under load, and back.
+
+Everything is real: the operator gives the Function a KEDA ScaledObject; KEDA's operator and metrics adapter
+(built from KEDA's module, host processes of the test bed) read the calls in flight from ``sless-scaler``, which
+the API process feeds; the HPA controller scales the Deployment; the kubelet starts and stops the pods; the API's
+activator holds a call at zero until the EndpointSlices show a ready pod and balances calls over the ready pods.
+The load is bounded in count and time, and every call of it must be answered 200.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import requests
+
+from sless_operator import manifests
+from tests.support import scaler
+from tests.support.keda import Keda, start_keda
+from tests.support.kube_operator import Operator, strip_finalizers
+from tests.support.platform import Tenant
+from tests.support.poll import until
+from tests.support.realnode import RealNode
+from tests.support.realnode_operator import api_server, apply_crds, build_logs, build_namespace, operator_env, s3_server
+
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1800)]
+
+#: Each call holds its pod 50 ms and says which pod answered.
+SLEEPY = ("import socket, time\n\n"
+          "def handle(event):\n"
+          "    time.sleep(0.05)\n"
+          "    return {'pod': socket.gethostname()}\n")  # fmt: skip
+#: 8 callers at 2 calls in flight per pod ask for 4 pods; idle 10 s before going back to zero.
+SCALE = {"min": 0, "max": 4, "target": 2, "idle_sec": 10}
+CALLERS = 8
+
+
+@dataclass
+class Elastic:
+    real_node: RealNode
+    keda: Keda
+    tenant: Tenant
+    op: Operator
+    scaler: scaler.Scaler
+
+
+@pytest.fixture(scope="module")
+def elastic(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Elastic]:
+    work = tmp_path_factory.mktemp("scaling")
+    bed = real_node.bed
+    apply_crds(real_node)
+    keda = start_keda(bed)
+    with scaler.running(work) as scaling, s3_server(real_node, work) as s3, \
+            api_server(real_node, s3, work, {"SLESS_SCALER_ADDRESS": scaling.address,
+                                             "SLESS_SCALER_TOKEN": scaler.TOKEN}) as url:  # fmt: skip
+        tenant = Tenant(url, f"elastic-{secrets.token_hex(4)}")
+        tenant.api("POST", "/ensure", expect=(200, 201))
+        build_ns = build_namespace(real_node)
+        env = operator_env(real_node, s3) | {"SLESS_SCALER_ADDRESS": scaling.address}
+        op = Operator(bed, tenant.ns, build_ns, work, extra_env=env).start()
+        try:
+            try:
+                tenant.deploy("sleepy", "python3.11", {"handler.py": SLEEPY}, wait=600, scale=SCALE)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{build_logs(real_node, build_ns)}\n{op.log_tail()}") from None
+            yield Elastic(real_node, keda, tenant, op, scaling)
+        finally:
+            op.stop()
+            strip_finalizers(bed, tenant.ns)
+            bed.kubectl("delete", "namespace", tenant.ns, build_ns, "--wait=false", check=False)
+
+
+def pods(e: Elastic, ready_only: bool = False) -> list[dict[str, Any]]:
+    selector = f"sless.dev/function=sleepy,sless.dev/component={manifests.COMPONENT_FUNCTION}"
+    items = (e.real_node.bed.get("pods", "-n", e.tenant.ns, "-l", selector) or {}).get("items", [])
+    live = [p for p in items if not p["metadata"].get("deletionTimestamp")]
+    if not ready_only:
+        return list(items)
+    return [p for p in live if any(c.get("type") == "Ready" and c.get("status") == "True"
+                                   for c in (p.get("status") or {}).get("conditions") or [])]  # fmt: skip
+
+
+def replicas(e: Elastic) -> int:
+    deployment = e.real_node.bed.get("deployment", "sleepy", "-n", e.tenant.ns) or {}
+    return int((deployment.get("spec") or {}).get("replicas", -1))
+
+
+@dataclass
+class Load:
+    """CALLERS threads calling as fast as answers come, each call's (status, pod or error) kept in order."""
+
+    url: str
+    callers: int
+    answers: list[tuple[float, int, str]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(self, callers: int | None = None) -> None:
+        for _ in range(callers or self.callers):
+            thread = threading.Thread(target=self._call, daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def _call(self) -> None:
+        with requests.Session() as session:
+            while not self.stop.is_set():
+                try:
+                    resp = session.get(self.url, timeout=60)
+                    who = resp.json().get("pod", "?") if resp.status_code == 200 else resp.text[:200]
+                    self.answers.append((time.monotonic(), resp.status_code, str(who)))
+                except (requests.RequestException, ValueError) as exc:
+                    self.answers.append((time.monotonic(), 0, repr(exc)))
+
+    def finish(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=90)
+        self.threads.clear()
+        self.stop.clear()
+
+    def failed(self) -> list[tuple[float, int, str]]:
+        return [a for a in self.answers if a[1] != 200]
+
+
+def test_an_idle_function_goes_to_zero_and_a_call_wakes_it_cold(elastic: Elastic) -> None:
+    e = elastic
+    bed = e.real_node.bed
+    bed.wait("the idle function scaled to zero", lambda: replicas(e) == 0 and not pods(e), timeout=180, interval=1)
+    assert e.tenant.api("GET", "/functions/sleepy", expect=200).json()["phase"] == "Ready"
+    started = time.monotonic()
+    resp = requests.get(e.tenant.fn_url("sleepy"), headers={"X-Request-Id": "wake-at-zero-1"}, timeout=180)
+    woke_in = time.monotonic() - started
+    assert resp.status_code == 200, (resp.status_code, resp.text, e.keda.log_tails())
+    def recorded() -> dict[str, Any] | None:
+        items = e.tenant.api("GET", "/functions/sleepy/invocations?limit=20", expect=200).json()["items"]
+        return next((r for r in items if r.get("request_id") == "wake-at-zero-1"), None)
+
+    record = until("the call's record", recorded, 30, 0.2)
+    assert record["cold"] is True and record["status"] == 200, record
+    assert record["phases_ms"]["start"] > 0, record  # the activation: waiting for the first ready pod
+    print(f"a call at zero answered in {woke_in:.2f}s (activation {record['phases_ms']['start']:.0f} ms)")
+
+
+def test_load_scales_out_shares_the_pods_and_idle_scales_back_to_zero(elastic: Elastic) -> None:
+    e = elastic
+    bed = e.real_node.bed
+    load = Load(e.tenant.fn_url("sleepy"), CALLERS)
+    load.start()
+    try:
+        until("3 or more ready pods under load", lambda: len(pods(e, ready_only=True)) >= 3, 240, 1)
+        until("every pod KEDA asked for is ready", lambda: len(pods(e, ready_only=True)) == replicas(e), 120, 1)
+        window_start = time.monotonic()
+        serving = {p["metadata"]["name"] for p in pods(e, ready_only=True)}
+        until("200 calls answered in the steady window",
+              lambda: sum(1 for t, _, _ in load.answers if t > window_start) >= 200, 120, 0.5)
+        window = [a for a in list(load.answers) if a[0] > window_start and a[1] == 200]
+        shares = Counter(who for _, _, who in window if who in serving)
+        mean = len(window) / len(serving)
+        assert set(shares) == serving, (shares, serving)
+        assert all(abs(n - mean) <= 0.2 * mean for n in shares.values()), (shares, mean)
+        # fewer callers: the function scales in while calls go on, and a pod leaving is drained
+        load.finish()
+        load.start(callers=1)
+        until("scaled in below 3 pods under a trickle", lambda: replicas(e) < 3, 240, 1)
+        bed.wait("the leaving pods gone", lambda: len(pods(e)) == replicas(e), timeout=120, interval=1)
+    finally:
+        load.finish()
+    assert not load.failed(), load.failed()[:10]
+    assert len(load.answers) > 300
+    bed.wait("back to zero after idle", lambda: replicas(e) == 0 and not pods(e), timeout=240, interval=1)
+    print(f"{len(load.answers)} calls through scale-out and scale-in, shares in the steady window: {dict(shares)}")
