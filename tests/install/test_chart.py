@@ -4,8 +4,10 @@ operator's admission policy and the build namespace's egress."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +22,8 @@ API = "sless-api"
 API_TENANT = "sless-api-tenant"
 OPERATOR = "sless-operator"
 EVENTS = "sless-events"
+SCALER = "sless-scaler"
+SCALER_TOKEN = "sless-scaler-token"
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +50,9 @@ def test_lint_strict_passes_with_everything_on() -> None:
 def test_renders_every_part(default: list[dict[str, Any]]) -> None:
     kinds = sorted({o["kind"] for o in default})
     assert kinds == sorted(["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Namespace",
-                            "NetworkPolicy", "PodDisruptionBudget", "Pod", "Service", "ServiceAccount",
+                            "NetworkPolicy", "PodDisruptionBudget", "Pod", "Secret", "Service", "ServiceAccount",
                             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"])  # fmt: skip
-    assert {o["metadata"]["name"] for o in by_kind(default, "Deployment")} == {API, OPERATOR, EVENTS}
+    assert {o["metadata"]["name"] for o in by_kind(default, "Deployment")} == {API, OPERATOR, EVENTS, SCALER}
 
 
 def test_every_object_is_labelled_and_prefixed(default: list[dict[str, Any]]) -> None:
@@ -245,7 +249,8 @@ def _env(deployment: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_secrets_are_referenced_by_name_never_inlined(default: list[dict[str, Any]]) -> None:
-    assert by_kind(default, "Secret") == []
+    # the one Secret the chart writes holds a token it generated itself (sless-scaler's reports), never a value
+    assert [s["metadata"]["name"] for s in by_kind(default, "Secret")] == [SCALER_TOKEN]
     env = _env(one(default, "Deployment", API))
     expected = {
         "SLESS_JWT_SECRET": ("sless-jwt", "secret"),
@@ -370,7 +375,7 @@ def test_ingress_is_off_by_default(default: list[dict[str, Any]]) -> None:
 
 def test_pods_are_pod_security_restricted(default: list[dict[str, Any]]) -> None:
     specs = pod_specs(default)
-    assert set(specs) == {API, OPERATOR, EVENTS, "sless-test-health"}
+    assert set(specs) == {API, OPERATOR, EVENTS, SCALER, "sless-test-health"}
     for name, spec in specs.items():
         pod = spec["securityContext"]
         assert pod["runAsNonRoot"] is True and pod["runAsUser"] > 0, name
@@ -480,7 +485,7 @@ def test_events_deployment_runs_the_dispatcher(default: list[dict[str, Any]]) ->
     assert container["command"] == ["sless-events"]
     assert container["ports"] == [{"name": "probes", "containerPort": 8091, "protocol": "TCP"}]
     assert container["envFrom"] == [{"configMapRef": {"name": "sless-config"}}]
-    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}, TOKEN_MOUNT]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     env = _env(deployment)
     assert {name: env[name]["value"] for name in ("SLESS_EVENTS_HOST", "SLESS_EVENTS_PORT", "SLESS_BACKEND")} == {
@@ -523,7 +528,11 @@ def test_events_is_absent_when_off_or_without_rabbitmq(default: list[dict[str, A
     assert ("Deployment", EVENTS) in _events_objects(default)
     objects = render(values)
     assert _events_objects(objects) == []
-    assert {o["metadata"]["name"] for o in by_kind(objects, "Deployment")} == {API, OPERATOR}
+    assert {o["metadata"]["name"] for o in by_kind(objects, "Deployment")} == {API, OPERATOR, SCALER}
+    # sless-scaler then admits the API alone
+    [rule] = one(objects, "NetworkPolicy", SCALER)["spec"]["ingress"]
+    assert [peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for peer in rule["from"]
+            if "podSelector" in peer] == ["api"]  # fmt: skip
 
 
 def test_events_rbac_is_exactly_what_the_dispatcher_needs(default: list[dict[str, Any]]) -> None:
@@ -567,6 +576,211 @@ def test_events_network_policy(default: list[dict[str, Any]]) -> None:
     assert policy["egress"] == api_egress
     off = render({"networkPolicy": {"enabled": False, "apiIngressNamespaceSelectors": [], "egress": egress}})
     assert by_kind(off, "NetworkPolicy") == []
+
+
+# ---------------------------------------------------------------- sless-scaler
+
+
+TOKEN_MOUNT = {"name": "scaler-token", "mountPath": "/var/run/sless/scaler", "readOnly": True}
+
+
+def _scaler_objects(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return sorted((o["kind"], o["metadata"]["name"]) for o in objects
+                  if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "scaler")  # fmt: skip
+
+
+def test_scaler_renders_its_own_objects(default: list[dict[str, Any]]) -> None:
+    assert _scaler_objects(default) == [("Deployment", SCALER), ("NetworkPolicy", SCALER), ("Secret", SCALER_TOKEN),
+                                        ("Service", SCALER), ("ServiceAccount", SCALER)]  # fmt: skip
+    # no API rights: nothing binds its account, and its account token is never mounted
+    subjects = [s["name"] for o in default if o["kind"] in ("ClusterRoleBinding", "RoleBinding")
+                for s in o.get("subjects", [])]  # fmt: skip
+    assert SCALER not in subjects
+    assert one(default, "ServiceAccount", SCALER)["automountServiceAccountToken"] is False
+    for obj in (one(default, kind, name) for kind, name in _scaler_objects(default)):
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/part-of"] == "sless" and labels["app.kubernetes.io/instance"] == "sless"
+        assert labels["helm.sh/chart"].startswith("sless-")
+
+
+def test_scaler_deployment(default: list[dict[str, Any]]) -> None:
+    deployment = one(default, "Deployment", SCALER)
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector == {"app.kubernetes.io/name": "sless", "app.kubernetes.io/instance": "sless",
+                        "app.kubernetes.io/component": "scaler"}  # fmt: skip
+    template = deployment["spec"]["template"]
+    assert selector.items() <= template["metadata"]["labels"].items()
+    spec = template["spec"]
+    assert spec["serviceAccountName"] == SCALER
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["enableServiceLinks"] is False
+    api_spec = one(default, "Deployment", API)["spec"]["template"]["spec"]
+    assert spec["securityContext"] == api_spec["securityContext"]
+    [container] = spec["containers"]
+    assert container["command"] == ["sless-scaler"]
+    assert container["image"] == api_spec["containers"][0]["image"]
+    assert container["securityContext"] == api_spec["containers"][0]["securityContext"]
+    assert container["ports"] == [{"name": "grpc", "containerPort": 9090, "protocol": "TCP"}]
+    assert "envFrom" not in container  # it needs none of the platform's settings
+    env = _env(deployment)
+    assert env["SLESS_SCALER_LISTEN"]["value"] == "0.0.0.0:9090"
+    assert env["SLESS_SCALER_TOKEN_FILE"]["value"] == "/var/run/sless/scaler/token"
+    assert "SLESS_SCALER_TOKEN" not in env
+    # the kubelet's native gRPC probe, against the standard health service of the server KEDA talks to
+    assert container["startupProbe"] == {"grpc": {"port": 9090}, "periodSeconds": 2, "failureThreshold": 30}
+    assert container["livenessProbe"] == {"grpc": {"port": 9090}, "periodSeconds": 10, "timeoutSeconds": 5,
+                                          "failureThreshold": 3}  # fmt: skip
+    assert container["readinessProbe"] == {"grpc": {"port": 9090}, "periodSeconds": 5, "timeoutSeconds": 5,
+                                           "failureThreshold": 2}  # fmt: skip
+    assert container["resources"] == {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}, TOKEN_MOUNT]
+
+
+def test_scaler_values_reach_the_pod() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["scaler"]
+    values.update(replicas=0, port=9443, extraEnv=[{"name": "SLESS_SCALER_MAX_STREAMS", "value": "500"}],
+                  podAnnotations={"example.com/a": "b"}, nodeSelector={"pool": "system"})  # fmt: skip
+    objects = render({"scaler": values})
+    deployment = one(objects, "Deployment", SCALER)
+    assert deployment["spec"]["replicas"] == 0
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["annotations"] == {"example.com/a": "b"}
+    assert template["spec"]["nodeSelector"] == {"pool": "system"}
+    [container] = template["spec"]["containers"]
+    assert container["readinessProbe"]["grpc"] == {"port": 9443}
+    assert _env(deployment)["SLESS_SCALER_LISTEN"]["value"] == "0.0.0.0:9443"
+    assert _env(deployment)["SLESS_SCALER_MAX_STREAMS"]["value"] == "500"
+    assert one(objects, "Service", SCALER)["spec"]["ports"][0]["port"] == 9443
+    data = one(objects, "ConfigMap", "sless-config")["data"]
+    assert data["SLESS_SCALER_ADDRESS"] == f"{SCALER}.{NAMESPACE}.svc:9443"
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"replicas": 2}, "maximum"),  # the counts live in one process's memory
+    ({"replica": 1}, "additional properties 'replica' not allowed"),
+    ({"kedaNamespace": "Not A Namespace"}, "kedaNamespace"),
+])  # fmt: skip
+def test_scaler_schema_rejects_mistakes(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(HelmError) as err:
+        render({"scaler": values})
+    assert message in str(err.value)
+
+
+def test_scaler_address_is_its_services_dns_name(default: list[dict[str, Any]]) -> None:
+    """The API and the dispatcher report there and the operator names it in every ScaledObject, which KEDA dials
+    from its own namespace: the Service's namespaced DNS name."""
+    service = one(default, "Service", SCALER)
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"] == [{"name": "grpc", "port": 9090, "targetPort": "grpc", "protocol": "TCP",
+                                         "appProtocol": "grpc"}]  # fmt: skip
+    pod_labels = one(default, "Deployment", SCALER)["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    address = one(default, "ConfigMap", "sless-config")["data"]["SLESS_SCALER_ADDRESS"]
+    assert address == f"{service['metadata']['name']}.{NAMESPACE}.svc:{service['spec']['ports'][0]['port']}"
+    for name in (API, EVENTS, OPERATOR):  # all three read it from the ConfigMap
+        container = one(default, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]
+        assert container["envFrom"] == [{"configMapRef": {"name": "sless-config"}}], name
+        assert "SLESS_SCALER_ADDRESS" not in _env(one(default, "Deployment", name)), name
+    assert OperatorConfig.from_env(one(default, "ConfigMap", "sless-config")["data"]).scaler_address == address
+    # the release's own prefix follows
+    other = render({"fullnameOverride": "fx"})
+    assert one(other, "ConfigMap", "fx-config")["data"]["SLESS_SCALER_ADDRESS"] == f"fx-scaler.{NAMESPACE}.svc:9090"
+
+
+def _token_volume(objects: list[dict[str, Any]], deployment: str) -> dict[str, Any] | None:
+    spec = one(objects, "Deployment", deployment)["spec"]["template"]["spec"]
+    found = [v for v in spec["volumes"] if v["name"] == "scaler-token"]
+    return found[0] if found else None
+
+
+def test_scaler_token_is_generated_and_mounted_into_scaler_api_and_events(default: list[dict[str, Any]]) -> None:
+    secret = one(default, "Secret", SCALER_TOKEN)
+    assert secret["type"] == "Opaque" and set(secret["data"]) == {"token"}
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    assert re.fullmatch(r"[A-Za-z0-9]{40}", token)
+    for name in (SCALER, API, EVENTS):
+        volume = _token_volume(default, name)
+        assert volume == {"name": "scaler-token", "secret": {"secretName": SCALER_TOKEN, "defaultMode": 0o440,
+                                                             "items": [{"key": "token", "path": "token"}]}}, name
+        container = one(default, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]
+        assert TOKEN_MOUNT in container["volumeMounts"], name
+        assert _env(one(default, "Deployment", name))["SLESS_SCALER_TOKEN_FILE"] == {
+            "name": "SLESS_SCALER_TOKEN_FILE", "value": "/var/run/sless/scaler/token"}, name
+    # the operator only names the address; it holds no token
+    assert _token_volume(default, OPERATOR) is None
+    assert "SLESS_SCALER_TOKEN_FILE" not in _env(one(default, "Deployment", OPERATOR))
+    # generated, never a fixed value: each render without a cluster to read it back from makes another
+    assert one(render(), "Secret", SCALER_TOKEN)["data"]["token"] != secret["data"]["token"]
+    # kept across upgrades: the template reads the release's existing Secret back before making one
+    assert 'lookup "v1" "Secret" .Release.Namespace $name' in (CHART / "templates" / "scaler-secret.yaml").read_text()
+
+
+def test_scaler_token_may_come_from_a_secret_of_ones_own() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["secrets"]
+    values["scaler"] = {"name": "my-scaler-token", "key": "t"}
+    objects = render({"secrets": values})
+    assert by_kind(objects, "Secret") == []
+    for name in (SCALER, API, EVENTS):
+        volume = _token_volume(objects, name)
+        assert volume is not None, name
+        assert volume["secret"] == {"secretName": "my-scaler-token", "defaultMode": 0o440,
+                                    "items": [{"key": "t", "path": "token"}]}, name
+
+
+def test_scaler_network_policy_admits_only_the_reporters_and_keda(default: list[dict[str, Any]]) -> None:
+    policy = one(default, "NetworkPolicy", SCALER)["spec"]
+    assert policy["podSelector"]["matchLabels"] == one(default, "Deployment", SCALER)["spec"]["selector"]["matchLabels"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    selector = {"app.kubernetes.io/name": "sless", "app.kubernetes.io/instance": "sless"}
+    assert policy["ingress"] == [{
+        "from": [{"podSelector": {"matchLabels": {**selector, "app.kubernetes.io/component": "api"}}},
+                 {"podSelector": {"matchLabels": {**selector, "app.kubernetes.io/component": "events"}}},
+                 {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "keda"}}}],
+        "ports": [{"protocol": "TCP", "port": 9090}],
+    }]  # fmt: skip
+    # it dials nobody: DNS is all its egress, whether or not the platform's egress is restricted
+    assert policy["egress"] == [{"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]
+    # KEDA's namespace follows the value
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["scaler"]
+    moved = one(render({"scaler": {**values, "kedaNamespace": "autoscaling"}}), "NetworkPolicy", SCALER)["spec"]
+    assert moved["ingress"][0]["from"][2] == {"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "autoscaling"}}}  # fmt: skip
+
+
+def test_restricted_egress_lets_the_reporters_reach_the_scaler() -> None:
+    egress = {"enabled": True, "to": [{"cidr": "10.0.0.1/32"}]}
+    objects = render({"networkPolicy": {"enabled": True, "apiIngressNamespaceSelectors": [], "egress": egress}})
+    to_scaler = {"to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "sless",
+                                                         "app.kubernetes.io/instance": "sless",
+                                                         "app.kubernetes.io/component": "scaler"}}}],
+                 "ports": [{"protocol": "TCP", "port": 9090}]}  # fmt: skip
+    for name in (API, EVENTS):
+        assert to_scaler in one(objects, "NetworkPolicy", name)["spec"]["egress"], name
+    assert to_scaler not in one(objects, "NetworkPolicy", OPERATOR)["spec"]["egress"]
+    assert one(objects, "NetworkPolicy", SCALER)["spec"]["egress"] == [
+        {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]
+
+
+def test_scaler_off_renders_none_of_it() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["scaler"]
+    egress = {"enabled": True, "to": []}
+    objects = render({"scaler": {**values, "enabled": False},
+                      "networkPolicy": {"enabled": True, "apiIngressNamespaceSelectors": [], "egress": egress}})
+    assert _scaler_objects(objects) == []
+    assert by_kind(objects, "Secret") == []
+    data = one(objects, "ConfigMap", "sless-config")["data"]
+    assert "SLESS_SCALER_ADDRESS" not in data
+    for name in (API, EVENTS, OPERATOR):
+        assert _token_volume(objects, name) is None, name
+        container = one(objects, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]
+        assert TOKEN_MOUNT not in container.get("volumeMounts", []), name
+        assert not {"SLESS_SCALER_ADDRESS", "SLESS_SCALER_TOKEN_FILE"} & set(_env(one(objects, "Deployment", name)))
+        policy = one(objects, "NetworkPolicy", name)["spec"]
+        assert "scaler" not in json.dumps(policy), name
+    # the operator cannot be told "no scaler": without the variable it keeps its default address (values.yaml)
+    assert OperatorConfig.from_env(data).scaler_address == OperatorConfig.scaler_address
 
 
 # ---------------------------------------------------------------- the operator's scope (admission policy)
@@ -794,30 +1008,43 @@ def test_monitors_need_metrics_on() -> None:
 # ---------------------------------------------------------------- the processes accept what the chart sets
 
 
-def _process_env(objects: list[dict[str, Any]], deployment: str) -> dict[str, str]:
-    """What the container's process finds in its environment: the ConfigMap, literal values, and a stand-in
-    for each Secret reference (a value of the shape the process expects), plus the pod's own variable."""
-    data = one(objects, "ConfigMap", "sless-config")["data"]
+def _process_env(objects: list[dict[str, Any]], deployment: str, files: Path) -> dict[str, str]:
+    """What the container's process finds in its environment: the ConfigMap (when the pod reads it), literal
+    values, and a stand-in for each Secret reference (a value of the shape the process expects), plus the pod's
+    own variable. A file the pod mounts from a Secret (the scaler's token) is a stand-in file under FILES."""
+    container = one(objects, "Deployment", deployment)["spec"]["template"]["spec"]["containers"][0]
+    data = one(objects, "ConfigMap", "sless-config")["data"] if container.get("envFrom") else {}
     env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"} | dict(data)
     stand_ins = {"SLESS_JWT_SECRET": "s" * 32, "SLESS_DATABASE_URL": "postgresql://sless@db/sless",
                  "SLESS_RABBITMQ_URL": "amqp://sless@mq/", "SLESS_JWT_PUBLIC_KEY": ""}
     for name, entry in _env(one(objects, "Deployment", deployment)).items():
         env[name] = entry["value"] if "value" in entry else stand_ins.get(name, "from-a-secret")
+    if "SLESS_SCALER_TOKEN_FILE" in env:
+        assert env["SLESS_SCALER_TOKEN_FILE"] == f"{TOKEN_MOUNT['mountPath']}/token"
+        token = files / "token"
+        token.write_text("t" * 40 + "\n")
+        env["SLESS_SCALER_TOKEN_FILE"] = str(token)
     return env
 
 
 @pytest.mark.parametrize("values", [{}, {"auth": {"algorithm": "RS256", "jwksUrl": "https://idp/jwks", "issuer": "i",
                                                   "audience": "a", "leewaySec": 5}}])
-def test_every_process_parses_the_configuration_the_chart_gives_it(values: dict[str, Any]) -> None:
+def test_every_process_parses_the_configuration_the_chart_gives_it(values: dict[str, Any], tmp_path: Path) -> None:
     from sless_api.main.config import ApiConfig
     from sless_api.main.events import ServiceSettings
+    from sless_api.services.scaling.config import ScalerConfig
     from sless_operator.config import OperatorConfig
 
     objects = render(values)
-    api = ApiConfig.from_env(_process_env(objects, API), keep_alive_default=75)
+    api = ApiConfig.from_env(_process_env(objects, API, tmp_path), keep_alive_default=75)
     assert api.backend == "kubernetes" and api.kube.in_cluster and api.secrets.backend == "kubernetes"
     assert api.auth is not None
-    events = ApiConfig.from_env(_process_env(objects, EVENTS))
+    events = ApiConfig.from_env(_process_env(objects, EVENTS, tmp_path))
     assert events.events is not None and ServiceSettings.from_config(events).port == events.probes.port
-    operator = OperatorConfig.from_env(_process_env(objects, OPERATOR))
+    for config in (api, events):  # both report to the scaler, with its token
+        assert (config.kube.scaler_address, config.kube.scaler_token) == (f"{SCALER}.{NAMESPACE}.svc:9090", "t" * 40)
+    operator = OperatorConfig.from_env(_process_env(objects, OPERATOR, tmp_path))
     assert operator.platform_namespace == NAMESPACE
+    assert operator.scaler_address == f"{SCALER}.{NAMESPACE}.svc:9090"
+    scaler = ScalerConfig.from_env(_process_env(objects, SCALER, tmp_path))
+    assert (scaler.listen, scaler.token) == ("0.0.0.0:9090", "t" * 40)
