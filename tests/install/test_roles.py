@@ -131,3 +131,19 @@ def test_modules_are_fully_qualified(role: Path) -> None:
     for path in [*(role / "tasks").glob("*.yml"), *(role / "handlers").glob("*.yml")]:
         for module in _modules(_load(path)):
             assert module.count(".") >= 2, f"{path.relative_to(ROOT)}: {module} is not a fully qualified name"
+
+
+def test_keda_is_optional_guarded_and_left_out_of_the_scenarios() -> None:
+    """sless installs KEDA only when asked (off by default) and only where its CRD is absent; no Molecule scenario
+    asks for it (they have no internet access to reach KEDA's chart repository)."""
+    role = ROOT / "roles" / "sless"
+    assert _defaults(role)["sless_install_keda"] is False
+    [entry] = [t for t in _load(role / "tasks" / "main.yml") if t.get("ansible.builtin.import_tasks") == "keda.yml"]
+    assert entry["when"] == "sless_install_keda | bool"
+    probe, install = _load(role / "tasks" / "keda.yml")
+    assert probe["kubernetes.core.k8s_info"]["name"] == "scaledobjects.keda.sh"
+    helm = install["kubernetes.core.helm"]
+    assert (helm["chart_repo_url"], helm["chart_ref"]) == ("https://kedacore.github.io/charts", "keda")
+    assert install["when"] == f"{probe['register']}.resources | length == 0"
+    scenarios = [p for p in (ROOT / "molecule").rglob("*.yml") if "sless_install_keda" in p.read_text()]
+    assert scenarios == []
