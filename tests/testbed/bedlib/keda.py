@@ -150,10 +150,12 @@ def argv(folder: Path, state: Path, cert_dir: Path, port: dict[str, int]) -> dic
     }  # fmt: skip
 
 
+NAMESPACE_OBJECT = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+
+
 def objects(ca_bundle: str, adapter_port: int) -> list[dict[str, Any]]:
-    """KEDA's namespace, the ExternalName Service for the adapter on loopback and the APIService."""
+    """The ExternalName Service for the adapter on loopback and the APIService that names it."""
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": SERVICE, "namespace": NAMESPACE,
                                                              "labels": {"app": SERVICE}},
          "spec": {"type": "ExternalName", "externalName": "localhost",
@@ -252,7 +254,7 @@ def up(state: Path, timeout: float = 120.0) -> dict[str, Any]:
 
     mark = time.monotonic()
     kubectl.check("apply", "--server-side", "--force-conflicts", "-f", str(folder / "crds"), timeout=120)
-    kubectl.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects("", 0)[:1]}))
+    kubectl.apply(json.dumps(NAMESPACE_OBJECT))
     wait_for("KEDA CRDs Established", lambda: all(established(kubectl.get_json("crd", n)) for n in CRDS), timeout)
     timings["CRDs Established"] = round(time.monotonic() - mark, 2)
 
