@@ -171,14 +171,16 @@ def realnode(session: nox.Session) -> None:
 
     scripts/install-test-services.sh (S3 and PostgreSQL for some real-node tests), scripts/install-realnode.sh
     (containerd, runc, CNI plugins, ipset, debootstrap, buildah), bootstrap, `testbed build --real-node` (the
-    test bed's binaries, CoreDNS, registry, kaniko, kube-router, gVisor, the images; cached). pytest runs under
-    the real node's lock (/tmp/sless-realnode.lock), as in scripts/test.sh.
+    test bed's binaries, CoreDNS, registry, kaniko, kube-router, gVisor, the images; cached) and
+    tests/testbed/build-keda.sh (KEDA for the elastic functions' tests; cached). pytest runs under the real
+    node's lock (/tmp/sless-realnode.lock), as in scripts/test.sh.
     """
     _require_root(session, "the real node")
     _services(session)
     session.run("bash", "scripts/install-realnode.sh", external=True)
     _bootstrap(session)
     session.run(_tool("python"), "tests/testbed/testbed", "build", "--real-node", external=True)
+    _keda(session)
     _pytest(session, "-m", "realnode", env={"SLESS_REALNODE": "1"}, lock=REALNODE_LOCK)
 
 
