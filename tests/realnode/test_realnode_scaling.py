@@ -17,19 +17,23 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg2
 import pytest
 import requests
 
 from sless_operator import manifests
 from tests.support import scaler
+from tests.support.events_proc import Events
 from tests.support.keda import Keda, start_keda
 from tests.support.kube_operator import Operator, strip_finalizers
 from tests.support.platform import Tenant
 from tests.support.poll import until
+from tests.support.rabbitmq import RabbitBroker, publish, queue_counts
 from tests.support.realnode import RealNode
 from tests.support.realnode_operator import api_server, apply_crds, build_logs, build_namespace, operator_env, s3_server
+from tests.support.services import free_port, fresh_pg_database
 
-pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.realnode, pytest.mark.pg, pytest.mark.rabbitmq, pytest.mark.timeout(1800)]
 
 #: Each call holds its pod 50 ms and says which pod answered.
 SLEEPY = ("import socket, time\n\n"
@@ -39,6 +43,9 @@ SLEEPY = ("import socket, time\n\n"
 #: 8 callers at 2 calls in flight per pod ask for 4 pods; idle 10 s before going back to zero.
 SCALE = {"min": 0, "max": 4, "target": 2, "idle_sec": 10}
 CALLERS = 8
+#: An event handler that says which message it ran for.
+CONSUMER = "def handle(event):\n    return {'order': event['data']['order']}\n"
+BACKLOG = 40
 
 
 @dataclass
@@ -48,36 +55,50 @@ class Elastic:
     tenant: Tenant
     op: Operator
     scaler: scaler.Scaler
+    events: Events
+    db_url: str
 
 
 @pytest.fixture(scope="module")
-def elastic(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Elastic]:
+def elastic(real_node: RealNode, rabbitmq_url: str, pg_url: str,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Elastic]:  # fmt: skip
     work = tmp_path_factory.mktemp("scaling")
     bed = real_node.bed
     apply_crds(real_node)
     keda = start_keda(bed)
-    with scaler.running(work) as scaling, s3_server(real_node, work) as s3, \
-            api_server(real_node, s3, work, {"SLESS_SCALER_ADDRESS": scaling.address,
-                                             "SLESS_SCALER_TOKEN": scaler.TOKEN}) as url:  # fmt: skip
-        tenant = Tenant(url, f"elastic-{secrets.token_hex(4)}")
-        tenant.api("POST", "/ensure", expect=(200, 201))
-        build_ns = build_namespace(real_node)
-        env = operator_env(real_node, s3) | {"SLESS_SCALER_ADDRESS": scaling.address}
-        op = Operator(bed, tenant.ns, build_ns, work, extra_env=env).start()
-        try:
+    db_url = fresh_pg_database(pg_url)
+    with scaler.running(work) as scaling, s3_server(real_node, work) as s3:
+        told = {"SLESS_SCALER_ADDRESS": scaling.address, "SLESS_SCALER_TOKEN": scaler.TOKEN,
+                "SLESS_RABBITMQ_URL": rabbitmq_url}  # fmt: skip
+        # the event dispatcher as the API: on the host, routing to ready pods, telling the scaler its calls
+        events = Events(bed.env | told | {
+            "SLESS_DATABASE_URL": db_url, "SLESS_EVENTS_HOST": "127.0.0.1", "SLESS_EVENTS_PORT": str(free_port()),
+            "SLESS_KUBE_ROUTING": "endpoints", "SLESS_EVENT_MAX_RETRIES": "1", "PYTHONUNBUFFERED": "1"}, work)
+        with api_server(real_node, s3, work, told) as url:
+            tenant = Tenant(url, f"elastic-{secrets.token_hex(4)}")
+            tenant.api("POST", "/ensure", expect=(200, 201))
+            build_ns = build_namespace(real_node)
+            env = operator_env(real_node, s3) | {"SLESS_SCALER_ADDRESS": scaling.address}
+            op = Operator(bed, tenant.ns, build_ns, work, extra_env=env).start()
             try:
-                tenant.deploy("sleepy", "python3.11", {"handler.py": SLEEPY}, wait=600, scale=SCALE)
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}\n{build_logs(real_node, build_ns)}\n{op.log_tail()}") from None
-            yield Elastic(real_node, keda, tenant, op, scaling)
-        finally:
-            op.stop()
-            strip_finalizers(bed, tenant.ns)
-            bed.kubectl("delete", "namespace", tenant.ns, build_ns, "--wait=false", check=False)
+                try:
+                    tenant.deploy("sleepy", "python3.11", {"handler.py": SLEEPY}, wait=600, scale=SCALE)
+                    tenant.deploy("consumer", "python3.11", {"handler.py": CONSUMER}, http=False, wait=600,
+                                  scale=SCALE)
+                except AssertionError as exc:
+                    raise AssertionError(f"{exc}\n{build_logs(real_node, build_ns)}\n{op.log_tail()}") from None
+                events.start()
+                yield Elastic(real_node, keda, tenant, op, scaling, events, db_url)
+            finally:
+                if events.proc is not None:
+                    events.term()
+                op.stop()
+                strip_finalizers(bed, tenant.ns)
+                bed.kubectl("delete", "namespace", tenant.ns, build_ns, "--wait=false", check=False)
 
 
-def pods(e: Elastic, ready_only: bool = False) -> list[dict[str, Any]]:
-    selector = f"sless.dev/function=sleepy,sless.dev/component={manifests.COMPONENT_FUNCTION}"
+def pods(e: Elastic, ready_only: bool = False, function: str = "sleepy") -> list[dict[str, Any]]:
+    selector = f"sless.dev/function={function},sless.dev/component={manifests.COMPONENT_FUNCTION}"
     items = (e.real_node.bed.get("pods", "-n", e.tenant.ns, "-l", selector) or {}).get("items", [])
     live = [p for p in items if not p["metadata"].get("deletionTimestamp")]
     if not ready_only:
@@ -86,8 +107,8 @@ def pods(e: Elastic, ready_only: bool = False) -> list[dict[str, Any]]:
                                    for c in (p.get("status") or {}).get("conditions") or [])]  # fmt: skip
 
 
-def replicas(e: Elastic) -> int:
-    deployment = e.real_node.bed.get("deployment", "sleepy", "-n", e.tenant.ns) or {}
+def replicas(e: Elastic, function: str = "sleepy") -> int:
+    deployment = e.real_node.bed.get("deployment", function, "-n", e.tenant.ns) or {}
     return int((deployment.get("spec") or {}).get("replicas", -1))
 
 
@@ -175,3 +196,39 @@ def test_load_scales_out_shares_the_pods_and_idle_scales_back_to_zero(elastic: E
     assert len(load.answers) > 300
     bed.wait("back to zero after idle", lambda: replicas(e) == 0 and not pods(e), timeout=240, interval=1)
     print(f"{len(load.answers)} calls through scale-out and scale-in, shares in the steady window: {dict(shares)}")
+
+
+def test_a_queue_backlog_wakes_a_function_at_zero_and_drains_with_nothing_dead_lettered(
+        elastic: Elastic, rabbitmq_broker: RabbitBroker) -> None:
+    e = elastic
+    bed = e.real_node.bed
+    queue, dlq = f"{e.tenant.ns}.orders", f"{e.tenant.ns}.orders.dlq"
+    e.tenant.api("POST", "/triggers", json={"name": "on-orders", "type": "event", "function": "consumer",
+                                            "queue": "orders"}, expect=201)  # fmt: skip
+    e.events.wait("the queue is consumed", lambda: queue_counts(rabbitmq_broker, queue)[1] == 1, timeout=60)
+    bed.wait("the consumer at zero", lambda: replicas(e, "consumer") == 0 and not pods(e, function="consumer"),
+             timeout=180, interval=1)  # fmt: skip
+    publish(rabbitmq_broker, queue, [{"order": i} for i in range(BACKLOG)])
+
+    def served() -> list[tuple[Any, ...]]:
+        rows = sql(e.db_url, "SELECT status FROM invocations WHERE namespace = %s AND function = 'consumer' "
+                             "AND trigger = 'event'", e.tenant.ns)  # fmt: skip
+        return rows if len(rows) >= BACKLOG else []
+
+    rows = e.events.wait(f"{BACKLOG} events served", served, timeout=240)
+    assert [status for (status,) in rows] == [200] * BACKLOG, rows
+    assert queue_counts(rabbitmq_broker, queue)[0] == 0
+    assert queue_counts(rabbitmq_broker, dlq)[0] == 0, "nothing is dead-lettered"
+    bed.wait("the consumer back to zero", lambda: replicas(e, "consumer") == 0, timeout=240, interval=1)
+
+
+def sql(url: str, statement: str, *args: object) -> list[tuple[Any, ...]]:
+    conn = psycopg2.connect(url)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(statement, args)
+            return list(cur.fetchall())
+    except psycopg2.errors.UndefinedTable:
+        return []
+    finally:
+        conn.close()

@@ -126,8 +126,9 @@ def api_server(real_node: RealNode, s3_on_bridge: str, tmp_path: Path, extra_env
         "SLESS_KUBE_ROUTING": "endpoints",  # as the chart installs it: each call to a ready pod the API picks
         "SLESS_GO_RUN_IMAGE": real_node.image("sless-testbed/static"), **(extra_env or {}),
     }  # fmt: skip
-    env.pop("SLESS_DATABASE_URL", None)
-    env.pop("SLESS_RABBITMQ_URL", None)
+    for key in ("SLESS_DATABASE_URL", "SLESS_RABBITMQ_URL"):  # the session's services, unless asked for
+        if key not in (extra_env or {}):
+            env.pop(key, None)
     # a private mount namespace: only this process sees the other resolv.conf
     private_dns = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                    'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(resolv)]  # fmt: skip
