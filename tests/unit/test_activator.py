@@ -16,6 +16,7 @@ from sless_api.backends.kube.endpoints import ReadyEndpoints, ready_addresses
 from sless_api.domain.errors import NotActivated
 from sless_api.domain.routing import Route
 from sless_api.gateway import calltiming
+from sless_api.gateway.admission import Throttled
 from sless_api.gateway.calltiming import CallTiming
 from tests.support.poll import until_async
 
@@ -188,3 +189,55 @@ def test_slice_ports_and_ipv6_addresses() -> None:
     obj = endpoint_slice("s", ("fd00::5", True, False))
     obj["ports"] = [{"name": "http", "port": 9000}]
     assert ready_addresses(obj) == ("[fd00::5]:9000",)
+
+
+LIMITED = Route(NS, FN, 30.0, "public", scaled=True, pod_concurrency=1)
+
+
+def test_a_full_pod_takes_no_more_calls_and_a_waiting_call_is_demand() -> None:
+    endpoints, counts = ReadyEndpoints(), Counts()
+    activator = Activator(endpoints, lambda ns: True, 10.0, 5, counts, direct=True)
+    two = endpoint_slice("s", ("10.0.0.1", True, False), ("10.0.0.2", True, False))
+    endpoints.apply("endpointslices", "ADDED", two)
+
+    async def scenario() -> None:
+        first, second = activator.upstream(LIMITED, FN, URL), activator.upstream(LIMITED, FN, URL)
+        assert {await first.__aenter__(), await second.__aenter__()} == {"http://10.0.0.1:8080", "http://10.0.0.2:8080"}
+        third = asyncio.ensure_future(_through(activator, LIMITED))
+        await until_async("the third call waits for a slot", lambda: counts.waiting.get((NS, FN)) == 1, 5, 0.01)
+        assert counts.in_flight[(NS, FN)] == 3  # three calls started, one of them waits for a slot
+        await second.__aexit__(None, None, None)  # a call ends: its pod takes the waiting one
+        assert await asyncio.wait_for(third, 5) == "http://10.0.0.2:8080"
+        # every pod full again; a new pod that becomes ready takes the next waiting call
+        busy = activator.upstream(LIMITED, FN, URL)
+        await busy.__aenter__()
+        fourth = asyncio.ensure_future(_through(activator, LIMITED))
+        await until_async("the fourth call waits", lambda: counts.waiting.get((NS, FN)) == 1, 5, 0.01)
+        new_pod = endpoint_slice("s2", ("10.0.0.3", True, False))
+        await asyncio.to_thread(endpoints.apply, "endpointslices", "ADDED", new_pod)
+        assert await asyncio.wait_for(fourth, 5) == "http://10.0.0.3:8080"
+        await busy.__aexit__(None, None, None)
+        await first.__aexit__(None, None, None)
+
+    asyncio.run(scenario())
+    assert activator.in_flight == {} and activator.waiting == {}
+
+
+def test_no_slot_in_time_is_429_and_service_routing_counts_per_ready_pod() -> None:
+    endpoints = ReadyEndpoints()
+    activator = Activator(endpoints, lambda ns: True, 0.2, 5)  # Service routing
+    endpoints.apply("endpointslices", "ADDED", endpoint_slice("s", ("10.0.0.1", True, False)))
+
+    async def scenario() -> None:
+        held = activator.upstream(LIMITED, FN, URL)
+        assert await held.__aenter__() == URL
+        with pytest.raises(Throttled) as refused:  # 1 call per pod, 1 ready pod: full
+            await _through(activator, LIMITED)
+        assert "max_concurrency of 1 calls in flight on each of its 1 ready pods" in refused.value.message
+        assert refused.value.retry_after == 1
+        two = endpoint_slice("s", ("10.0.0.1", True, False), ("10.0.0.2", True, False))
+        endpoints.apply("endpointslices", "MODIFIED", two)
+        assert await _through(activator, LIMITED) == URL  # 2 ready pods: room for a second call
+        await held.__aexit__(None, None, None)
+
+    asyncio.run(scenario())

@@ -22,6 +22,9 @@ class Route:
     target: str = ""
     #: the function scales with demand and may be at zero replicas: a call waits for a ready pod (``scale``)
     scaled: bool = False
+    #: calls one pod takes at once from this process (a scaled function's max_concurrency; then
+    #: ``max_concurrency`` is 0, as the limit follows the pods); 0: none
+    pod_concurrency: int = 0
     #: a traffic split: each call takes one of its routes (``served``); None: this route serves every call
     split: RouteSplit | None = field(default=None, compare=False, repr=False)
 

@@ -21,11 +21,19 @@ Balancing (``SLESS_KUBE_ROUTING=endpoints``): each call goes straight to one rea
 calls in flight from this process (ties in turn), instead of the Service's virtual IP. A new pod takes calls
 the moment its endpoint is ready, and a leaving pod none from the moment its endpoint is terminating, without
 waiting for kube-proxy's next sync on the node (which, late on a busy node, sent calls to a pod whose listener
-had closed). ``max_concurrency`` stays per function and process; ``scale.target`` is per pod.
+had closed).
+
+Per pod: a scaled function's ``max_concurrency`` is the calls one pod takes at once (``Route.pod_concurrency``,
+as Knative's containerConcurrency), counted by this process: with endpoint routing a call goes only to a pod below
+it, else (Service routing) the function may have ``max_concurrency`` x its ready pods in flight. A call that finds
+every pod full waits, counted as waiting demand (so KEDA scales out for it), until a call ends or a pod becomes
+ready, within the activation timeout and queue (then 429 with ``Retry-After``). With N API processes a pod may
+take up to N x ``max_concurrency`` calls.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -34,10 +42,13 @@ from sless_api.backends.kube.endpoints import ReadyEndpoints
 from sless_api.domain.errors import NotActivated
 from sless_api.domain.routing import Route
 from sless_api.gateway import calltiming
+from sless_api.gateway.admission import Throttled
 
 Key = tuple[str, str]
 #: The ``Retry-After`` of a call refused at zero: about a pod's start on a warm node.
 RETRY_AFTER_SEC = 5
+#: The ``Retry-After`` of a call refused because every pod had its max_concurrency in flight.
+FULL_RETRY_AFTER_SEC = 1
 
 
 class Demand(Protocol):
@@ -64,24 +75,92 @@ class Activator:
         self.demand = demand
         self.direct = direct
         self.waiting: dict[Key, int] = {}
-        self.in_flight: dict[str, int] = {}  # calls this process has in flight per pod address
+        #: calls this process has in flight per pod address (endpoint routing) or Service URL (Service routing)
+        self.in_flight: dict[str, int] = {}
         self._turn: dict[Key, int] = {}
+        self._slot_waiters: dict[Key, list[asyncio.Future[None]]] = {}  # per (namespace, Service)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        endpoints.listeners.append(self._slices_changed)
 
-    def pick(self, namespace: str, service: str) -> str | None:
-        """The ready pod address with the fewest calls in flight from here (ties: in turn); None: none known."""
+    def pick(self, namespace: str, service: str, limit: int = 0) -> str | None:
+        """The ready pod address with the fewest calls in flight from here (ties: in turn), below LIMIT calls when
+        LIMIT > 0; None: no such pod known."""
         found = self.endpoints.addresses(namespace, service)
-        if len(found) <= 1:
-            return found[0] if found else None
+        if len(found) == 1 and limit <= 0:
+            return found[0]
         key = (namespace, service)
-        start = self._turn.get(key, 0) % len(found)
-        best, fewest = found[start], self.in_flight.get(found[start], 0)
-        for i in range(1, len(found)):
+        start = self._turn.get(key, 0) % max(1, len(found))
+        best, fewest = None, 0
+        for i in range(len(found)):
             candidate = found[(start + i) % len(found)]
             busy = self.in_flight.get(candidate, 0)
-            if busy < fewest:
+            if (limit <= 0 or busy < limit) and (best is None or busy < fewest):
                 best, fewest = candidate, busy
-        self._turn[key] = start + 1
+        if best is not None:
+            self._turn[key] = start + 1
         return best
+
+    def service_has_room(self, namespace: str, service: str, url: str, limit: int) -> bool:
+        """Service routing: whether the function has fewer than LIMIT x its ready pods (at least 1) in flight."""
+        return self.in_flight.get(url, 0) < limit * max(1, len(self.endpoints.addresses(namespace, service)))
+
+    async def wait_for_slot(self, route: Route, service: str, has_room: Callable[[], bool], deadline: float) -> None:
+        """Wait until HAS_ROOM (a call ended, a pod became ready), counted as waiting demand; 429 at DEADLINE or
+        when the function's queue is full."""
+        ns, name = route.namespace, route.function
+        key, slot_key = (ns, name), (ns, service)
+        limit = route.pod_concurrency
+        full = (f"{name} has its max_concurrency of {limit} calls in flight on each of its "
+                f"{len(self.endpoints.addresses(ns, service))} ready pods")
+        held = self.waiting.get(key, 0)
+        if held >= self.queue:
+            raise Throttled(f"{full}, and {held} calls already wait", FULL_RETRY_AFTER_SEC)
+        self.waiting[key] = held + 1
+        if self.demand is not None:
+            self.demand.waiting_started(ns, name)
+        try:
+            while not has_room():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise Throttled(f"{full} (waited {self.timeout_sec:g}s for one)", FULL_RETRY_AFTER_SEC)
+                future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self._slot_waiters.setdefault(slot_key, []).append(future)
+                try:
+                    await asyncio.wait_for(future, remaining)
+                except TimeoutError:
+                    pass
+                finally:
+                    waiters = self._slot_waiters.get(slot_key, [])
+                    if future in waiters:
+                        waiters.remove(future)
+                    if not waiters:
+                        self._slot_waiters.pop(slot_key, None)
+        finally:
+            left = self.waiting.get(key, 1) - 1
+            if left > 0:
+                self.waiting[key] = left
+            else:
+                self.waiting.pop(key, None)
+            if self.demand is not None:
+                self.demand.waiting_ended(ns, name)
+
+    def released(self, slot_key: Key) -> None:
+        """A call of SLOT_KEY's Service ended: the first call waiting for a slot looks again."""
+        for future in self._slot_waiters.get(slot_key, []):
+            if not future.done():
+                future.set_result(None)
+                return
+
+    def _slices_changed(self, slot_key: Key) -> None:
+        """(Watch thread.) SLOT_KEY's pods changed: every call waiting for a slot there looks again."""
+        loop = self._loop
+        if loop is not None and slot_key in self._slot_waiters:
+            loop.call_soon_threadsafe(self._wake_all, slot_key)
+
+    def _wake_all(self, slot_key: Key) -> None:
+        for future in self._slot_waiters.get(slot_key, []):
+            if not future.done():
+                future.set_result(None)
 
     def upstream(self, route: Route, service: str, url: str) -> ActivatedUpstream:
         return ActivatedUpstream(self, route, service, url)
@@ -129,24 +208,56 @@ class ActivatedUpstream:
 
     async def __aenter__(self) -> str:
         activator, route = self._activator, self._route
+        if activator._loop is None:
+            activator._loop = asyncio.get_running_loop()
         demand = activator.demand
         if demand is not None:
             demand.call_started(route.namespace, route.function)
             self._counted = True
         try:
-            if (route.scaled and not activator.endpoints.has_ready(route.namespace, self._service)
-                    and activator.synced(route.namespace)):
+            began = time.monotonic()
+            synced = activator.synced(route.namespace)
+            if route.scaled and synced and not activator.endpoints.has_ready(route.namespace, self._service):
                 await activator.activate(route, self._service)
+            if activator.direct and synced:
+                address = await self._pick(began)
+                if address is not None:
+                    return self._hold(address, f"http://{address}")
+            if route.pod_concurrency > 0 and synced:
+                limit, ns, service, url = route.pod_concurrency, route.namespace, self._service, self._url
+                if not activator.service_has_room(ns, service, url, limit):
+                    await activator.wait_for_slot(route, service,
+                                                  lambda: activator.service_has_room(ns, service, url, limit),
+                                                  began + activator.timeout_sec)  # fmt: skip
+                return self._hold(self._url, self._url)
         except BaseException:
             self._end()
             raise
-        if activator.direct and activator.synced(route.namespace):
-            address = activator.pick(route.namespace, self._service)
-            if address is not None:
-                self._address = address
-                activator.in_flight[address] = activator.in_flight.get(address, 0) + 1
-                return f"http://{address}"
         return self._url
+
+    async def _pick(self, began: float) -> str | None:
+        """Endpoint routing: a ready pod with room (waiting for one when the function has a per-pod limit)."""
+        activator, route = self._activator, self._route
+        ns, service, limit = route.namespace, self._service, route.pod_concurrency
+        address = activator.pick(ns, service, limit)
+        if address is None and limit > 0 and activator.endpoints.has_ready(ns, service):
+            found: list[str] = []
+
+            def room() -> bool:
+                chosen = activator.pick(ns, service, limit)
+                if chosen is not None:
+                    found.append(chosen)
+                return chosen is not None
+
+            await activator.wait_for_slot(route, service, room, began + activator.timeout_sec)
+            address = found[-1]
+        return address
+
+    def _hold(self, address: str, url: str) -> str:
+        self._address = address
+        in_flight = self._activator.in_flight
+        in_flight[address] = in_flight.get(address, 0) + 1
+        return url
 
     async def __aexit__(self, *exc: Any) -> None:
         self._end()
@@ -161,6 +272,7 @@ class ActivatedUpstream:
                 in_flight[address] = left
             else:
                 in_flight.pop(address, None)
+            self._activator.released((self._route.namespace, self._service))
         if self._counted:
             self._counted = False
             demand = self._activator.demand

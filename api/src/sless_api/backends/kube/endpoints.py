@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sless_core import crd
@@ -60,6 +60,8 @@ class ReadyEndpoints:
         self._slices: dict[Key, dict[str, tuple[str, ...]]] = {}
         self._waiters: dict[Key, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = {}
         self.changes = 0
+        #: called (on the watch's thread) with each Service whose slices changed: the activator's slot waiters
+        self.listeners: list[Callable[[Key], None]] = []
 
     # fed by the watch
     def replace(self, kind: str, objects: Iterable[dict[str, Any]], namespace: str | None = None) -> None:
@@ -77,6 +79,8 @@ class ReadyEndpoints:
             woken = [key for key in fresh if self._ready(key)]
         for key in woken:
             self._wake(key)
+        for key in fresh:
+            self._changed(key)
 
     def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
         found = _slice_key(obj)
@@ -95,6 +99,7 @@ class ReadyEndpoints:
             ready = self._ready(key)
         if ready:
             self._wake(key)
+        self._changed(key)
 
     # read by the activator
     def addresses(self, namespace: str, service: str) -> tuple[str, ...]:
@@ -136,6 +141,10 @@ class ReadyEndpoints:
     # inside
     def _ready(self, key: Key) -> bool:
         return any(self._slices.get(key, {}).values())
+
+    def _changed(self, key: Key) -> None:
+        for listener in self.listeners:
+            listener(key)
 
     def _wake(self, key: Key) -> None:
         with self._lock:

@@ -13,7 +13,7 @@ from sless_api.backends.kube import endpoints
 from sless_api.backends.kube.activator import ActivatedUpstream, Activator, Demand
 from sless_api.backends.kube.client import KubeClient
 from sless_api.backends.kube.endpoints import ReadyEndpoints
-from sless_api.backends.kube.routes import RouteTable
+from sless_api.backends.kube.routes import RouteTable, concurrency
 from sless_api.backends.kube.watch import Resource, RouteWatch
 from sless_api.backends.settings import KubeSettings
 from sless_api.domain.errors import NotFound, Unavailable
@@ -97,7 +97,9 @@ class KubeRouter:
             raise NotFound(f"function {name!r} not found in {namespace}")
         if not fn.deployed:
             raise Unavailable(f"function {name!r} is not ready (phase {fn.phase})")
-        return Route(namespace, name, fn.timeout_sec, "public", fn.max_concurrency, scaled=fn.scaled)
+        max_concurrency, pod_concurrency = concurrency(fn)
+        return Route(namespace, name, fn.timeout_sec, "public", max_concurrency, scaled=fn.scaled,
+                     pod_concurrency=pod_concurrency)
 
     def upstream(self, route: Route) -> ActivatedUpstream:
         """The function's Service, once it has a ready pod (``kube.activator``); the call counts as demand."""

@@ -71,6 +71,11 @@ def function_view(obj: dict[str, Any]) -> FunctionView:
                         version=fn.current_version, split=split_in_effect(fn, obj), scaled=fn.spec.scale is not None)
 
 
+def concurrency(fn: FunctionView) -> tuple[int, int]:
+    """(max_concurrency, pod_concurrency) of a function's route: a scaled function's limit is per pod."""
+    return (0, fn.max_concurrency) if fn.scaled else (fn.max_concurrency, 0)
+
+
 def split_in_effect(fn: FunctionResource, obj: dict[str, Any]) -> tuple[tuple[int, int], tuple[int, int, float]] | None:
     """The split calls follow: ``spec.traffic`` naming the current version, and ``status.split`` saying the
     operator runs its other version and its pods are ready (until then every call goes to the current one)."""
@@ -192,11 +197,13 @@ class RouteTable:
             self._routes.pop(fn_key, None)
             return
         auth = "public" if any(t.auth == "public" for t in http) else "token"
-        route = Route(ns, name, fn.timeout_sec, auth, fn.max_concurrency, fn.version, scaled=fn.scaled)
+        max_concurrency, pod_concurrency = concurrency(fn)
+        route = Route(ns, name, fn.timeout_sec, auth, max_concurrency, fn.version, scaled=fn.scaled,
+                      pod_concurrency=pod_concurrency)
         if fn.split is not None:
             (_, weight), (other, other_weight, timeout) = fn.split
             # a split's other version runs fixed replicas (the operator scales only the function's own Deployment)
             beside = dataclasses.replace(route, version=other, target=other_version_name(name), timeout_sec=timeout,
-                                         scaled=False)
+                                         scaled=False, max_concurrency=fn.max_concurrency, pod_concurrency=0)
             route = dataclasses.replace(route, split=RouteSplit([(route, weight), (beside, other_weight)]))
         self._routes[fn_key] = route
