@@ -70,7 +70,9 @@ SCENARIOS=${SLESS_MOLECULE_SCENARIOS:-default e2e stress functions}
 # e2e-real (the platform as pods on the real node, then the stress functions on it with the same short storm)
 # last: it waits for the node's lock, which lane B holds meanwhile
 [ -z "${SLESS_MOLECULE_SCENARIOS:-}" ] && [ "$REALNODE" = 1 ] && SCENARIOS="$SCENARIOS e2e-real"
-LANE_B_TESTS=tests/runtimes  # run in lane B after the real-node tests (see the lanes below)
+# run in lane B after the real-node tests (see the lanes below): the runtimes' contract tests, and the tests of a real
+# KEDA on a kwok bed of their own (minutes of HPA and KEDA sync periods, which would make lane A the longest)
+LANE_B_TESTS=(tests/runtimes tests/k8s/test_keda_bed.py tests/k8s/test_keda_scaling.py tests/k8s/test_operator_scale.py)
 # Run in lane B under the real node's lock, before its tests: their iptables chains (the port guard of a sandbox
 # as root) would be wiped by the real node's kube-router, which restores the whole filter table on every sync.
 LANE_B_LOCKED_TESTS=(tests/integration/test_spares.py tests/integration/test_supervisor.py)
@@ -102,12 +104,12 @@ pytest_summary() {  # the end of a pytest log: its short summary when it has one
 report_results() {  # the results section: each lane's outcome, then the failures' own lines
   local scenario c secs
   log "results"
-  [ -f "$results/lane-a.log" ] && { echo "lane A (pytest -m 'not realnode', without $LANE_B_TESTS):"; pytest_summary "$results/lane-a.log" | tail -25; }
+  [ -f "$results/lane-a.log" ] && { echo "lane A (pytest -m 'not realnode', without ${LANE_B_TESTS[*]}):"; pytest_summary "$results/lane-a.log" | tail -25; }
   if [ -f "$results/lane-b.log" ]; then
     echo "lane B (${LANE_B_LOCKED_TESTS[*]}, then pytest -m realnode):"; pytest_summary "$results/lane-b.log" | tail -25
   fi
   if [ -f "$results/lane-b-runtimes.log" ]; then
-    echo "lane B ($LANE_B_TESTS):"; pytest_summary "$results/lane-b-runtimes.log" | tail -25
+    echo "lane B (${LANE_B_TESTS[*]}):"; pytest_summary "$results/lane-b-runtimes.log" | tail -25
   fi
   [ -f "$results/molecule.txt" ] || return 0
   while read -r scenario c secs; do
@@ -153,8 +155,8 @@ else
       pytest_run -m "not realnode" "${LANE_B_LOCKED_TESTS[@]}" 2>&1 | tee "$results/lane-b.log"
       [ "${PIPESTATUS[0]}" = 0 ] || b=1
     fi
-    log "lane B: pytest -m 'not realnode' $LANE_B_TESTS"
-    pytest_run -m "not realnode" "$LANE_B_TESTS" 2>&1 | tee "$results/lane-b-runtimes.log"
+    log "lane B: pytest -m 'not realnode' ${LANE_B_TESTS[*]}"
+    pytest_run -m "not realnode" "${LANE_B_TESTS[@]}" 2>&1 | tee "$results/lane-b-runtimes.log"
     [ "${PIPESTATUS[0]}" = 0 ] || b=1
     echo "$b" > "$codes/realnode"
   ) 2>&1 | sed -u 's/^/[B] /' &
@@ -165,7 +167,7 @@ else
   ) 2>&1 | sed -u 's/^/[C] /' &
   lane_c=$!
   log "lane A: pytest -m 'not realnode' without lane B's"
-  pytest_run -m "not realnode" --ignore="$LANE_B_TESTS" "${LANE_B_LOCKED_TESTS[@]/#/--ignore=}" 2>&1 \
+  pytest_run -m "not realnode" "${LANE_B_TESTS[@]/#/--ignore=}" "${LANE_B_LOCKED_TESTS[@]/#/--ignore=}" 2>&1 \
     | tee "$results/lane-a.log"
   code=${PIPESTATUS[0]}
   log "lane A done in $((SECONDS - T0))s; waiting for lanes B and C"
