@@ -34,8 +34,9 @@ take up to N x ``max_concurrency`` calls.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from sless_api.backends.kube.endpoints import ReadyEndpoints
@@ -108,17 +109,11 @@ class Activator:
         """Wait until HAS_ROOM (a call ended, a pod became ready), counted as waiting demand; 429 at DEADLINE or
         when the function's queue is full."""
         ns, name = route.namespace, route.function
-        key, slot_key = (ns, name), (ns, service)
+        slot_key = (ns, service)
         limit = route.pod_concurrency
         full = (f"{name} has its max_concurrency of {limit} calls in flight on each of its "
                 f"{len(self.endpoints.addresses(ns, service))} ready pods")
-        held = self.waiting.get(key, 0)
-        if held >= self.queue:
-            raise Throttled(f"{full}, and {held} calls already wait", FULL_RETRY_AFTER_SEC)
-        self.waiting[key] = held + 1
-        if self.demand is not None:
-            self.demand.waiting_started(ns, name)
-        try:
+        with self._held(route, lambda held: Throttled(f"{full}, and {held} calls already wait", FULL_RETRY_AFTER_SEC)):
             while not has_room():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -135,6 +130,21 @@ class Activator:
                         waiters.remove(future)
                     if not waiters:
                         self._slot_waiters.pop(slot_key, None)
+
+    @contextlib.contextmanager
+    def _held(self, route: Route, refusal: Callable[[int], Exception]) -> Iterator[None]:
+        """A call held for its function (waiting for a first pod or a slot): bounded by the queue (else REFUSAL of
+        the number already held), counted as waiting demand for as long as it is held."""
+        ns, name = route.namespace, route.function
+        key = (ns, name)
+        held = self.waiting.get(key, 0)
+        if held >= self.queue:
+            raise refusal(held)
+        self.waiting[key] = held + 1
+        if self.demand is not None:
+            self.demand.waiting_started(ns, name)
+        try:
+            yield
         finally:
             left = self.waiting.get(key, 1) - 1
             if left > 0:
@@ -167,26 +177,15 @@ class Activator:
 
     async def activate(self, route: Route, service: str) -> None:
         """Wait for SERVICE's first ready pod (the caller found none); raises NotActivated when it cannot."""
-        ns, name = route.namespace, route.function
-        key = (ns, name)
-        held = self.waiting.get(key, 0)
-        if held >= self.queue:
-            raise NotActivated(f"function {name!r} is starting from zero and {held} calls already wait for it; "
-                               "try again", retry_after=RETRY_AFTER_SEC)
-        self.waiting[key] = held + 1
-        if self.demand is not None:
-            self.demand.waiting_started(ns, name)
+        name = route.function
+
+        def refusal(held: int) -> Exception:
+            return NotActivated(f"function {name!r} is starting from zero and {held} calls already wait for it; "
+                                "try again", retry_after=RETRY_AFTER_SEC)
+
         began = time.monotonic()
-        try:
-            ready = await self.endpoints.wait_ready(ns, service, self.timeout_sec)
-        finally:
-            left = self.waiting.get(key, 1) - 1
-            if left > 0:
-                self.waiting[key] = left
-            else:
-                self.waiting.pop(key, None)
-            if self.demand is not None:
-                self.demand.waiting_ended(ns, name)
+        with self._held(route, refusal):
+            ready = await self.endpoints.wait_ready(route.namespace, service, self.timeout_sec)
         if not ready:
             raise NotActivated(f"function {name!r} has no ready pod {self.timeout_sec:g}s after this call woke it "
                                "(it is still starting, or cannot start: see its status)", retry_after=RETRY_AFTER_SEC)
