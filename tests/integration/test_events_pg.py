@@ -17,7 +17,7 @@ import pytest
 
 from sless_api.services.events.dedup import Claim, State
 from sless_api.services.events.pgdedup import PostgresDedupStore, stored_key
-from tests.support.services import fresh_pg_database
+from tests.support.services import fresh_pg_database, sql
 
 pytestmark = pytest.mark.pg
 
@@ -41,16 +41,6 @@ def stores(db_url: str) -> Iterator[Callable[..., PostgresDedupStore]]:
     yield make
     for store in made:
         store.close()
-
-
-def sql(url: str, statement: str, *args: object) -> list[tuple[object, ...]]:
-    conn = psycopg2.connect(url)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(statement, args)
-            return list(cur.fetchall()) if cur.description else []
-    finally:
-        conn.close()
 
 
 def lease() -> float:

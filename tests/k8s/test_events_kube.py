@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pika
-import psycopg2
 import pytest
 import requests
 import yaml
 
 from sless_core import crd
+from tests.support import services
 from tests.support.events_proc import Events, events_command
 from tests.support.metrics import SCRAPE_TOKEN, sample, scrape
 from tests.support.poll import holds
@@ -140,15 +140,7 @@ def consumers(broker: RabbitBroker, queue: str) -> Callable[[int], Callable[[], 
 
 
 def sql(url: str, statement: str, *args: object) -> list[tuple[Any, ...]]:
-    conn = psycopg2.connect(url)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(statement, args)
-            return list(cur.fetchall())
-    except psycopg2.errors.UndefinedTable:
-        return []
-    finally:
-        conn.close()
+    return services.sql(url, statement, *args, missing_table_ok=True)  # the dispatcher creates its tables
 
 
 def invocations(url: str, ns: str) -> list[tuple[Any, ...]]:

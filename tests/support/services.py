@@ -28,6 +28,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -309,6 +310,24 @@ def fresh_pg_database(base_url: str) -> str:
         cur.execute(f'CREATE DATABASE "{name}"')
     conn.close()
     return base_url.rsplit("/", 1)[0] + "/" + name
+
+
+def sql(url: str, statement: str, *args: object, missing_table_ok: bool = False) -> list[tuple[Any, ...]]:
+    """Run one statement on the database at URL; its rows ([] for a statement without any). MISSING_TABLE_OK: a
+    table the platform has not created yet (its first write makes it) reads as no rows."""
+    import psycopg2
+
+    conn = psycopg2.connect(url)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(statement, args)
+            return list(cur.fetchall()) if cur.description else []
+    except psycopg2.errors.UndefinedTable:
+        if missing_table_ok:
+            return []
+        raise
+    finally:
+        conn.close()
 
 
 # ---------------------------------------------------------------------------- S3 (moto)
