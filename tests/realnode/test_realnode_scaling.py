@@ -9,7 +9,6 @@ The load is bounded in count and time, and every call of it must be answered 200
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 from collections import Counter
@@ -23,14 +22,14 @@ import requests
 
 from sless_operator import manifests
 from tests.support import scaler
+from tests.support.elastic import elastic_platform
 from tests.support.events_proc import Events
-from tests.support.keda import Keda, start_keda
-from tests.support.kube_operator import Operator, strip_finalizers
+from tests.support.keda import Keda
+from tests.support.kube_operator import Operator
 from tests.support.platform import Tenant
 from tests.support.poll import until
 from tests.support.rabbitmq import RabbitBroker, publish, queue_counts
 from tests.support.realnode import RealNode
-from tests.support.realnode_operator import api_server, apply_crds, build_logs, build_namespace, operator_env, s3_server
 from tests.support.services import free_port, fresh_pg_database
 
 pytestmark = [pytest.mark.realnode, pytest.mark.pg, pytest.mark.rabbitmq, pytest.mark.timeout(1800)]
@@ -63,38 +62,22 @@ class Elastic:
 def elastic(real_node: RealNode, rabbitmq_url: str, pg_url: str,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Elastic]:  # fmt: skip
     work = tmp_path_factory.mktemp("scaling")
-    bed = real_node.bed
-    apply_crds(real_node)
-    keda = start_keda(bed)
     db_url = fresh_pg_database(pg_url)
-    with scaler.running(work) as scaling, s3_server(real_node, work) as s3:
-        told = {"SLESS_SCALER_ADDRESS": scaling.address, "SLESS_SCALER_TOKEN": scaler.TOKEN,
-                "SLESS_RABBITMQ_URL": rabbitmq_url}  # fmt: skip
+    with elastic_platform(real_node, work, api_env={"SLESS_RABBITMQ_URL": rabbitmq_url}) as platform:
         # the event dispatcher as the API: on the host, routing to ready pods, telling the scaler its calls
-        events = Events(bed.env | told | {
-            "SLESS_DATABASE_URL": db_url, "SLESS_EVENTS_HOST": "127.0.0.1", "SLESS_EVENTS_PORT": str(free_port()),
-            "SLESS_KUBE_ROUTING": "endpoints", "SLESS_EVENT_MAX_RETRIES": "1", "PYTHONUNBUFFERED": "1"}, work)
-        with api_server(real_node, s3, work, told) as url:
-            tenant = Tenant(url, f"elastic-{secrets.token_hex(4)}")
-            tenant.api("POST", "/ensure", expect=(200, 201))
-            build_ns = build_namespace(real_node)
-            env = operator_env(real_node, s3) | {"SLESS_SCALER_ADDRESS": scaling.address}
-            op = Operator(bed, tenant.ns, build_ns, work, extra_env=env).start()
-            try:
-                try:
-                    tenant.deploy("sleepy", "python3.11", {"handler.py": SLEEPY}, wait=600, scale=SCALE)
-                    tenant.deploy("consumer", "python3.11", {"handler.py": CONSUMER}, http=False, wait=600,
-                                  scale=SCALE)
-                except AssertionError as exc:
-                    raise AssertionError(f"{exc}\n{build_logs(real_node, build_ns)}\n{op.log_tail()}") from None
-                events.start()
-                yield Elastic(real_node, keda, tenant, op, scaling, events, db_url)
-            finally:
-                if events.proc is not None:
-                    events.term()
-                op.stop()
-                strip_finalizers(bed, tenant.ns)
-                bed.kubectl("delete", "namespace", tenant.ns, build_ns, "--wait=false", check=False)
+        events = Events(real_node.bed.env | {
+            "SLESS_SCALER_ADDRESS": platform.scaler.address, "SLESS_SCALER_TOKEN": scaler.TOKEN,
+            "SLESS_RABBITMQ_URL": rabbitmq_url, "SLESS_DATABASE_URL": db_url, "SLESS_EVENTS_HOST": "127.0.0.1",
+            "SLESS_EVENTS_PORT": str(free_port()), "SLESS_KUBE_ROUTING": "endpoints", "SLESS_EVENT_MAX_RETRIES": "1",
+            "PYTHONUNBUFFERED": "1"}, work)  # fmt: skip
+        try:
+            platform.deploy("sleepy", "python3.11", {"handler.py": SLEEPY}, scale=SCALE)
+            platform.deploy("consumer", "python3.11", {"handler.py": CONSUMER}, http=False, scale=SCALE)
+            events.start()
+            yield Elastic(real_node, platform.keda, platform.tenant, platform.op, platform.scaler, events, db_url)
+        finally:
+            if events.proc is not None:
+                events.term()
 
 
 def pods(e: Elastic, ready_only: bool = False, function: str = "sleepy") -> list[dict[str, Any]]:
