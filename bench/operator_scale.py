@@ -1,11 +1,12 @@
 """Operator at scale: N Functions created at once -> all Ready, on the kwok test bed.
 
-    .venv/bin/python bench/operator_scale.py [--n 1000] [--tenants 10] [--timeout 300]
+    .venv/bin/python bench/operator_scale.py [--n 1000] [--tenants 10] [--timeout 300] [--scaled | --compare]
 
 What it does (bounded: at most --n Functions, at most --timeout seconds of waiting):
 1. starts a fresh test bed (``tests/testbed/testbed up``) unless ``SLESS_TESTBED_EXISTING=1``
-   and ``KUBECONFIG`` point at a running one, applies the CRDs and adds kwok nodes with room for
-   every function pod plus the build pods;
+   and ``KUBECONFIG`` point at a running one, applies the CRDs, waits until the controller-manager
+   counts them in quotas (the tenant quota limits them), and adds kwok nodes with room for every
+   function pod plus the build pods;
 2. starts ``sless-operator`` (cluster-wide, its own build namespace) as a subprocess;
 3. creates N Functions with code (spread over --tenants tenant namespaces) as fast as the
    apiserver takes them (32 requests in flight), and polls them once a second;
@@ -15,6 +16,17 @@ What it does (bounded: at most --n Functions, at most --timeout seconds of waiti
 Every Function really goes through the operator's full path: a kaniko build Job (completed by
 kwok), then a Deployment (ReplicaSet, scheduled pod made Ready by kwok) and a Service. Targets
 from the brief: all Ready in < 60 s with < 150 MB operator RSS, on 2 cores.
+
+``--scaled``: every Function has ``spec.scale`` ({min: 0, max: 3, target: 10, idleSec: 300}), so the
+operator also writes a KEDA ScaledObject per Function, and the bed runs a real KEDA (operator and
+metrics adapter: ``testbed up --keda``; with ``SLESS_TESTBED_EXISTING=1`` the cluster's own KEDA, which
+must be there) and a real ``sless-scaler`` on loopback that every ScaledObject's external-push trigger
+names (``SLESS_SCALER_ADDRESS``). Also measured: the time until every ScaledObject exists (the
+operator's work) and until every one has its HPA ``keda-hpa-<name>`` (KEDA's), and the KEDA operator's
+RSS and CPU at the end (its pid from the bed's ``pids/keda-operator.json``; not known on an existing
+cluster). The wait ends when every Function is Ready and every HPA exists, or at --timeout.
+``--compare``: the fixed (unscaled) run, then the scaled one, each on a fresh bed (or one after the
+other on the existing cluster), and both side by side with the machine's load average.
 """
 
 from __future__ import annotations
@@ -45,10 +57,16 @@ from sless_core import crd
 from sless_operator.kube import Kube, api_path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # for tests.support.scaler (a real sless-scaler on a free loopback port)
+    sys.path.append(str(ROOT))
 TESTBED = ROOT / "tests" / "testbed" / "testbed"
 CRDS = ROOT / "charts" / "sless" / "crds"
 BUILD_NS = "sless-build-bench"
 PODS_PER_NODE = 250
+SCALE = {"min": 0, "max": 3, "target": 10, "idleSec": 300}
+KEDA_API = "keda.sh/v1alpha1"
+HPA_API = "autoscaling/v2"
+HPA_PREFIX = "keda-hpa-"  # KEDA's name for a ScaledObject's HPA
 
 
 def run(*argv: str, env: dict[str, str], stdin: str | None = None, timeout: float = 120) -> str:
@@ -73,9 +91,10 @@ def proc_status(pid: int) -> dict[str, int]:
     return values
 
 
-def start_bed(state: Path) -> dict[str, str]:
+def start_bed(state: Path, keda: bool) -> dict[str, str]:
     env = dict(os.environ)
-    run(sys.executable, str(TESTBED), "up", "--state", str(state), env=env, timeout=600)
+    run(sys.executable, str(TESTBED), "up", "--state", str(state), *(["--keda"] if keda else []), env=env,
+        timeout=900)  # fmt: skip
     exported: dict[str, str] = json.loads((state / "env.json").read_text())["env"]
     env.update({k: v for k, v in exported.items() if k != "PATH_PREPEND"})
     if exported.get("PATH_PREPEND"):
@@ -100,13 +119,57 @@ def add_nodes(env: dict[str, str], pods: int) -> list[str]:
     return names
 
 
-def function_body(ns: str, name: str) -> dict[str, Any]:
+def wait_counted(env: dict[str, str], timeout: float = 120) -> None:
+    """Until the controller-manager counts the custom resources in quotas (as tests/support/quotas.py waits).
+
+    The operator gives each tenant a quota on ``count/functions.sless.dev`` and its siblings; the quota
+    controller counts a custom resource only once it has discovered the CRD (every 30 s), and until then
+    the API server refuses creates there ("status unknown for quota"). A fresh probe quota shows when.
+    """
+    keys = [f"count/{plural}.{crd.GROUP}" for plural in (crd.FUNCTION_PLURAL, crd.TRIGGER_PLURAL, crd.JOB_PLURAL)]
+    namespace = f"quota-probe-{secrets.token_hex(4)}"
+    run("kubectl", "create", "namespace", namespace, env=env)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            name = f"probe-{secrets.token_hex(3)}"  # a quota synced before the discovery stays uncounted: a new one
+            quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": name, "namespace": namespace},
+                     "spec": {"hard": dict.fromkeys(keys, "1")}}  # fmt: skip
+            run("kubectl", "apply", "-f", "-", env=env, stdin=json.dumps(quota))
+            for _ in range(8):
+                got = json.loads(run("kubectl", "-n", namespace, "get", "resourcequota", name, "-o", "json", env=env))
+                if all(key in ((got.get("status") or {}).get("used") or {}) for key in keys):
+                    return
+                time.sleep(0.5)
+        raise RuntimeError(f"the controller-manager did not count {keys} within {timeout:.0f}s")
+    finally:
+        run("kubectl", "delete", "namespace", namespace, "--wait=false", env=env)
+
+
+def keda_pid(state: Path) -> int | None:
+    """The KEDA operator's pid as the bed recorded it (bedlib/procs.py), or None."""
+    try:
+        return int(json.loads((state / "pids" / "keda-operator.json").read_text())["pid"])
+    except (FileNotFoundError, ValueError, KeyError):
+        return None
+
+
+def existing_keda(env: dict[str, str]) -> None:
+    """On an existing cluster: its KEDA must serve ScaledObjects and the external metrics API."""
+    run("kubectl", "get", "crd", "scaledobjects.keda.sh", env=env)
+    conditions = json.loads(run("kubectl", "get", "apiservice", "v1beta1.external.metrics.k8s.io", "-o", "json",
+                                env=env)).get("status", {}).get("conditions") or []  # fmt: skip
+    if not any(c.get("type") == "Available" and c.get("status") == "True" for c in conditions):
+        raise RuntimeError("the existing cluster's KEDA metrics APIService is not Available")
+
+
+def function_body(ns: str, name: str, scaled: bool = False) -> dict[str, Any]:
     code = secrets.token_hex(32)
-    return {
-        "apiVersion": crd.API_VERSION, "kind": "Function",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"runtime": "python3.11", "codeHash": code, "contextKey": f"contexts/{ns}/{name}/1.tar.gz"},
-    }  # fmt: skip
+    spec: dict[str, Any] = {"runtime": "python3.11", "codeHash": code, "contextKey": f"contexts/{ns}/{name}/1.tar.gz"}
+    if scaled:
+        spec["scale"] = dict(SCALE)
+    return {"apiVersion": crd.API_VERSION, "kind": "Function", "metadata": {"name": name, "namespace": ns},
+            "spec": spec}  # fmt: skip
 
 
 async def create_all(kube: Kube, bodies: list[dict[str, Any]], concurrency: int = 32) -> None:
@@ -136,7 +199,15 @@ async def phases(kube: Kube, tenants: list[str]) -> tuple[dict[str, int], int]:
     return counts, built
 
 
-async def bench(args: argparse.Namespace, env: dict[str, str], log_path: Path) -> dict[str, Any]:
+async def autoscalers(kube: Kube, tenants: list[str]) -> tuple[int, int]:
+    """ScaledObjects (the operator's) and KEDA's HPAs in the TENANTS."""
+    sos = await asyncio.gather(*(kube.list(api_path(KEDA_API, "scaledobjects", ns)) for ns in tenants))
+    hpas = await asyncio.gather(*(kube.list(api_path(HPA_API, "horizontalpodautoscalers", ns)) for ns in tenants))
+    return sum(map(len, sos)), sum(h["metadata"]["name"].startswith(HPA_PREFIX) for items in hpas for h in items)
+
+
+async def bench(args: argparse.Namespace, env: dict[str, str], log_path: Path, scaled: bool = False,
+                scaler_address: str | None = None, keda: int | None = None) -> dict[str, Any]:  # fmt: skip
     info = kopf.login_with_kubeconfig(settings=kopf.OperatorSettings())
     assert info is not None, "no kubeconfig"
     kube = Kube(concurrency=32)
@@ -148,15 +219,18 @@ async def bench(args: argparse.Namespace, env: dict[str, str], log_path: Path) -
     op_env = {**env, "SLESS_BUILD_NAMESPACE": BUILD_NS, "SLESS_REGISTRY": "registry.bench.invalid/sless",
               "SLESS_TENANT_QUOTA_PODS": str(args.n * 2), "SLESS_TENANT_QUOTA_MEMORY": "4Ti",
               "SLESS_TENANT_QUOTA_CPU": "4000"}  # fmt: skip
+    if scaler_address:
+        op_env["SLESS_SCALER_ADDRESS"] = scaler_address
     command = [str(Path(sys.executable).parent / "sless-operator"), "--quiet"]
     if args.profile:  # cProfile's own overhead inflates CPU time and RSS: not for the table
         command = [sys.executable, "-m", "cProfile", "-o", args.profile, "-m", "sless_operator.main", "--quiet"]
     with open(log_path, "wb") as log:
         operator = subprocess.Popen(command, env=op_env, stdout=log, stderr=subprocess.STDOUT)
-    result: dict[str, Any] = {"n": args.n, "tenants": args.tenants, "timeline": []}
+    result: dict[str, Any] = {"n": args.n, "tenants": args.tenants, "scaled": scaled, "timeline": [],
+                              "load_start": os.getloadavg()}  # fmt: skip
     try:
         await asyncio.sleep(3)  # the operator logs in and starts its watches
-        bodies = [function_body(tenants[i % len(tenants)], f"fn-{i:05d}") for i in range(args.n)]
+        bodies = [function_body(tenants[i % len(tenants)], f"fn-{i:05d}", scaled) for i in range(args.n)]
         start = time.monotonic()
         await create_all(kube, bodies)
         result["created_s"] = time.monotonic() - start
@@ -167,8 +241,16 @@ async def bench(args: argparse.Namespace, env: dict[str, str], log_path: Path) -
             result["timeline"].append((round(elapsed, 1), counts, proc_status(operator.pid).get("VmRSS", 0)))
             if built == args.n and "built_s" not in result:
                 result["built_s"] = elapsed
-            if counts.get("Ready", 0) == args.n:
+            if counts.get("Ready", 0) == args.n and "ready_s" not in result:
                 result["ready_s"] = elapsed
+            if scaled:
+                sos, hpas = await autoscalers(kube, tenants)
+                result["autoscalers"] = (sos, hpas)
+                if sos == args.n and "scaled_objects_s" not in result:
+                    result["scaled_objects_s"] = elapsed
+                if hpas == args.n and "hpas_s" not in result:
+                    result["hpas_s"] = time.monotonic() - start
+            if "ready_s" in result and (not scaled or "hpas_s" in result):
                 break
             if operator.poll() is not None:
                 raise RuntimeError(f"the operator exited with {operator.returncode}; see {log_path}")
@@ -178,7 +260,14 @@ async def bench(args: argparse.Namespace, env: dict[str, str], log_path: Path) -
         result["vmhwm_mb"] = status.get("VmHWM", 0) / 1024
         result["rss_mb"] = status.get("VmRSS", 0) / 1024
         result["cpu_s"] = status.get("cpu_ticks", 0) / os.sysconf("SC_CLK_TCK")
-        result["attribution"] = await attribution(kube, tenants)
+        if scaled:
+            result["autoscalers"] = await autoscalers(kube, tenants)
+            if keda is not None:
+                status = proc_status(keda)
+                result["keda"] = (status.get("VmRSS", 0) / 1024, status.get("VmHWM", 0) / 1024,
+                                  status.get("cpu_ticks", 0) / os.sysconf("SC_CLK_TCK"))  # fmt: skip
+        result["load_end"] = os.getloadavg()
+        result["attribution"] = await attribution(kube, tenants, scaled)
     finally:
         operator.terminate()
         try:
@@ -203,12 +292,13 @@ def _condition_time(obj: dict[str, Any], kind: str) -> float | None:
     return None
 
 
-async def attribution(kube: Kube, tenants: list[str]) -> dict[str, tuple[float, float, int]]:
+async def attribution(kube: Kube, tenants: list[str], scaled: bool = False) -> dict[str, tuple[float, float, int]]:
     """Where the time went, per Function, from the objects' own timestamps (1 s resolution).
 
     operator: Function created -> build Job created; build Job complete -> Deployment created;
     Deployment Available -> Function Ready. cluster (controllers, scheduler, kwok): build Job
-    created -> complete; Deployment created -> Available.
+    created -> complete; Deployment created -> Available. SCALED: also the operator's Function
+    created -> ScaledObject created, and KEDA's ScaledObject created -> its HPA created.
     """
     jobs = {(j["metadata"]["labels"].get(crd.LABEL_NAMESPACE), j["metadata"]["labels"].get(crd.LABEL_FUNCTION)): j
             for j in await kube.list(api_path("batch/v1", "jobs", BUILD_NS))}  # fmt: skip
@@ -220,8 +310,16 @@ async def attribution(kube: Kube, tenants: list[str]) -> dict[str, tuple[float, 
         "op: Available -> Function Ready",
     )
     spans: dict[str, list[float]] = {k: [] for k in keys}
+    extra: dict[str, list[float]] = {"op: Function -> ScaledObject": [], "KEDA: ScaledObject -> HPA": []}
     for ns in tenants:
         deps = {d["metadata"]["name"]: d for d in await kube.list(api_path("apps/v1", "deployments", ns))}
+        sos: dict[str, dict[str, Any]] = {}
+        hpas: dict[str, dict[str, Any]] = {}
+        if scaled:
+            sos = {o["metadata"]["name"]: o for o in await kube.list(api_path(KEDA_API, "scaledobjects", ns))}
+            hpas = {
+                h["metadata"]["name"]: h for h in await kube.list(api_path(HPA_API, "horizontalpodautoscalers", ns))
+            }
         for fn in await kube.list(api_path(crd.API_VERSION, crd.FUNCTION_PLURAL, ns)):
             name = fn["metadata"]["name"]
             job, dep = jobs.get((ns, name)), deps.get(name)
@@ -236,6 +334,15 @@ async def attribution(kube: Kube, tenants: list[str]) -> dict[str, tuple[float, 
             for key, (a, b) in zip(spans, itertools.pairwise(points), strict=True):
                 if a is not None and b is not None:
                     spans[key].append(max(0.0, b - a))
+            so, hpa = sos.get(name), hpas.get(HPA_PREFIX + name)
+            so_at = _ts(so["metadata"]["creationTimestamp"]) if so else None
+            if so_at is not None and points[0] is not None:
+                extra["op: Function -> ScaledObject"].append(max(0.0, so_at - points[0]))
+            hpa_at = _ts(hpa["metadata"]["creationTimestamp"]) if hpa else None
+            if so_at is not None and hpa_at is not None:
+                extra["KEDA: ScaledObject -> HPA"].append(max(0.0, hpa_at - so_at))
+    if scaled:
+        spans.update(extra)
     result = {}
     for key, values in spans.items():
         values.sort()
@@ -244,9 +351,14 @@ async def attribution(kube: Kube, tenants: list[str]) -> dict[str, tuple[float, 
     return result
 
 
+def _seconds(value: float | None, r: dict[str, Any]) -> str:
+    return f"{value:.1f}" if value is not None else f"> {r['timeline'][-1][0]:.0f}"
+
+
 def print_table(r: dict[str, Any]) -> None:
     ready = r.get("ready_s")
     print()
+    print(f"== {r['n']} Functions, {'scaled (KEDA ScaledObject each)' if r.get('scaled') else 'fixed replicas'}")
     print(f"{'metric':<42} {'value':>12} {'target':>10}")
     print("-" * 66)
     print(f"{'Functions (tenant namespaces)':<42} {r['n']:>7} ({r['tenants']:>2}) {'':>10}")
@@ -259,6 +371,18 @@ def print_table(r: dict[str, Any]) -> None:
     print(f"{'operator RSS at the end (MB)':<42} {r['rss_mb']:>12.1f} {'':>10}")
     print(f"{'operator CPU time (s)':<42} {r['cpu_s']:>12.1f} {'':>10}")
     print(f"{'final phases':<42} {json.dumps(r['final']):>12}")
+    if r.get("scaled"):
+        sos, hpas = r.get("autoscalers", (0, 0))
+        print(f"{'all ScaledObjects (operator) (s)':<42} {_seconds(r.get('scaled_objects_s'), r):>12}")
+        print(f"{'all HPAs (KEDA) (s)':<42} {_seconds(r.get('hpas_s'), r):>12}")
+        print(f"{'ScaledObjects / HPAs at the end':<42} {f'{sos} / {hpas}':>12}")
+        keda = r.get("keda")
+        text = f"{keda[0]:.1f} ({keda[1]:.1f})" if keda else "n/a"
+        print(f"{'KEDA operator RSS at the end (peak) (MB)':<42} {text:>12}")
+        print(f"{'KEDA operator CPU time (s)':<42} {f'{keda[2]:.1f}' if keda else 'n/a':>12}")
+        if r.get("scaler_rss_mb") is not None:
+            print(f"{'sless-scaler RSS at the end (MB)':<42} {r['scaler_rss_mb']:>12.1f}")
+    print(f"{'load average, start -> end (1 min)':<42} {r['load_start'][0]:>5.1f} -> {r['load_end'][0]:<5.1f}")
     if r.get("attribution"):
         print()
         print(f"{'where the time went (per Function, s)':<42} {'median':>8} {'p95':>8} {'n':>6}")
@@ -271,6 +395,86 @@ def print_table(r: dict[str, Any]) -> None:
         print(f"  {elapsed:>6.1f}: {json.dumps(counts, sort_keys=True):<70} {rss / 1024:6.1f}")
 
 
+def print_compare(fixed: dict[str, Any], scaled: dict[str, Any]) -> None:
+    """The scaled run against the fixed one: value | baseline (same run) | ratio."""
+    rows = [
+        ("all created (s)", scaled.get("created_s"), fixed.get("created_s")),
+        ("all Ready (s)", scaled.get("ready_s"), fixed.get("ready_s")),
+        ("all ScaledObjects, operator (s)", scaled.get("scaled_objects_s"), None),
+        ("all HPAs, KEDA (s)", scaled.get("hpas_s"), None),
+        ("operator peak RSS, VmHWM (MB)", scaled.get("vmhwm_mb"), fixed.get("vmhwm_mb")),
+        ("operator CPU time (s)", scaled.get("cpu_s"), fixed.get("cpu_s")),
+        ("KEDA operator RSS at the end (MB)", (scaled.get("keda") or (None,))[0], None),
+    ]
+    print()
+    print(f"== scaled vs fixed, {scaled['n']} Functions")
+    print(f"{'measure':<36} {'scaled':>10} {'fixed (same run)':>18} {'ratio':>8}")
+    print("-" * 75)
+    for label, value, base in rows:
+        ratio = f"{value / base:.2f}x" if value is not None and base else "-"
+        print(f"{label:<36} {'-' if value is None else f'{value:.1f}':>10} "
+              f"{'-' if base is None else f'{base:.1f}':>18} {ratio:>8}")  # fmt: skip
+    loads = [f"{r['load_start'][0]:.1f} -> {r['load_end'][0]:.1f}" for r in (fixed, scaled)]
+    print(f"load average (1 min), fixed run: {loads[0]}, scaled run: {loads[1]} ({os.cpu_count()} cores)")
+
+
+def cleanup(env: dict[str, str], result: dict[str, Any], nodes: list[str]) -> None:
+    """Remove what a run made on an existing cluster (KEDA's ScaledObjects and HPAs go with their namespaces)."""
+    for ns in result.get("tenant_namespaces", []):
+        for name in run("kubectl", "-n", ns, "get", "functions.sless.dev", "-o", "name", env=env).split():
+            run("kubectl", "-n", ns, "patch", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', env=env)
+        run("kubectl", "delete", "namespace", ns, "--wait=false", env=env)
+    run("kubectl", "delete", "namespace", BUILD_NS, "--wait=false", "--ignore-not-found", env=env)
+    if nodes:
+        run("kubectl", "delete", "node", *nodes, "--wait=false", env=env)
+
+
+def variant(args: argparse.Namespace, scaled: bool) -> dict[str, Any]:
+    """One measured run: its own bed (unless an existing cluster), KEDA and sless-scaler when SCALED."""
+    existing = os.environ.get("SLESS_TESTBED_EXISTING") == "1"
+    state = Path(tempfile.mkdtemp(prefix="sless-bench-bed-"))
+    work = Path(tempfile.mkdtemp(prefix="sless-bench-"))
+    t0 = time.monotonic()
+    env = dict(os.environ) if existing else start_bed(state, keda=scaled)
+    print(f"test bed {'reused' if existing else 'up'}{' with KEDA' if scaled else ''} in {time.monotonic() - t0:.1f}s",
+          file=sys.stderr)  # fmt: skip
+    nodes: list[str] = []
+    result: dict[str, Any] = {}
+    scaler = None
+    try:
+        os.environ["KUBECONFIG"] = env["KUBECONFIG"]
+        run("kubectl", "apply", "-f", str(CRDS), env=env)
+        kinds = [f"crd/{p}.{crd.GROUP}" for p in (crd.FUNCTION_PLURAL, crd.TRIGGER_PLURAL, crd.JOB_PLURAL)]
+        run("kubectl", "wait", "--for=condition=Established", "--timeout=60s", *kinds, env=env)
+        wait_counted(env)
+        nodes = add_nodes(env, args.n * 2)
+        address, keda = None, None
+        if scaled:
+            from tests.support import scaler as scalers  # a test helper: only when scaled
+
+            if existing:
+                existing_keda(env)
+            keda = None if existing else keda_pid(state)
+            scaler = scalers.start(work, SLESS_LOG_LEVEL="INFO")
+            address = scaler.address
+        result = asyncio.run(bench(args, env, work / "operator.log", scaled, address, keda))
+        if scaler is not None:
+            result["scaler_rss_mb"] = proc_status(scaler.proc.pid).get("VmRSS", 0) / 1024
+        print_table(result)
+        print(f"\noperator log: {work / 'operator.log'}", file=sys.stderr)
+    finally:
+        if scaler is not None:
+            scalers.stop(scaler)
+        if args.keep:
+            print(f"kept: KUBECONFIG={env['KUBECONFIG']} tenants={result.get('tenant_namespaces')}", file=sys.stderr)
+        elif existing:
+            cleanup(env, result, nodes)
+        else:
+            subprocess.run([sys.executable, str(TESTBED), "down", "--state", str(state)], capture_output=True,
+                           timeout=180, check=False)  # fmt: skip
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=1000, help="Functions to create (max 5000)")
@@ -278,43 +482,20 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for all Ready (max 1800)")
     parser.add_argument("--profile", metavar="FILE", help="run the operator under cProfile, stats into FILE")
     parser.add_argument("--keep", action="store_true", help="leave the objects (and a started test bed) behind")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--scaled", action="store_true", help="every Function with spec.scale, a real KEDA and scaler")
+    mode.add_argument("--compare", action="store_true", help="the fixed run, then the scaled one, side by side")
     args = parser.parse_args()
     args.n = max(1, min(args.n, 5000))
     args.timeout = max(10, min(args.timeout, 1800))
-    existing = os.environ.get("SLESS_TESTBED_EXISTING") == "1"
-    state = Path(tempfile.mkdtemp(prefix="sless-bench-bed-"))
-    work = Path(tempfile.mkdtemp(prefix="sless-bench-"))
-    t0 = time.monotonic()
-    env = dict(os.environ) if existing else start_bed(state)
-    print(f"test bed {'reused' if existing else 'up'} in {time.monotonic() - t0:.1f}s", file=sys.stderr)
-    nodes: list[str] = []
-    result: dict[str, Any] = {}
-    try:
-        os.environ["KUBECONFIG"] = env["KUBECONFIG"]
-        run("kubectl", "apply", "-f", str(CRDS), env=env)
-        run("kubectl", "wait", "--for=condition=Established", "--timeout=60s", "crd/functions.sless.dev", env=env)
-        nodes = add_nodes(env, args.n * 2)
-        result = asyncio.run(bench(args, env, work / "operator.log"))
-        print_table(result)
-        print(f"\noperator log: {work / 'operator.log'}", file=sys.stderr)
-    finally:
-        if args.keep:
-            print(f"kept: KUBECONFIG={env['KUBECONFIG']} tenants={result.get('tenant_namespaces')}", file=sys.stderr)
-        elif existing:
-            for ns in result.get("tenant_namespaces", []):
-                for kind in ("functions.sless.dev",):
-                    names = run("kubectl", "-n", ns, "get", kind, "-o", "name", env=env).split()
-                    for name in names:
-                        run("kubectl", "-n", ns, "patch", name, "--type=merge", "-p",
-                            '{"metadata":{"finalizers":null}}', env=env)  # fmt: skip
-                run("kubectl", "delete", "namespace", ns, "--wait=false", env=env)
-            run("kubectl", "delete", "namespace", BUILD_NS, "--wait=false", "--ignore-not-found", env=env)
-            if nodes:
-                run("kubectl", "delete", "node", *nodes, "--wait=false", env=env)
-        else:
-            subprocess.run([sys.executable, str(TESTBED), "down", "--state", str(state)], capture_output=True,
-                           timeout=180, check=False)  # fmt: skip
-    return 0 if result.get("ready_s") is not None else 1
+    if args.compare and args.keep:
+        parser.error("--keep with --compare would leave the first run's objects in the second run's way")
+    results = [variant(args, scaled) for scaled in ((False, True) if args.compare else (args.scaled,))]
+    if args.compare:
+        print_compare(*results)
+    complete = all(r.get("ready_s") is not None and (not r.get("scaled") or r.get("hpas_s") is not None)
+                   for r in results)  # fmt: skip
+    return 0 if complete else 1
 
 
 if __name__ == "__main__":
