@@ -6,6 +6,7 @@ same code through a real apiserver and operator."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from dataclasses import replace
 from typing import Any
@@ -119,6 +120,17 @@ def test_a_scaled_deployment_is_ready_at_zero_and_while_it_scales_up() -> None:
     assert summary(3, starting, autoscaled=False) == "progressing"
     assert summary(3, starting, complete=False) == "progressing"  # a new template still rolling out
     assert summary(1, {"replicas": 2, "updatedReplicas": 1, "availableReplicas": 1}) == "progressing"  # old pod
+
+
+def test_a_replicas_change_by_keda_is_no_rollout_but_a_new_template_is() -> None:
+    body = {"metadata": {"generation": 5, "annotations": {manifests.ANNOTATION_AUTOSCALED: "true"}},
+            "spec": {"replicas": 0},
+            "status": {"observedGeneration": 4, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1,
+                       "conditions": [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}}
+    lagging = deployment_summary(body)  # KEDA set replicas 0 (generation 5); the controller has not looked yet
+    assert lagging.rollout()[0] == "progressing"  # the operator's template generation unknown: wait
+    assert dataclasses.replace(lagging, template_generation=4).rollout()[0] == "ready"  # written at 4: no rollout
+    assert dataclasses.replace(lagging, template_generation=5).rollout()[0] == "progressing"  # a new template
 
 
 def test_the_summary_says_autoscaled_and_spread() -> None:

@@ -62,6 +62,8 @@ class State:
     build_namespace_ready: bool = False
     # what was last applied per child, to skip writes that would change nothing
     applied: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    # (namespace, Deployment) -> the generation its template was last written at (observe.DeploymentSummary)
+    template_generations: dict[tuple[str, str], int] = field(default_factory=dict)
     # the last summary of each child an event was handled for (events repeat a lot)
     seen: dict[tuple[str, str, str], tuple[Any, ...]] = field(default_factory=dict)
     # the status this process last wrote per Function: (uid, status)

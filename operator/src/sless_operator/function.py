@@ -20,6 +20,7 @@ replicas (``autoscale``); it is Ready once its current template has rolled out, 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -441,8 +442,13 @@ async def _deploy(ctx: Context, ref: FunctionRef, image: str, replicas: int, pau
             initial = None
             if ref.spec.scale is not None:
                 initial = {"replicas": manifests.initial_replicas(ref.spec.scale, paused)}
-            return deployment_summary(await children.ensure(ctx.kube, want, exists=live is not None,
-                                                            initial=initial))  # fmt: skip
+            applied = deployment_summary(await children.ensure(ctx.kube, want, exists=live is not None,
+                                                               initial=initial))  # fmt: skip
+            ctx.state.template_generations[(ref.namespace, ref.name)] = applied.generation
+            return dataclasses.replace(applied, template_generation=applied.generation)
+        if live is not None and live.autoscaled:
+            written = ctx.state.template_generations.get((ref.namespace, ref.name), 0)
+            return dataclasses.replace(live, template_generation=written)
         return live
 
     async def expose() -> None:

@@ -51,6 +51,9 @@ class DeploymentSummary:
     # the Deployment controller's word that the current template's rollout finished
     # (Progressing: NewReplicaSetAvailable), which scaling alone does not take back
     complete: bool = False
+    # the generation at which the operator last wrote this template (0: not known, e.g. since a restart): a
+    # scaled Deployment's later generations are its autoscaler's replicas, no rollout to wait for
+    template_generation: int = 0
 
     def rollout(self) -> tuple[str, str]:
         """("ready" | "progressing" | "failed", message): ready = like ``kubectl rollout status``.
@@ -61,7 +64,10 @@ class DeploymentSummary:
         """
         if self.progress_failed:
             return "failed", self.progress_failed
-        if self.observed_generation < self.generation:
+        observed_needed = self.generation
+        if self.autoscaled and 0 < self.template_generation <= self.generation:
+            observed_needed = self.template_generation  # KEDA's replicas changes since are no rollout
+        if self.observed_generation < observed_needed:
             return "progressing", "waiting for the Deployment controller"
         if self.autoscaled and self.complete and self.total == self.updated:
             return "ready", ""
