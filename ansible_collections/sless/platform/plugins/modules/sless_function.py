@@ -276,7 +276,7 @@ def main():
         differs = subset_differs(spec, current)
         if scale_stated and current.get("scale") != scale:
             spec["scale"] = scale  # None removes it: compared here, since subset_differs skips None
-            differs = sorted(differs + ["scale"])
+            differs = sorted([*differs, "scale"])
         upload_needed = code_hash is not None and current.get("code_hash") != code_hash
         if differs or upload_needed:
             after = dict(shown(current), **dict((k, spec[k]) for k in differs))
