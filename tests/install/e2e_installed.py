@@ -153,6 +153,9 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
         "SLESS_S3_ACCESS_KEY": secret_value("sless-s3", "access-key"),
         "SLESS_S3_SECRET_KEY": secret_value("sless-s3", "secret-key"),
         "SLESS_RABBITMQ_URL": secret_value("sless-rabbitmq", "url"),
+        # the token file the chart mounts for sless-scaler's reports (the host process cannot reach the scaler's
+        # Service, which leaves its reports unsent and no call affected)
+        "SLESS_SCALER_TOKEN": secret_value("sless-scaler-token", "token"),
         "SLESS_BIND": f"127.0.0.1:{free_port()}",
         "SLESS_WORKERS": "1",
         "SLESS_DATA_DIR": str(work / "api-data"),

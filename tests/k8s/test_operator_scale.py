@@ -74,15 +74,49 @@ def start_operator(bed: Testbed, tenant: str, tmp_path: Path, **env: str) -> Ite
         bed.kubectl("delete", "namespace", build_ns, "--wait=false", "--ignore-not-found", check=False)
 
 
+def renamed_crd(keda_crd: dict[str, Any], group: str) -> dict[str, Any]:
+    """KEDA's ScaledObject CRD under another API group (served by the API server alike, watched by no KEDA)."""
+    crd: dict[str, Any] = json.loads(json.dumps(keda_crd))
+    crd["metadata"] = {"name": f"scaledobjects.{group}"}
+    crd["spec"]["group"] = group
+    crd["spec"]["names"].pop("shortNames", None)
+    crd["spec"]["names"].pop("categories", None)
+    return crd
+
+
+@pytest.fixture(scope="module")
+def own_group(keda_crd: dict[str, Any], sless_crds: Testbed) -> Iterator[str]:
+    """An API group of this module's own for the ScaledObjects (``SLESS_KEDA_API_VERSION``): a real KEDA that another
+    test of the session may run watches ``keda.sh`` only, so here nothing but the operator and the tests' stand-in
+    (``as_keda_scale``) moves a Deployment's replicas."""
+    group = f"t{secrets.token_hex(6)}.keda.test"
+    crd = renamed_crd(keda_crd, group)
+    sless_crds.apply(crd)
+    sless_crds.wait_established(crd["metadata"]["name"])
+    try:
+        yield group
+    finally:
+        sless_crds.kubectl("delete", "crd", crd["metadata"]["name"], "--ignore-not-found", "--wait=false",
+                           check=False)  # fmt: skip
+
+
+class ScaledSless(Sless):
+    """``Sless`` whose operator writes its ScaledObjects in GROUP."""
+
+    def __init__(self, bed: Testbed, namespace: str, op: Operator, group: str) -> None:
+        super().__init__(bed, namespace, op)
+        self.scaled_objects = f"scaledobjects.{group}"
+
+
 @pytest.fixture
-def scaled(keda_crd: dict[str, Any], sless_crds: Testbed, tenant: str, tmp_path: Path) -> Iterator[Sless]:
-    """``sless`` with an operator that knows the scaler's address, on a bed with KEDA's CRD."""
-    with start_operator(sless_crds, tenant, tmp_path) as op:
-        yield Sless(sless_crds, tenant, op)
+def scaled(own_group: str, sless_crds: Testbed, tenant: str, tmp_path: Path) -> Iterator[ScaledSless]:
+    """``sless`` with an operator that knows the scaler's address, its ScaledObjects in the module's own group."""
+    with start_operator(sless_crds, tenant, tmp_path, SLESS_KEDA_API_VERSION=f"{own_group}/v1alpha1") as op:
+        yield ScaledSless(sless_crds, tenant, op, own_group)
 
 
-def scaled_object(sless: Sless, name: str, api: str = SCALED_OBJECTS) -> dict[str, Any] | None:
-    return sless.get(api, name)
+def scaled_object(sless: ScaledSless, name: str) -> dict[str, Any] | None:
+    return sless.get(sless.scaled_objects, name)
 
 
 def deployment(sless: Sless, name: str) -> dict[str, Any]:
@@ -123,7 +157,7 @@ def ready_with(sless: Sless, name: str, probe: Any) -> dict[str, Any]:
     return found
 
 
-def test_a_scaled_function_gets_its_scaled_object_and_keda_keeps_the_replicas(scaled: Sless) -> None:
+def test_a_scaled_function_gets_its_scaled_object_and_keda_keeps_the_replicas(scaled: ScaledSless) -> None:
     sless = scaled
     sless.function("web", scale={"min": 0, "max": 3, "target": 5, "idleSec": 60})
     body = sless.wait_phase("Function", "web", "Ready")
@@ -163,7 +197,7 @@ def test_a_scaled_function_gets_its_scaled_object_and_keda_keeps_the_replicas(sc
           "rollout's own events wake it again within 3 s")  # fmt: skip
 
     sless.patch_spec("Function", "web", scale=None)  # fixed replicas again: spec.replicas (1)
-    sless.wait_gone(SCALED_OBJECTS, "web")
+    sless.wait_gone(sless.scaled_objects, "web")
     sless.op.wait("the operator sets the replicas again", lambda: replicas(sless, "web") == 1)
     dep = deployment(sless, "web")
     assert "sless.dev/autoscaled" not in (dep["metadata"].get("annotations") or {})
@@ -172,7 +206,7 @@ def test_a_scaled_function_gets_its_scaled_object_and_keda_keeps_the_replicas(sc
     ready_with(sless, "web", lambda _: True)
 
 
-def test_disabled_http_triggers_pause_the_scaled_object_at_zero(scaled: Sless) -> None:
+def test_disabled_http_triggers_pause_the_scaled_object_at_zero(scaled: ScaledSless) -> None:
     sless = scaled
     sless.function("api", scale={"min": 1, "max": 1})
     sless.wait_phase("Function", "api", "Ready")
@@ -196,7 +230,7 @@ def test_disabled_http_triggers_pause_the_scaled_object_at_zero(scaled: Sless) -
     assert replicas(sless, "api") == 1
 
 
-def test_a_scaled_function_is_ready_at_zero_replicas(scaled: Sless) -> None:
+def test_a_scaled_function_is_ready_at_zero_replicas(scaled: ScaledSless) -> None:
     sless = scaled
     sless.function("idle", scale={"min": 0, "max": 1, "idleSec": 5})
     body = sless.wait_phase("Function", "idle", "Ready")
@@ -220,11 +254,7 @@ def keda_elsewhere(keda_crd: dict[str, Any], sless_crds: Testbed) -> Iterator[tu
     """A KEDA API group of this test alone (``<random>.keda.test/v1alpha1``): its ScaledObject CRD (KEDA's,
     renamed) is not installed until the test applies it; removed afterwards."""
     group = f"t{secrets.token_hex(6)}.keda.test"
-    crd = json.loads(json.dumps(keda_crd))
-    crd["metadata"] = {"name": f"scaledobjects.{group}"}
-    crd["spec"]["group"] = group
-    crd["spec"]["names"].pop("shortNames", None)
-    crd["spec"]["names"].pop("categories", None)
+    crd = renamed_crd(keda_crd, group)
     try:
         yield f"{group}/v1alpha1", crd
     finally:
