@@ -389,7 +389,7 @@ def test_secrets_are_listed_by_name_and_set_from_the_form(browser: webdriver.Chr
 def test_scaling_is_shown_set_refused_with_the_apis_message_and_removed(browser: webdriver.Chrome,
                                                                          sless: SlessProcess, tenant: Tenant) -> None:
     """The function's scale in words (or fixed replicas) and in the list; the form sets only what is filled in
-    (the API's defaults for the rest), shows a refusal as the API words it, and "Fixed replicas" removes it."""
+    (the API keeps the rest), shows a refusal as the API words it, and "Fixed replicas" removes it."""
     tenant.api("POST", "/ensure", expect=(200, 201))
     tenant.api("POST", "/functions", json={"name": "elastic", "runtime": "python3.11",
                                            "scale": {"min": 1, "max": 4, "idle_sec": 60}}, expect=201)
@@ -410,11 +410,11 @@ def test_scaling_is_shown_set_refused_with_the_apis_message_and_removed(browser:
         browser.find_element(By.ID, "scale-save").click()
         return str(until(browser, lambda d: text(d, "scale-status")))
 
-    assert submit(max="6", target="3") == ("saved: 0..6 replicas, target 3 calls in flight per replica, back to 0 "
-                                           "after 300s without calls")
+    assert submit(max="6", target="3") == ("saved: 1..6 replicas, target 3 calls in flight per replica, back to 1 "
+                                           "after 60s without calls")
     assert tenant.api("GET", "/functions/elastic", expect=200).json()["scale"] == {
-        "min": 0, "max": 6, "target": 3, "idle_sec": 300}
-    until(browser, lambda d: "0..6" in d.find_element(By.CSS_SELECTOR, "tr[data-function='elastic']").text)
+        "min": 1, "max": 6, "target": 3, "idle_sec": 60}
+    until(browser, lambda d: "1..6" in d.find_element(By.CSS_SELECTOR, "tr[data-function='elastic']").text)
     refused = tenant.api("PATCH", "/functions/elastic", json={"scale": {"min": 7, "max": 6}}, expect=400).json()
     assert submit(min="7", max="6") == refused["error"]
     assert browser.find_element(By.ID, "scale-status").get_attribute("role") == "alert"

@@ -92,7 +92,8 @@ def test_the_charts_policies_pass_server_validation(k8s_testbed: Testbed, namesp
     by_namespace = sorted((p["metadata"]["namespace"], p["metadata"]["name"]) for p in policies)
     release, build = namespaces["release"], namespaces["build"]
     assert by_namespace == sorted([(release, "sless-api"), (release, "sless-operator"), (release, "sless-events"),
-                                   (build, "sless-build-default-deny"), (build, "sless-build-egress")])  # fmt: skip
+                                   (release, "sless-scaler"), (build, "sless-build-default-deny"),
+                                   (build, "sless-build-egress")])  # fmt: skip
     for policy in policies:
         proc = dry_run(k8s_testbed, policy)
         assert proc.returncode == 0, f"{policy['metadata']['name']}: {proc.stderr}"

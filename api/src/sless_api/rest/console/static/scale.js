@@ -1,5 +1,6 @@
 // Scaling of the selected function: its `scale` in words (or "fixed replicas"), and a form that sets it
-// (PATCH {"scale": {...}}: the fields filled in; empty ones take the API's defaults) or removes it
+// (PATCH {"scale": {...}}: the fields filled in; the API keeps the others as they are, or gives a function
+// without scale their defaults) or removes it
 // (PATCH {"scale": null}). The API checks the values (400 naming the field; 422 on a cluster without KEDA).
 "use strict";
 import { $, api, nsPath, say, seg } from "./api.js";
