@@ -49,6 +49,10 @@ class NetworkUnavailable(Exception):
     """A namespace of its own cannot be given to a function process (pasta missing, or it failed)."""
 
 
+class NetworkSetupBroken(NetworkUnavailable):
+    """The set-up failed on the way (a pipe to the sandbox broken under load): the launch is tried again."""
+
+
 class PortTaken(NetworkUnavailable):
     """The runtime's port on the host's loopback was taken meanwhile (a launch retries on another)."""
 
@@ -114,7 +118,7 @@ class NetnsLaunch:
         except NetworkUnavailable:
             raise
         except (OSError, ValueError) as exc:  # a failure of ours must fail the launch, never wedge its caller
-            raise NetworkUnavailable(f"cannot set up the function's network: {exc}") from exc
+            raise NetworkSetupBroken(f"cannot set up the function's network: {exc}") from exc
 
     def _attach(self) -> None:
         pid = self._sandbox_pid()

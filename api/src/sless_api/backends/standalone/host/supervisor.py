@@ -61,7 +61,7 @@ from sless_api.backends.standalone.host.child import (
     with_tail,
 )
 from sless_api.backends.standalone.host.health import health_ok
-from sless_api.backends.standalone.host.network import NetworkUnavailable, PortTaken
+from sless_api.backends.standalone.host.network import NetworkSetupBroken, NetworkUnavailable, PortTaken
 from sless_api.backends.standalone.host.process import TERM_WITH_PLATFORM, free_port, kill_group
 from sless_api.backends.standalone.host.readiness import READY_FD_ENV, ReadyPipe
 from sless_api.backends.standalone.host.sandbox import JailSpec, Sandbox
@@ -97,7 +97,7 @@ class LimitExceeded(SupervisorError):
 
 
 class _PortInUseError(Exception):
-    """The child lost the race for its port; retried with another one."""
+    """The child lost the race for its port, or its network's set-up broke on the way; retried on another port."""
 
 
 @dataclass(frozen=True)
@@ -532,7 +532,8 @@ class Supervisor:
             except BaseException:
                 self._ports.discard(port)
                 raise
-        raise StartFailed(f"{slot.key}: port taken on {PORT_ATTEMPTS} attempts; stderr:\n{last}")
+        raise StartFailed(f"{slot.key}: start failed on {PORT_ATTEMPTS} attempts (port taken or network set-up "
+                          f"broken); last:\n{last}")
 
     async def _launch_on(self, slot: _Slot, spec: ProcessSpec, port: int) -> Child:
         drain = spec.drain_sec if spec.drain_sec is not None else self.drain_sec
@@ -584,8 +585,8 @@ class Supervisor:
                 await asyncio.to_thread(jail.cleanup)
                 message = f"{slot.key}: {exc}"
                 slot.log.note(message)
-                if isinstance(exc, PortTaken):
-                    raise _PortInUseError(message) from exc  # address in use: another port
+                if isinstance(exc, (PortTaken, NetworkSetupBroken)):
+                    raise _PortInUseError(message) from exc  # address in use, or a set-up broken: again
                 raise StartFailed(message) from exc
         return await self._adopt(slot, Child(child, port, spec.version, time.monotonic(), drain, jail=jail,
                                              ready=ready))
