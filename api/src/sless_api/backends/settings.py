@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from sless_api.services.events.config import EventsConfig
     from sless_api.stores.secrets.settings import SecretsSettings
 
+from sless_api.services.scaling.config import read_token
 from sless_core.buildcontext import GO_RUN_IMAGE
 from sless_core.envconfig import ConfigError, EnvReader
 from sless_core.models import RUNTIMES
@@ -131,15 +132,11 @@ def _scaler(reader: EnvReader) -> dict[str, str]:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"SLESS_SCALER_ADDRESS must be host:port, got {address!r}")
-    token_file = reader.optional("SLESS_SCALER_TOKEN_FILE")
-    try:
-        token = Path(token_file).read_text().strip() if token_file else (reader.optional("SLESS_SCALER_TOKEN") or "")
-    except OSError as exc:
-        raise ConfigError(f"SLESS_SCALER_TOKEN_FILE: cannot read {token_file}: {exc.strerror}") from None
+    token = read_token(reader)
     if not token:
         raise ConfigError("SLESS_SCALER_ADDRESS needs the scaler's token: set SLESS_SCALER_TOKEN_FILE "
                           "or SLESS_SCALER_TOKEN")
-    return {"scaler_address": address, "scaler_token": token.strip()}
+    return {"scaler_address": address, "scaler_token": token}
 
 
 _ROLE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")

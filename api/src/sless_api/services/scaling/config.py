@@ -12,6 +12,18 @@ from sless_core.envconfig import ConfigError, EnvReader
 MIN_TOKEN_CHARS = 16
 
 
+def read_token(reader: EnvReader) -> str:
+    """The report token, for the scaler and its reporters alike: ``SLESS_SCALER_TOKEN_FILE``'s content (the file
+    wins), else ``SLESS_SCALER_TOKEN``; "" when neither is set."""
+    token_file = reader.optional("SLESS_SCALER_TOKEN_FILE")
+    if not token_file:
+        return (reader.optional("SLESS_SCALER_TOKEN") or "").strip()
+    try:
+        return Path(token_file).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"SLESS_SCALER_TOKEN_FILE: cannot read {token_file}: {exc.strerror}") from None
+
+
 @dataclass(frozen=True)
 class ScalerConfig:
     """Every knob of the scaler."""
@@ -38,13 +50,8 @@ class ScalerConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ScalerConfig:
         reader = EnvReader(env)
-        token_file = reader.optional("SLESS_SCALER_TOKEN_FILE")
-        if token_file:
-            try:
-                token = Path(token_file).read_text().strip()
-            except OSError as exc:
-                raise ConfigError(f"SLESS_SCALER_TOKEN_FILE: cannot read {token_file}: {exc.strerror}") from None
-        else:
+        token = read_token(reader)
+        if not reader.optional("SLESS_SCALER_TOKEN_FILE"):
             token = reader.text("SLESS_SCALER_TOKEN", "", required=True)
         if len(token) < MIN_TOKEN_CHARS:
             raise ConfigError(f"the scaler's token (SLESS_SCALER_TOKEN_FILE or SLESS_SCALER_TOKEN) must have at "
