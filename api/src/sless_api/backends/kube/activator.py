@@ -213,6 +213,8 @@ class ActivatedUpstream:
         if demand is not None:
             demand.call_started(route.namespace, route.function)
             self._counted = True
+        if not (route.scaled or activator.direct or route.pod_concurrency > 0):
+            return self._url  # a fixed function through its Service: nothing to wait for or to pick
         try:
             began = time.monotonic()
             synced = activator.synced(route.namespace)
