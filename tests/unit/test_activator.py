@@ -241,3 +241,46 @@ def test_no_slot_in_time_is_429_and_service_routing_counts_per_ready_pod() -> No
         await held.__aexit__(None, None, None)
 
     asyncio.run(scenario())
+
+
+def test_a_pod_that_refuses_the_connection_is_passed_over_for_a_ready_one() -> None:
+    """A pod whose process is gone (nothing listens at its address) while its endpoint is still ready: each call
+    sent there goes on to the other ready pod at once instead of trying the dead address again until it fails.
+    Two loopback addresses stand for two pods: 127.0.0.1 serves, 127.0.0.2 refuses (nothing bound there)."""
+    from sless_api.gateway.invoker import Invoker
+
+    async def scenario() -> None:
+        served: list[str] = []
+
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while (await reader.readuntil(b"\r\n\r\n")) != b"":
+                served.append("call")
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+                if reader.at_eof():
+                    break
+            writer.close()
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        endpoints = ReadyEndpoints()
+        activator = Activator(endpoints, lambda ns: True, 10.0, 5, direct=True)
+        pods = endpoint_slice("s", ("127.0.0.2", True, False), ("127.0.0.1", True, False))
+        pods["ports"] = [{"name": "http", "port": port}]
+        endpoints.apply("endpointslices", "ADDED", pods)
+
+        class Router:
+            def upstream(self, route: Route) -> Any:
+                return activator.upstream(route, FN, URL)
+
+        invoker = Invoker(Router(), None, timeout_margin_sec=1.0)  # type: ignore[arg-type]
+        try:
+            results = [await invoker.call(SCALED, "GET", "/", [], b"", "http") for _ in range(6)]
+        finally:
+            await invoker.close()
+            server.close()
+        assert [r.status for r in results] == [200] * 6, [r.error for r in results]
+        assert len(served) == 6  # half of them were picked for the refusing pod first (in turn)
+        assert activator.in_flight == {}
+
+    asyncio.run(scenario())

@@ -129,15 +129,6 @@ class Invoker:
         """
         return Exchange(self, route, method, path_qs, headers, body, timing)
 
-    async def _open(self, host: str, port: int, method: str, request: bytes,
-                    limit: float) -> tuple[UpstreamConnection, UpstreamResponse]:  # fmt: skip
-        """The upstream answer's head within ``limit`` seconds; a refused connection is tried again."""
-        deadline = time.monotonic() + limit
-        try:
-            return await self.pool.exchange(host, port, method, request, limit)
-        except UpstreamRefused as refused:
-            return await self._reconnect(host, port, method, request, deadline, refused)
-
     async def _reconnect(self, host: str, port: int, method: str, request: bytes, deadline: float,
                          refused: UpstreamRefused) -> tuple[UpstreamConnection, UpstreamResponse]:  # fmt: skip
         """Connect again after each pause (``CONNECT_RETRY_PAUSES_SEC`` for a refusal, else
@@ -269,9 +260,7 @@ class Exchange:
             if timing is not None:
                 timing.forwarded = True
                 timing.queue_sec = max(0.0, time.monotonic() - timing.ready - timing.start_sec)
-            host, port, host_header = upstream_address(base_url)
-            request = request_head(self._method, self._path_qs, host_header, self._headers, self._body)
-            connection, resp = await invoker._open(host, port, self._method, request, limit)
+            connection, resp, (host, port) = await self._connect(base_url, time.monotonic() + limit)
         except BaseException as exc:
             try:
                 await upstream.__aexit__(type(exc), exc, exc.__traceback__)
@@ -284,6 +273,28 @@ class Exchange:
         if timing is not None:
             timing.handler_ms = calltiming.handler_ms(resp.header(HANDLER_MS_RAW))
         return Answer(resp, limit, self._began + invoker.stream_max)
+
+    async def _connect(self, base_url: str, deadline: float,
+                       ) -> tuple[UpstreamConnection, UpstreamResponse, tuple[str, int]]:  # fmt: skip
+        """The answer's head from BASE_URL, or from another address of the function when BASE_URL refused the
+        connection and the upstream has one (``elsewhere``: a pod with nothing listening any more is not tried
+        again while others are ready); else the refused address is tried again (``Invoker._reconnect``)."""
+        invoker, refused_urls = self._invoker, [base_url]
+        while True:
+            host, port, host_header = upstream_address(base_url)
+            request = request_head(self._method, self._path_qs, host_header, self._headers, self._body)
+            try:
+                connection, resp = await invoker.pool.exchange(host, port, self._method, request,
+                                                               deadline - time.monotonic())  # fmt: skip
+                return connection, resp, (host, port)
+            except UpstreamRefused as refused:
+                elsewhere = getattr(self._upstream, "elsewhere", None) if refused.refused else None
+                moved = elsewhere(refused_urls) if elsewhere is not None else None
+                if moved is None:
+                    connection, resp = await invoker._reconnect(host, port, self._method, request, deadline, refused)
+                    return connection, resp, (host, port)
+                base_url = moved
+                refused_urls.append(moved)
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         assert self._connection is not None

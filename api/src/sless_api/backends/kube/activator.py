@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, Protocol
 
 from sless_api.backends.kube.endpoints import ReadyEndpoints
@@ -83,10 +83,12 @@ class Activator:
         self._loop: asyncio.AbstractEventLoop | None = None
         endpoints.listeners.append(self._slices_changed)
 
-    def pick(self, namespace: str, service: str, limit: int = 0) -> str | None:
+    def pick(self, namespace: str, service: str, limit: int = 0, avoid: Collection[str] = ()) -> str | None:
         """The ready pod address with the fewest calls in flight from here (ties: in turn), below LIMIT calls when
-        LIMIT > 0; None: no such pod known."""
+        LIMIT > 0 and not in AVOID; None: no such pod known."""
         found = self.endpoints.addresses(namespace, service)
+        if avoid:
+            found = tuple(address for address in found if address not in avoid)
         if len(found) == 1 and limit <= 0:
             return found[0]
         key = (namespace, service)
@@ -260,10 +262,27 @@ class ActivatedUpstream:
         in_flight[address] = in_flight.get(address, 0) + 1
         return url
 
+    def elsewhere(self, refused: Collection[str]) -> str | None:
+        """Another pod for this call, whose pod's URL (the last of REFUSED, base URLs) refused the connection:
+        nothing listens there any more (its process crashed, or it was killed before its endpoint left the
+        slices), so trying it again only waits. The call's hold moves to a ready pod not in REFUSED (with room,
+        when the function has a per-pod limit); None when the call was not routed to a pod (Service routing)
+        or no other pod is ready, and the caller tries the same address again as before."""
+        address, activator, route = self._address, self._activator, self._route
+        if address is None or address == self._url or not activator.direct:
+            return None
+        avoid = {url.removeprefix("http://") for url in refused}
+        other = activator.pick(route.namespace, self._service, route.pod_concurrency, avoid=avoid)
+        if other is None:
+            return None
+        self._release()
+        return self._hold(other, f"http://{other}")
+
     async def __aexit__(self, *exc: Any) -> None:
         self._end()
 
-    def _end(self) -> None:
+    def _release(self) -> None:
+        """Give back the call's place on its pod (or Service), waking a call that waits for one."""
         address = self._address
         if address is not None:
             self._address = None
@@ -274,6 +293,9 @@ class ActivatedUpstream:
             else:
                 in_flight.pop(address, None)
             self._activator.released((self._route.namespace, self._service))
+
+    def _end(self) -> None:
+        self._release()
         if self._counted:
             self._counted = False
             demand = self._activator.demand
