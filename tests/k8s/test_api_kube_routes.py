@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import yaml
 
 from sless_core import crd
@@ -231,6 +232,30 @@ def test_without_cluster_wide_access_routes_come_from_per_namespace_watches(
         seconds_until("route follows", status_is(t, "scoped", 404, "no enabled http trigger"), timeout=30)
         assert cr(bed, crd.TRIGGER_PLURAL, t.ns, "scoped")["spec"]["enabled"] is False  # type: ignore[index]
         assert "watching per tenant namespace" in api.log_tail(400)
+        # its route table is whole once the tenant namespaces it may see were looked for and listed
+        until("/ready in per-namespace mode", lambda: requests.get(api.url + "/ready", timeout=5).status_code == 200,
+              timeout=30)
+    finally:
+        assert api.stop(), api.log_tail()
+        api.gate.close()
+
+
+def test_ready_waits_until_the_route_table_has_loaded(k8s_testbed: Testbed, s3_endpoint: S3Endpoint,
+                                                      tmp_path: Path) -> None:
+    """An API replica that starts while the API server is away is alive but not ready: a Service must not send it
+    calls it would answer 404 for functions it has not heard of. Ready once its watches have listed."""
+    api = start_api(k8s_testbed, s3_endpoint, tmp_path / "api", gate_open=False)
+    try:
+        t = api.tenant()
+        ready = requests.get(api.url + "/ready", timeout=5)
+        assert ready.status_code == 503 and ready.json()["status"] == "loading", ready.text
+        assert "route table is still loading" in ready.json()["error"]
+        assert requests.get(api.url + "/health", timeout=5).status_code == 200
+        assert invoke(t, "anything").status_code == 503  # a miss before the table loaded is not a 404
+        api.gate.restore()
+        until("/ready once the watches listed", lambda: requests.get(api.url + "/ready", timeout=5).status_code == 200,
+              timeout=60)
+        assert requests.get(api.url + "/ready", timeout=5).json()["status"] == "ready"
     finally:
         assert api.stop(), api.log_tail()
         api.gate.close()

@@ -184,12 +184,15 @@ def apply_crds(bed: Testbed) -> None:
 
 
 def start_api(bed: Testbed, s3: S3Endpoint, work: Path, extra_env: dict[str, str] | None = None,
-              kubeconfig: Path | None = None) -> KubeApi:
-    """The API process on a free loopback port, reaching the API server (as KUBECONFIG says) through a gate."""
+              kubeconfig: Path | None = None, gate_open: bool = True) -> KubeApi:
+    """The API process on a free loopback port, reaching the API server (as KUBECONFIG says) through a gate
+    (closed from the start when not GATE_OPEN: the API server is away when the API starts)."""
     apply_crds(bed)
     work.mkdir(parents=True, exist_ok=True)
     kubeconfig, target = gated_kubeconfig(kubeconfig or bed.kubeconfig, work / "kubeconfig")
     gate = Gate(target)
+    if not gate_open:
+        gate.cut()
     point_at(kubeconfig, gate)
     port = free_port()
     env = {**bed.env, **s3.env(), "KUBECONFIG": str(kubeconfig), "SLESS_BACKEND": "kubernetes",

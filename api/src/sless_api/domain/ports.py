@@ -45,6 +45,10 @@ class Router(Protocol):
         """The base URL to send the call to, held for the length of the call."""
         ...
 
+    def loaded(self) -> bool:
+        """Whether the routes are all known, so a miss is a real one (``/ready`` fails until then)."""
+        ...
+
 
 class ChangeFeed(Protocol):
     """Tells listeners (the cron scheduler, an event dispatcher) that triggers or functions changed."""

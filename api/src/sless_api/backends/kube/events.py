@@ -205,9 +205,7 @@ class KubeEvents:
 
     def synced(self) -> bool:
         """Whether the watches have listed Functions and Triggers (the trigger list is complete)."""
-        watchers = dict(self.router.watch.watchers)
-        plurals = {plural for plural, _ in watchers}
-        return plurals == {FUNCTIONS, TRIGGERS} and all(w.listed.is_set() for w in watchers.values())
+        return self.router.loaded()
 
     def _changed(self) -> None:
         """On a watcher thread: wake the dispatcher on the event loop."""

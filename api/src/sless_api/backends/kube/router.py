@@ -61,6 +61,10 @@ class KubeRouter:
         if self.reporter is not None:
             await self.reporter.aclose()  # the scaler forgets this process's calls at once
 
+    def loaded(self) -> bool:
+        """Whether the route table has listed the cluster's Functions and Triggers (``RouteWatch.loaded``)."""
+        return self.watch.loaded()
+
     def add_namespace(self, namespace: str) -> None:
         """A tenant namespace the API has touched (watched on its own when cluster-wide watches are refused)."""
         self.watch.add_namespace(namespace)

@@ -256,6 +256,7 @@ class RouteWatch:
         self._namespaces: set[str] = set()
         self._denied: dict[tuple[str, str], float] = {}  # (plural, namespace) -> when it was refused
         self._discovery: threading.Thread | None = None
+        self._discovered = threading.Event()  # the tenant namespaces were looked for once (per-namespace mode)
 
     def start(self) -> None:
         for plural in self.resources:
@@ -271,6 +272,24 @@ class RouteWatch:
                     return False  # not started yet
                 if watcher is not None and not watcher.listed.is_set():
                     return False
+        return True
+
+    def loaded(self) -> bool:
+        """Whether the table holds the platform's whole state: every resource listed cluster-wide, or, where it
+        is watched per tenant namespace, the tenant namespaces looked for once and each found one listed (those
+        these credentials may not read are left out, as ``synced`` leaves them). Until then a replica knows only
+        part of the functions, and its ``/ready`` says so rather than answer 404 for the rest."""
+        with self._lock:
+            for plural in self.resources:
+                if plural in self.per_namespace:
+                    if not self._discovered.is_set():
+                        return False
+                    if any(not w.listed.is_set() for (p, _), w in self.watchers.items() if p == plural):
+                        return False
+                else:
+                    watcher = self.watchers.get((plural, None))
+                    if watcher is None or not watcher.listed.is_set():
+                        return False
         return True
 
     def listed(self, namespace: str) -> bool:
@@ -353,4 +372,5 @@ class RouteWatch:
                 wanted = [(p, ns) for p in self.per_namespace for ns in self._namespaces]
             for plural, ns in wanted:
                 self._spawn(plural, ns)  # retries namespaces refused long enough ago
+            self._discovered.set()
             self.stop_event.wait(DISCOVERY_INTERVAL_SEC)

@@ -225,6 +225,10 @@ class StandaloneRouter:
     def upstream(self, route: Route) -> _Upstream:
         return _Upstream(self.supervisor.lease(route.target or process_key(route.namespace, route.function)), route)
 
+    def loaded(self) -> bool:
+        """Always: the routes come from the state store at start, before the API serves anything."""
+        return True
+
 
 class _Upstream:
     """``StandaloneRouter.upstream``: the process's lease, its failures as the platform's errors. A class rather

@@ -1,4 +1,5 @@
-"""``/health`` (the process answers) and ``/ready`` (it can serve: the backend has started); public probes."""
+"""``/health`` (the process answers) and ``/ready`` (it can serve: the backend has started and its routes are all
+known); public probes."""
 
 from __future__ import annotations
 
@@ -19,5 +20,11 @@ class Ready(PublicResource):
         self.services = services
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        backend = self.services.config.backend
+        if not self.services.platform.router.loaded():  # a Service must not send it calls it would answer 404
+            resp.status = falcon.HTTP_503
+            resp.media = {"status": "loading", "backend": backend,
+                          "error": "the route table is still loading from the cluster"}
+            return
         stats = self.services.invocations.stats() if self.services.invocations is not None else {}
-        resp.media = {"status": "ready", "backend": self.services.config.backend, "invocation_log": stats}
+        resp.media = {"status": "ready", "backend": backend, "invocation_log": stats}
