@@ -17,9 +17,11 @@ from typing import Any
 from sless_api.backends.settings import PlatformSettings
 from sless_api.backends.standalone.builder import PYTHON, BuildArtifact
 from sless_api.backends.standalone.failures import caller_reason
+from sless_api.backends.standalone.host.pool import Scale
 from sless_api.backends.standalone.host.sandbox import Limits, Sandbox
 from sless_api.backends.standalone.host.spares import SpareTemplate
 from sless_api.backends.standalone.host.supervisor import (
+    Busy,
     Lease,
     LimitExceeded,
     NotDeployed,
@@ -33,6 +35,7 @@ from sless_api.domain.errors import NotFound, Unavailable
 from sless_api.domain.records import FunctionRecord
 from sless_api.domain.routing import Route, RouteSplit
 from sless_api.domain.versions import Version, function_config, number_of
+from sless_api.gateway.admission import Throttled
 from sless_api.stores.secrets.store import SecretStore
 from sless_api.stores.secrets.usage import Delivery, deliver
 from sless_core.models import FunctionSpec, Phase, TriggerType
@@ -95,11 +98,22 @@ class StandaloneRouter:
 
     @staticmethod
     def _scaling(spec: FunctionSpec) -> dict[str, Any]:
-        """What the supervisor honours of ``scale`` here (one process per function, so not ``max`` nor
-        ``target``): ``idle_sec`` as the function's own idle timeout, and ``min`` >= 1 as one process kept warm."""
+        """What the supervisor honours of ``scale``: ``idle_sec`` as the function's own idle timeout, ``min``
+        processes kept warm (``keep_warm``: at least one), and with ``max`` > 1 up to ``max`` processes balanced
+        by calls in flight against ``target`` (host/pool.py). A scaled function's ``max_concurrency`` is per
+        process, as it is per pod on Kubernetes."""
         if spec.scale is None:
             return {}
-        return {"idle_sec": float(spec.scale.idle_sec), "keep_warm": spec.scale.min >= 1}
+        scale = Scale(min=spec.scale.min, max=spec.scale.max, target=spec.scale.target, limit=spec.max_concurrency)
+        return {"idle_sec": float(spec.scale.idle_sec), "keep_warm": spec.scale.min >= 1, "scale": scale}
+
+    @staticmethod
+    def function_limit(spec: FunctionSpec) -> int:
+        """The proxy's limit of calls in flight for the whole function: its ``max_concurrency``, times ``scale.max``
+        for a scaled one (whose limit is per process, each process below it being the supervisor's to keep)."""
+        if spec.scale is None:
+            return spec.max_concurrency
+        return spec.max_concurrency * spec.scale.max
 
     def _spare_template(self, rec: FunctionRecord, artifact: BuildArtifact, argv: list[str],
                         limits: Limits) -> SpareTemplate | None:
@@ -140,7 +154,7 @@ class StandaloneRouter:
         auth = "public" if any(t.spec.auth == "public" for t in http) else "token"
         history = self.state.list_versions(namespace, name)
         current = number_of(history, rec.code_hash or "", function_config(rec.spec))
-        route = Route(namespace, name, float(rec.spec.timeout_sec), auth, rec.spec.max_concurrency, current)
+        route = Route(namespace, name, float(rec.spec.timeout_sec), auth, self.function_limit(rec.spec), current)
         await self.supervisor.deploy(key, await self.process_spec(rec, artifact_from_dict(artifact)))
         self._routes[(namespace, name)] = await self._split_route(rec, route, history)
 
@@ -245,6 +259,9 @@ class _Upstream:
             return await self.lease.__aenter__()
         except (NotDeployed, StartFailed, LimitExceeded) as exc:
             raise self._platform_error(exc) from exc
+        except Busy as exc:
+            raise Throttled(f"function {self.route.function!r} is busy: {str(exc).split(': ', 1)[-1]}",
+                            exc.retry_after) from exc
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         try:

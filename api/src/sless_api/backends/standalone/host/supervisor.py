@@ -1,7 +1,8 @@
 """Supervised runtime processes for the standalone backend.
 
 Each deployed function with an enabled HTTP trigger is one runtime server
-(runtimes/<runtime>/server.*) running as a child process on a loopback port.
+(runtimes/<runtime>/server.*) running as a child process on a loopback port
+(a scaled one: up to its ``max`` of them, each on its own port).
 The supervisor owns their whole life so the invoke proxy only asks "where do I
 send this call?":
 
@@ -17,6 +18,11 @@ send this call?":
 - scale to zero: processes idle for ``idle_timeout_sec`` (or their spec's
   ``idle_sec``) are stopped, unless their spec keeps one warm (``keep_warm``:
   started in the background at deploy and after a crash's backoff);
+- scale out (a spec's ``scale`` with ``max`` > 1, pool.py): up to ``max``
+  processes of one key, each started as the only one is (its own port and
+  sandbox); a call goes to the one with the fewest calls in flight, waits for a
+  new one while every process has its ``target``, and processes beyond the
+  demand of the last ``idle_sec`` are retired (their calls finish first);
 - crash restart with exponential backoff, so a crash-looping function costs a
   fast StartFailed (with the process's stderr tail) rather than a hung call;
 - process output appended to ``<log_dir>/<key>.log``, size-capped by rotation.
@@ -62,6 +68,7 @@ from sless_api.backends.standalone.host.child import (
 )
 from sless_api.backends.standalone.host.health import health_ok
 from sless_api.backends.standalone.host.network import NetworkSetupBroken, NetworkUnavailable, PortTaken
+from sless_api.backends.standalone.host.pool import DemandMemory, Scale, pick
 from sless_api.backends.standalone.host.process import TERM_WITH_PLATFORM, free_port, kill_group
 from sless_api.backends.standalone.host.readiness import READY_FD_ENV, ReadyPipe
 from sless_api.backends.standalone.host.sandbox import JailSpec, Sandbox
@@ -94,6 +101,14 @@ class StartFailed(SupervisorError):
 
 class LimitExceeded(SupervisorError):
     """A call failed because its process was killed for exceeding a limit (memory, CPU, file size)."""
+
+
+class Busy(SupervisorError):
+    """Every process of a scaled key had its limit of calls in flight, and none was freed in time."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class _PortInUseError(Exception):
@@ -130,6 +145,18 @@ class ProcessSpec:
     #: Keep one process running: started at deploy (and again after a crash, after its backoff), never
     #: stopped for idleness (a function's ``scale.min`` >= 1).
     keep_warm: bool = False
+    #: Several processes with demand (``max`` > 1; pool.py); None or ``max`` 1: one process, as without it.
+    scale: Scale | None = None
+
+    @property
+    def pooled(self) -> bool:
+        """Whether calls are shared among several processes (the scaled path) rather than one."""
+        return self.scale is not None and self.scale.max > 1
+
+    @property
+    def warm(self) -> int:
+        """Processes kept running without calls: ``scale.min``, and one when ``keep_warm``."""
+        return max(self.scale.min if self.scale is not None else 0, 1 if self.keep_warm else 0)
 
 
 @dataclass(eq=False)
@@ -140,14 +167,46 @@ class _Slot:
     spec: ProcessSpec
     log: ChildLog
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    current: Child | None = None
+    #: The processes that take calls, oldest first (one unless the spec is pooled); an exited one stays
+    #: until its exit is accounted for (``_watch``).
+    procs: list[Child] = field(default_factory=list)
     starting: asyncio.Task[Child] | None = None
+    #: Starts of further processes of a pooled spec (``_grow``).
+    growing: set[asyncio.Task[None]] = field(default_factory=set)
+    #: Calls waiting in ``_acquire_pooled`` (they count as demand), and what wakes them.
+    waiting: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    demand: DemandMemory = field(default_factory=DemandMemory)
     failures: int = 0
     restarts: int = 0
     retry_at: float = 0.0
     last_error: str | None = None
     last_activity: float = field(default_factory=time.monotonic)
     removed: bool = False
+
+    @property
+    def current(self) -> Child | None:
+        """The first process that takes calls, else the first one whose exit is still to be accounted for."""
+        for proc in self.procs:
+            if proc.alive:
+                return proc
+        return self.procs[0] if self.procs else None
+
+    def serving(self) -> list[Child]:
+        """The processes that take calls now."""
+        return [proc for proc in self.procs if proc.alive]
+
+    def starts_in_progress(self) -> int:
+        return len(self.growing) + (1 if self.starting is not None and not self.starting.done() else 0)
+
+    def wake_on_done(self, task: asyncio.Task[Any]) -> None:
+        self.wake()
+
+    def wake(self) -> None:
+        """Calls waiting for a process look again (one started, ended, freed a slot or left)."""
+        if self.waiting:
+            self.changed.set()
+            self.changed = asyncio.Event()
 
 
 class Lease:
@@ -184,6 +243,8 @@ class Lease:
             if proc.inflight == 0:
                 proc.idle.set()
             slot.last_activity = time.monotonic()
+            if slot.waiting or slot.spec.pooled:
+                self.supervisor._released(slot)
 
 
 class Supervisor:
@@ -205,8 +266,12 @@ class Supervisor:
         health_failures: int = 3,
         call_logs: CallLogStore | None = None,
         warm_spares: int = 0,
+        full_wait_sec: float = 10.0,
     ) -> None:
         """``stable_after_sec``: a process that ran this long before crashing resets the backoff.
+
+        ``full_wait_sec``: how long a call to a pooled key whose processes all have their limit of calls in
+        flight (and that may start no more) waits for one to be freed before :class:`Busy`.
 
         A running process failing ``health_failures`` probes in a row (one every
         ``health_interval_sec``, each given ``health_timeout_sec``) is replaced.
@@ -223,6 +288,7 @@ class Supervisor:
         self.health_interval_sec = health_interval_sec
         self.health_timeout_sec = health_timeout_sec
         self.health_failures = health_failures
+        self.full_wait_sec = full_wait_sec
         #: Where the tagged lines of each call go (runtimes/README.md, "Output of a call"); None keeps none.
         self.call_logs = call_logs
         self._prober: asyncio.Task[None] | None = None
@@ -262,19 +328,26 @@ class Supervisor:
         async with slot.lock:
             if slot.removed or slot.spec is not spec:
                 return  # removed, or a newer deploy() takes over
-            old = slot.current
-            running = old is not None and old.alive
-            if running and old is not None and old.version == spec.version:
+            running = slot.serving()
+            if any(proc.version == spec.version for proc in running):
+                for proc in running:
+                    if proc.version != spec.version:
+                        self._retire(slot, proc)
                 return
             if not running and not eager:
-                if spec.keep_warm:
+                if spec.warm:
                     self._warm(slot)
                 return
             new = await self._start(slot, spec)
-            slot.current = new
+            # The switch: every older process (all of a pooled key's) leaves at once and finishes its calls;
+            # further processes of the new version start with demand (or to keep ``warm`` of them).
+            old = [proc for proc in slot.procs if proc.version != spec.version]
+            slot.procs = [proc for proc in slot.procs if proc.version == spec.version] + [new]
             slot.last_activity = time.monotonic()
-            if old is not None and running:
-                self._retire(slot, old)
+            for proc in old:
+                if proc.alive:
+                    self._retire(slot, proc)
+            slot.wake()
 
     async def endpoint(self, key: str) -> str:
         """Base URL of a healthy process for ``key``, starting one if needed.
@@ -300,9 +373,10 @@ class Supervisor:
         if slot is None:
             return
         slot.removed = True  # aborts a start in progress within one health poll
+        slot.wake()
         async with slot.lock:
-            if slot.current is not None:
-                self._retire(slot, slot.current)
+            for proc in list(slot.procs):
+                self._retire(slot, proc)
         pending = [task for task, owner in self._background.items() if owner is slot]
         await asyncio.gather(*pending, return_exceptions=True)
         slot.log.close()
@@ -325,9 +399,10 @@ class Supervisor:
             slot.removed = True
 
         async def retire_when_unlocked(slot: _Slot) -> None:
+            slot.wake()
             async with slot.lock:
-                if slot.current is not None:
-                    self._retire(slot, slot.current)
+                for proc in list(slot.procs):
+                    self._retire(slot, proc)
 
         await asyncio.gather(*(retire_when_unlocked(s) for s in slots), return_exceptions=True)
         while self._background:
@@ -340,16 +415,19 @@ class Supervisor:
 
         ``state`` is one of running, starting, backoff (waiting before the next
         restart attempt), crashed (will restart on the next call) or stopped
-        (scaled to zero; starts on the next call).
+        (scaled to zero; starts on the next call). ``processes`` counts the
+        processes that take calls (several for a pooled spec under load); ``pid``
+        and ``port`` are the oldest one's, ``inflight`` is the sum of them all.
         """
         slot = self._slots.get(key)
         if slot is None:
             raise NotDeployed(key)
         now = time.monotonic()
         proc = slot.current
+        serving = slot.serving()
         if proc is not None and proc.alive:
             state = "running"
-        elif slot.lock.locked() or (slot.starting is not None and not slot.starting.done()):
+        elif slot.lock.locked() or slot.starts_in_progress():
             state = "starting"
         elif slot.failures and slot.retry_at > now:
             state = "backoff"
@@ -368,7 +446,8 @@ class Supervisor:
             "restarts": slot.restarts,
             "failures": slot.failures,
             "last_error": slot.last_error,
-            "inflight": running.inflight if running else 0,
+            "inflight": sum(p.inflight for p in serving),
+            "processes": len(serving),
             "idle_sec": round(now - slot.last_activity, 3),
             "retry_in_sec": round(max(0.0, slot.retry_at - now), 3) if slot.failures else 0.0,
         }
@@ -385,12 +464,15 @@ class Supervisor:
             if slot is None:
                 raise NotDeployed(key)
             slot.last_activity = time.monotonic()
+            if slot.spec.pooled:
+                return slot, await self._acquire_pooled(slot)
             proc = slot.current
             if proc is not None and proc.alive:
                 return slot, proc
             if slot.starting is None or slot.starting.done():
                 slot.starting = asyncio.create_task(self._start_for_call(slot), name=f"sless-start-{key}")
                 slot.starting.add_done_callback(_retrieve_exception)
+                slot.starting.add_done_callback(slot.wake_on_done)  # a pooled call may wait for it too
             waited = time.monotonic()
             try:
                 proc = await asyncio.shield(slot.starting)
@@ -402,15 +484,119 @@ class Supervisor:
                 return slot, proc
         raise StartFailed(f"{key}: processes keep being replaced while starting")
 
+    async def _acquire_pooled(self, slot: _Slot) -> Child:
+        """A process of a pooled key for one call (pool.py).
+
+        The least busy process below its ``target`` takes the call. Else the call counts as demand: it starts
+        another process when the demand wants more than run or start, and waits until one comes below its
+        target (a start ends, or a call). When no more may start (``max``, a crash's backoff, a failed start),
+        the least busy process below its limit takes it; when all are full, it waits for a freed one at most
+        ``full_wait_sec`` (then Busy). Nothing running and nothing starting: StartFailed, as with one process.
+        """
+        deadline = time.monotonic() + self.full_wait_sec
+        failures = slot.failures
+        waited_from: float | None = None
+        slot.waiting += 1
+        try:
+            while True:
+                if slot.removed:
+                    raise NotDeployed(slot.key)
+                scale = slot.spec.scale or Scale()
+                running = slot.serving()
+                now = time.monotonic()
+                wanted = scale.wanted(sum(proc.inflight for proc in running) + slot.waiting)
+                slot.demand.note(wanted, now)
+                proc = pick(running, scale.per_process)
+                if proc is not None:
+                    return proc
+                starting = slot.starts_in_progress()
+                if len(running) + starting < wanted and not (slot.failures and slot.retry_at > now):
+                    self._grow(slot, cold=not running)
+                    starting += 1
+                if not starting:
+                    proc = pick(running, scale.limit)
+                    if proc is not None:
+                        return proc
+                    if not running:
+                        raise self._not_starting(slot, now, failed_meanwhile=slot.failures > failures)
+                    if now >= deadline:
+                        raise Busy(f"{slot.key}: each of its {len(running)} processes has its limit of "
+                                   f"{scale.limit} calls in flight (waited {self.full_wait_sec:g}s for one)",
+                                   retry_after=1)
+                elif waited_from is None:
+                    waited_from = now  # a start this call waits for: a cold call
+                changed = slot.changed
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), None if starting else max(0.0, deadline - now))
+        finally:
+            slot.waiting -= 1
+            if waited_from is not None:
+                calltiming.note_start(time.monotonic() - waited_from)
+
+    @staticmethod
+    def _not_starting(slot: _Slot, now: float, failed_meanwhile: bool) -> StartFailed:
+        """Why a pooled key has no process for a call: the start it waited for failed, or a backoff runs."""
+        if failed_meanwhile and slot.last_error:
+            return StartFailed(slot.last_error)
+        return StartFailed(
+            f"{slot.key}: not restarting for another {max(0.0, slot.retry_at - now):.1f}s after "
+            f"{slot.failures} failure(s); last error: {slot.last_error}"
+        )
+
+    def _grow(self, slot: _Slot, cold: bool) -> None:
+        """Start one more process of a pooled key in the background; it takes calls once healthy.
+
+        COLD: a call waits for it (a cold start, in the metrics). A failure is accounted as any start's.
+        """
+        task = asyncio.create_task(self._add_process(slot, cold), name=f"sless-grow-{slot.key}")
+        slot.growing.add(task)
+        self._background[task] = slot
+
+        def done(task: asyncio.Task[None]) -> None:
+            slot.growing.discard(task)
+            self._background_done(task)
+            slot.wake()
+
+        task.add_done_callback(done)
+
+    async def _add_process(self, slot: _Slot, cold: bool) -> None:
+        spec, began = slot.spec, time.monotonic()
+        proc = await self._start(slot, spec)
+        if self._closed or slot.spec.version != proc.version:
+            self._retire(slot, proc)  # a redeploy switched versions meanwhile
+            return
+        if cold:
+            metrics.COLD_STARTS.labels(spec.runtime).inc()
+            metrics.COLD_START_SECONDS.labels(spec.runtime).observe(time.monotonic() - began)
+        slot.procs.append(proc)
+        slot.last_activity = time.monotonic()
+
+    def _released(self, slot: _Slot) -> None:
+        """A call of a pooled key ended: its demand (the ended call included) is remembered for scale-in, and a
+        call waiting for a process below its target looks again."""
+        scale = slot.spec.scale
+        if scale is not None:
+            in_flight = sum(proc.inflight for proc in slot.procs if proc.alive) + 1
+            slot.demand.note(scale.wanted(in_flight), time.monotonic())
+        slot.wake()
+
     def _warm(self, slot: _Slot) -> None:
-        """Start the slot's process in the background unless one runs or starts (``keep_warm``); a failure is
-        accounted as for a call's start (backoff), and the reaper tries again once the backoff is over."""
+        """Start the slot's process in the background unless one runs or starts (``keep_warm``; a pooled spec:
+        up to ``warm`` of them); a failure is accounted as for a call's start (backoff), and the reaper tries
+        again once the backoff is over."""
+        if self._closed or slot.removed:
+            return
+        if slot.spec.pooled:
+            for _ in range(slot.spec.warm - len(slot.serving()) - slot.starts_in_progress()):
+                self._grow(slot, cold=False)
+            return
         proc = slot.current
-        if self._closed or slot.removed or (proc is not None and proc.alive):
+        if proc is not None and proc.alive:
             return
         if slot.starting is None or slot.starting.done():
             slot.starting = asyncio.create_task(self._start_for_call(slot, cold=False), name=f"sless-warm-{slot.key}")
             slot.starting.add_done_callback(_retrieve_exception)
+            slot.starting.add_done_callback(slot.wake_on_done)
 
     async def _start_for_call(self, slot: _Slot, cold: bool = True) -> Child:
         """Start the slot's process unless one runs; COLD: a call waits for it (a cold start, in the metrics)."""
@@ -420,11 +606,13 @@ class Supervisor:
             proc = slot.current
             if proc is not None and proc.alive:
                 return proc
-            if proc is not None:
-                if proc.monitor is not None:
+            for exited in list(slot.procs):
+                if exited.monitor is not None:
                     # Let the exit be accounted for (stderr tail, backoff) before deciding.
-                    await asyncio.shield(proc.monitor)
-                slot.current = None
+                    await asyncio.shield(exited.monitor)
+            slot.procs = slot.serving()
+            if slot.procs:
+                return slot.procs[0]
             wait = slot.retry_at - time.monotonic()
             if slot.failures and wait > 0:
                 raise StartFailed(
@@ -436,7 +624,7 @@ class Supervisor:
             if cold:
                 metrics.COLD_STARTS.labels(slot.spec.runtime).inc()
                 metrics.COLD_START_SECONDS.labels(slot.spec.runtime).observe(time.monotonic() - began)
-            slot.current = proc
+            slot.procs.append(proc)
             slot.last_activity = time.monotonic()
             return proc
 
@@ -644,8 +832,9 @@ class Supervisor:
 
     def _retire(self, slot: _Slot, proc: Child) -> None:
         """Take ``proc`` out of service now and stop it in the background."""
-        if slot.current is proc:
-            slot.current = None
+        if proc in slot.procs:
+            slot.procs.remove(proc)
+            slot.wake()
         if proc.stopping:
             return
         proc.stopping = True
@@ -702,8 +891,9 @@ class Supervisor:
             slot.failures = 0
         self._record_failure(slot, message, crashed=True)
         proc.stopping = True
-        if slot.current is proc:
-            slot.current = None
+        if proc in slot.procs:
+            slot.procs.remove(proc)
+            slot.wake()
 
     def _record_failure(self, slot: _Slot, message: str, crashed: bool) -> None:
         """Count a failure and set the earliest next start: the first crash restarts at once."""
@@ -728,9 +918,10 @@ class Supervisor:
         while True:
             await asyncio.sleep(self.health_interval_sec)
             procs = [
-                (slot, slot.current)
+                (slot, proc)
                 for slot in list(self._slots.values())
-                if slot.current is not None and slot.current.alive and slot.current.healthy
+                for proc in slot.procs
+                if proc.alive and proc.healthy
             ]
             if not procs:
                 continue
@@ -754,20 +945,27 @@ class Supervisor:
         slot.log.note(message)
         self._record_failure(slot, message, crashed=True)
         proc.stopping = True
-        if slot.current is proc:
-            slot.current = None
+        if proc in slot.procs:
+            slot.procs.remove(proc)
+            slot.wake()
         task = asyncio.create_task(kill_child(proc), name=f"sless-kill-{slot.key}")
         self._background[task] = slot
         task.add_done_callback(self._background_done)
 
     async def _reap_idle(self) -> None:
-        """Stop processes without calls for ``idle_timeout_sec`` or their spec's ``idle_sec`` (scale to zero);
-        start again the process of a spec that keeps one warm once a crash's backoff is over."""
+        """Stop processes without calls for ``idle_timeout_sec`` or their spec's ``idle_sec`` (scale to zero;
+        a pooled key's beyond its demand: scale-in); start again the processes of a spec that keeps some warm
+        once a crash's backoff is over."""
         interval = min(1.0, max(0.05, self.idle_timeout_sec / 4))
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
             for slot in list(self._slots.values()):
+                if slot.spec.pooled or len(slot.serving()) > 1:
+                    self._scale_in(slot, now)
+                    if slot.spec.warm and not (slot.failures and slot.retry_at > now):
+                        self._warm(slot)
+                    continue
                 proc = slot.current
                 if slot.spec.keep_warm:
                     if (proc is None or not proc.alive) and not (slot.failures and slot.retry_at > now):
@@ -783,6 +981,27 @@ class Supervisor:
                 ):
                     slot.log.note(f"pid {proc.proc.pid} idle for {now - slot.last_activity:.1f}s, stopping")
                     self._retire(slot, proc)
+
+    def _scale_in(self, slot: _Slot, now: float) -> None:
+        """Retire the processes beyond what the demand of the last ``idle_sec`` needed (at least ``warm``, at
+        most ``max``, and one while the key had a call within ``idle_sec``, which also covers a key no longer
+        pooled): the least busy and the newest first; each finishes its calls before it stops."""
+        if slot.lock.locked():
+            return  # a redeploy is switching the processes
+        spec = slot.spec
+        scale = spec.scale or Scale()
+        serving = slot.serving()
+        slot.demand.note(scale.wanted(sum(proc.inflight for proc in serving)), now)
+        idle = spec.idle_sec if spec.idle_sec is not None else self.idle_timeout_sec
+        recent = 1 if now - slot.last_activity < idle else 0
+        keep = min(scale.max, max(spec.warm, recent, slot.demand.needed_within(now - idle)))
+        if len(serving) <= keep:
+            return
+        surplus = sorted(serving, key=lambda proc: (proc.inflight, -proc.started_at))[: len(serving) - keep]
+        for proc in surplus:
+            slot.log.note(f"pid {proc.proc.pid} not needed for {idle:g}s ({len(serving)} processes, "
+                          f"{keep} needed), stopping")
+            self._retire(slot, proc)
 
     def _router(self, key: str, stream: str) -> LineRouter | None:
         return LineRouter(self.call_logs, key, stream) if self.call_logs is not None else None
