@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -163,3 +164,26 @@ def test_queued_and_running_calls_survive_a_sigkill(tmp_path: Path) -> None:
         calls = [wait_call(tenant, call_id, timeout=90) for call_id in ids]
     assert [c["state"] for c in calls] == ["succeeded"] * 3, calls
     assert [json.loads(c["result"]["body"]) for c in calls] == [{"n": n} for n in range(3)]
+
+
+def test_a_call_cut_by_a_stop_is_given_back_at_once(tmp_path: Path) -> None:
+    """A graceful stop waits a while for running async calls, then cuts them and gives each back to the store:
+    queued and due now (another replica takes it at once, not when its 960 s lease ends), its cut attempt not
+    counted against its retries. Read from the store itself once the process has exited."""
+    data = tmp_path / "stop"
+    sp = start_sless(data, {**FAST_RETRIES, "SLESS_ASYNC_WORKERS": "1"})
+    try:
+        tenant = Tenant(sp.url, "async-stop")
+        tenant.deploy("sleepy", "python3.11", {"handler.py": "import time\ndef handle(event):\n    time.sleep(120)\n"})
+        call_id = submit(tenant, "sleepy", {}).json()["id"]
+        until("the call running", lambda: tenant.api("GET", f"/calls/{call_id}", expect=200).json()["state"]
+              == "running", 30, 0.05)
+    finally:
+        code = sp.stop(signal.SIGTERM, timeout=60)  # the runner's drain (10 s) then the cut, far below the sleep
+    assert code in (0, -signal.SIGTERM), code
+    with sqlite3.connect(data / "invocations.db") as db:
+        row = db.execute("SELECT state, lease_owner, lease_until, attempts, next_attempt_at FROM async_calls "
+                         "WHERE id = ?", (call_id,)).fetchone()
+    state, lease_owner, lease_until, attempts, due = row
+    assert (state, lease_owner, lease_until, attempts) == ("queued", "", 0, 0), row
+    assert due <= time.time()

@@ -141,3 +141,17 @@ def test_a_callback_is_delivered_by_one_owner_and_a_forgotten_one_is_found(store
     first.add(plain)
     got = first.get(plain.namespace, plain.id)
     assert got is not None and (got.callback_url, got.callback_state) == (None, None)
+
+
+def test_a_cut_call_is_given_back_due_now_by_its_owner_only(stores: tuple[CallStore, CallStore]) -> None:
+    store, other = stores
+    made = call(3)
+    store.add(made)
+    taken = store.claim("a", NOW + 5, NOW + 10_000)
+    assert taken is not None and taken.attempts == 1
+    assert not other.release(made.id, "b", NOW + 6)  # not b's to give back
+    assert other.claim("b", NOW + 6, NOW + 10_000) is None  # a's lease holds
+    assert store.release(made.id, "a", NOW + 6)
+    assert not store.release(made.id, "a", NOW + 6)  # once
+    again = other.claim("b", NOW + 6, NOW + 10_000)  # at once, long before a's lease would have ended
+    assert again is not None and (again.id, again.attempts, again.lease_owner) == (made.id, 1, "b")

@@ -40,6 +40,7 @@ class AsyncRunner:
         self._closing = asyncio.Event()
         self._slots = asyncio.Semaphore(settings.workers)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._attempts: dict[asyncio.Task[None], AsyncCall] = {}  # the calls being run, by the task running each
         self._loop_task: asyncio.Task[None] | None = None
         self.callbacks = CallbackSender(settings.callback_policy)
 
@@ -65,7 +66,8 @@ class AsyncRunner:
         self._loop_task = asyncio.create_task(self._run(), name="sless-async-runner")
 
     async def close(self, drain_sec: float = 10.0) -> None:
-        """Stop claiming; calls in flight get DRAIN_SEC, then they are cut (their lease lets them run again)."""
+        """Stop claiming; calls in flight get DRAIN_SEC, then they are cut and given back to the store at once
+        (queued, due now: another replica runs them without waiting for their lease to end)."""
         self._closing.set()
         if self._loop_task is not None:  # it may wait for a free slot: cancel rather than wait for a call to end
             self._loop_task.cancel()
@@ -73,9 +75,11 @@ class AsyncRunner:
                 await self._loop_task
         if self._tasks:
             _, pending = await asyncio.wait(self._tasks, timeout=drain_sec)
+            cut = [self._attempts[task] for task in pending if task in self._attempts]
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+            await self._release(cut)
         await self.callbacks.close()
         await asyncio.to_thread(self.store.close)
 
@@ -107,11 +111,28 @@ class AsyncRunner:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=self.settings.poll_sec)
                 continue
-            self._track(asyncio.create_task(self._attempt(call), name=f"sless-async-{call.id}"))
+            task = asyncio.create_task(self._attempt(call), name=f"sless-async-{call.id}")
+            self._attempts[task] = call
+            task.add_done_callback(self._attempt_done)
+            self._track(task)
 
     def _track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _attempt_done(self, task: asyncio.Task[None]) -> None:
+        self._attempts.pop(task, None)
+
+    async def _release(self, calls: list[AsyncCall]) -> None:
+        """Give CALLS (cut by a stop) back to the store, each due now."""
+        released = 0
+        for call in calls:
+            try:
+                released += await asyncio.to_thread(self.store.release, call.id, self.owner, time.time())
+            except Exception:
+                log.exception("async call %s: cannot give it back; its lease brings it back", call.id)
+        if released:
+            log.info("stopping: %d async call(s) cut and queued again for another runner", released)
 
     async def _attempt(self, call: AsyncCall) -> None:
         try:

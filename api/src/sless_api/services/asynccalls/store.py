@@ -61,6 +61,7 @@ class CallStore(Protocol):
              before: str | None) -> list[AsyncCall]: ...
     def claim(self, owner: str, now: float, lease_until: float) -> AsyncCall | None: ...
     def settle(self, call: AsyncCall, owner: str) -> bool: ...
+    def release(self, call_id: str, owner: str, now: float) -> bool: ...
     def requeue_orphans(self, is_gone: Callable[[str], bool]) -> int: ...
     def take_callback(self, call_id: str, stuck_before: float) -> bool: ...
     def set_callback_state(self, call_id: str, state: str) -> None: ...
@@ -119,6 +120,17 @@ class _SqlStore:
                 (call.state.value, call.attempts, call.next_attempt_at, call.result_status,
                  json.dumps(call.result_headers), call.result_body, int(call.result_truncated), call.error,
                  call.finished_at, call.id, owner))  # fmt: skip
+            return bool(cur.rowcount)
+
+    def release(self, call_id: str, owner: str, now: float) -> bool:
+        """Give back a call OWNER claimed and cut off unfinished (its process is stopping): queued again, due at
+        NOW, so any runner takes it at once instead of after the lease; the cut attempt does not count against
+        its retries (the platform stopped it, not the function). False when OWNER no longer held it."""
+        with self._transaction() as cur:
+            cur.execute(self._q(
+                "UPDATE async_calls SET state = 'queued', lease_owner = '', lease_until = 0, next_attempt_at = ?, "
+                "attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END "
+                "WHERE id = ? AND lease_owner = ? AND state = 'running'"), (now, call_id, owner))  # fmt: skip
             return bool(cur.rowcount)
 
     def take_callback(self, call_id: str, stuck_before: float) -> bool:
