@@ -339,6 +339,21 @@ def test_a_changed_setting_rolls_the_pods(default: list[dict[str, Any]]) -> None
         assert before != after
 
 
+@pytest.mark.parametrize(("limits", "drain"), [({}, 3600), ({"maxTimeoutSec": 3600, "proxyTimeoutMarginSec": 30,
+                                                                "streamMaxSec": 600}, 3630)])
+def test_an_api_pod_stops_only_after_its_longest_call_or_stream(limits: dict[str, int], drain: int) -> None:
+    """A preStop pause while the endpoint leaves the Service, then SIGTERM and as long as sless-api's graceful timeout
+    (the longest call or stream, plus 20 s for its shutdown) before the kubelet kills it."""
+    objects = render({"limits": limits} if limits else {})
+    spec = one(objects, "Deployment", API)["spec"]["template"]["spec"]
+    assert spec["containers"][0]["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    assert spec["terminationGracePeriodSeconds"] == 5 + drain + 25
+    data = one(objects, "ConfigMap", "sless-config")["data"]
+    assert data["SLESS_PROXY_STREAM_MAX_SEC"] == str(limits.get("streamMaxSec", 3600))
+    with pytest.raises(HelmError):
+        render({"limits": {"streamMaxSec": 0}})
+
+
 # ---------------------------------------------------------------- ingress
 
 

@@ -153,6 +153,12 @@ DNS name, which KEDA resolves from its own namespace). */}}
 {{- add .Values.limits.maxTimeoutSec .Values.limits.proxyTimeoutMarginSec 10 -}}
 {{- end -}}
 
+{{/* Seconds a stopping API pod waits for its calls in flight: the longest call (maxTimeoutSec plus the proxy's
+margin) or stream (streamMaxSec), as sless-api's graceful timeout computes it. */}}
+{{- define "sless.api.drainSec" -}}
+{{- max (add .Values.limits.maxTimeoutSec .Values.limits.proxyTimeoutMarginSec) .Values.limits.streamMaxSec -}}
+{{- end -}}
+
 {{/* The ConfigMap of the platform's non-secret settings. */}}
 {{- define "sless.configMapName" -}}
 {{- include "sless.componentName" (dict "root" . "component" "config") -}}

@@ -85,6 +85,13 @@ class ApiConfig:
     stream_max_sec: float = 3600.0  # a streamed /fn response is cut after this long, however busy
     warm_spares: int = 1  # standalone: pre-started Python runtime processes per tenant (0: none)
 
+    @property
+    def drain_sec(self) -> float:
+        """How long a call through this API may last at most: a function's longest timeout plus the proxy's
+        margin, or a stream's longest life, whichever is longer. A stopping server waits that long for its
+        calls in flight (the chart's ``sless.api.drainSec`` is the same sum)."""
+        return max(self.max_timeout_sec + self.proxy_timeout_margin_sec, self.stream_max_sec)
+
     def platform_settings(self) -> PlatformSettings:
         """The part of this config a backend is told (``backends.settings.PlatformSettings``)."""
         return PlatformSettings(

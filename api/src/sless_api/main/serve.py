@@ -11,6 +11,7 @@ from ``SLESS_HEADER_TIMEOUT_SEC``, ``SLESS_MAX_HEADER_BYTES``, ``SLESS_MAX_CONNE
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sys
@@ -28,6 +29,9 @@ if TYPE_CHECKING:  # imported in main(), once the metrics folder is set: the con
 
 # Keep-alive between requests for clients behind a load balancer (which keeps its own connections open).
 KEEPALIVE_SEC = 75
+#: What a stopping worker needs after its calls in flight: the async runner's drain (10 s) and the invocation
+#: log's flush (5 s), and some slack. The chart's terminationGracePeriodSeconds allows for it.
+SHUTDOWN_AFTER_DRAIN_SEC = 20
 
 
 class GuardedUvicornWorker(UvicornWorker):  # type: ignore[misc]
@@ -90,18 +94,25 @@ def main() -> int:
             shutil.rmtree(folder, ignore_errors=True)
         print(f"sless-api: {exc}", file=sys.stderr)
         return 2
-    options = {
+    options = gunicorn_options(config)
+    _Gunicorn(options, config).run()
+    return 0
+
+
+def gunicorn_options(config: ApiConfig) -> dict[str, Any]:
+    """gunicorn's settings. On SIGTERM a worker stops accepting and its calls in flight may run to their end:
+    the graceful timeout is the longest a call or stream may last (``ApiConfig.drain_sec``) plus the shutdown
+    after it, not gunicorn's 30 s default, which cut longer calls at every rollout of the API."""
+    return {
         "bind": config.serve.bind,
         "workers": config.serve.workers,
         "worker_class": "sless_api.main.serve.GuardedUvicornWorker",
         "timeout": config.max_timeout_sec + 60,
-        "graceful_timeout": 30,
+        "graceful_timeout": math.ceil(config.drain_sec) + SHUTDOWN_AFTER_DRAIN_SEC,
         "keepalive": config.server.keep_alive_sec,
         "accesslog": None,  # sless_api.gateway.accesslog writes one JSON line per request instead
         "child_exit": _worker_exited,
     }
-    _Gunicorn(options, config).run()
-    return 0
 
 
 if __name__ == "__main__":
