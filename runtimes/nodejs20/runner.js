@@ -5,7 +5,7 @@
  * from SLESS_EVENT, the handler is called once, its result is printed as JSON.
  *
  * Exit codes: 0 success (JSON + newline in SLESS_RESULT_FILE, else on stdout), 1 handler error or load
- * failure (details on stderr), 2 SLESS_EVENT is not a JSON object,
+ * failure (details on stderr), 2 SLESS_EVENT is not a JSON object, 3 the code could not be fetched (sless-fetch.js),
  * 124 timeout (like coreutils `timeout`).
  * The process exits explicitly, so timers or sockets the handler left open
  * (a database pool, say) never keep a finished job alive.
@@ -65,6 +65,8 @@ function addCronTick(event, jobName) {
 
 async function main() {
   rt.installProcessGuards();
+  // on Kubernetes the code is fetched first (exit 3 when it cannot be); loaded only then
+  if (process.env.SLESS_CODE_URL !== undefined) await require('./sless-fetch.js').fetchFromEnv();
   const event = parseEvent(process.env.SLESS_EVENT);
   if (event === undefined) return;
   addCronTick(event, process.env.SLESS_CRON_JOB);

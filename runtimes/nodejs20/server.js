@@ -425,6 +425,8 @@ function createServer(config, handler, wsHandler) {
 
 async function main() {
   rt.installProcessGuards();
+  // the code first: nothing listens (the pod is not Ready) until it is there; loaded only then
+  if (process.env.SLESS_CODE_URL !== undefined) await require('./sless-fetch.js').fetchFromEnv();
   rt.installCallTagging(); // before the handler loads: loggers it makes then write through it
   let config;
   let handler;

@@ -2,7 +2,8 @@
 
 Reads the event from SLESS_EVENT (JSON object, default {}), writes the result as
 one JSON line to SLESS_RESULT_FILE (stdout when unset) and exits 0. Exit codes: 1 handler failed (or cannot be
-loaded, or its result is not JSON), 2 bad SLESS_EVENT or configuration,
+loaded, or its result is not JSON), 2 bad SLESS_EVENT or configuration, 3 the code could not be fetched
+(``sless_fetch``),
 124 timed out after SLESS_TIMEOUT_SEC (like coreutils `timeout`).
 The handler runs in a daemon thread so that a timeout can end the process even
 though Python cannot interrupt the handler itself.
@@ -97,6 +98,7 @@ def write_result(path: str, data: bytes) -> None:
 
 def main() -> None:
     """Run the handler once; see the module docstring for the exit codes."""
+    rt.fetch_code()  # on Kubernetes the code is fetched first (exit 3 when it cannot be)
     try:
         config = rt.Config.from_env()
         event = add_cron_tick(read_event(os.environ.get("SLESS_EVENT")), os.environ.get("SLESS_CRON_JOB"))

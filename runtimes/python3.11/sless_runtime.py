@@ -113,6 +113,21 @@ def timeout_message(seconds: float) -> str:
     return f"function timed out after {format_seconds(seconds)}s"
 
 
+def fetch_code() -> None:
+    """On Kubernetes, the function's code first (``sless_fetch``, when SLESS_CODE_URL says where it is; exits 3
+    when it cannot). Imported only then, from this folder (the user's modules are not on sys.path yet): where
+    the code is in place already (standalone, a built image) it costs a start nothing."""
+    if "SLESS_CODE_URL" not in os.environ:
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    try:
+        import sless_fetch
+    finally:
+        sys.path.remove(here)
+    sless_fetch.fetch_from_env()
+
+
 def load_handler(config: Config) -> Handler:
     """Import ``module.func`` from the code directory; raises LoadError with the reason.
 

@@ -1077,6 +1077,7 @@ def main() -> None:
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     ready_fd = take_ready_fd()
     listener = wait_for_claim(ready_fd) if os.environ.get("SLESS_SPARE") == "1" else None
+    rt.fetch_code()  # the code first: nothing listens (the pod is not Ready) until it is there
     try:
         config = rt.Config.from_env()
     except ValueError as exc:
