@@ -50,8 +50,9 @@ def test_lint_strict_passes_with_everything_on() -> None:
 def test_renders_every_part(default: list[dict[str, Any]]) -> None:
     kinds = sorted({o["kind"] for o in default})
     assert kinds == sorted(["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Namespace",
-                            "NetworkPolicy", "PodDisruptionBudget", "Pod", "Secret", "Service", "ServiceAccount",
-                            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"])  # fmt: skip
+                            "NetworkPolicy", "PodDisruptionBudget", "Pod", "Role", "RoleBinding", "Secret", "Service",
+                            "ServiceAccount", "ValidatingAdmissionPolicy",
+                            "ValidatingAdmissionPolicyBinding"])  # fmt: skip
     assert {o["metadata"]["name"] for o in by_kind(default, "Deployment")} == {API, OPERATOR, EVENTS, SCALER}
 
 
@@ -77,7 +78,7 @@ def test_fullname_override_prefixes_everything() -> None:
     ({"api": {"replica": 3}}, "additional properties 'replica' not allowed"),
     ({"imagee": {}}, "additional properties 'imagee' not allowed"),
     ({"secrets": {"jwt": {"name": "x", "key": "k", "value": "inline"}}}, "additional properties 'value' not allowed"),
-    ({"operator": {"replicas": 2}}, "maximum"),
+    ({"operator": {"replicas": 6}}, "maximum"),
     ({"limits": {"maxTimeoutSec": "900"}}, "got string, want integer"),
     ({"image": {"pullPolicy": "Sometimes"}}, "value must be one of"),
     ({"build": {"kanikoExtraArgs": ["rm -rf /"]}}, "kanikoExtraArgs"),
@@ -416,8 +417,27 @@ def test_probes_and_commands(default: list[dict[str, Any]]) -> None:
     assert container["command"] == ["sless-operator"]
     assert container["args"] == ["--liveness=http://0.0.0.0:8081/healthz"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "liveness"}
-    assert operator["spec"]["strategy"] == {"type": "Recreate"}
-    assert operator["spec"]["replicas"] == 1
+    assert operator["spec"]["strategy"] == {"type": "RollingUpdate",
+                                            "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    assert operator["spec"]["replicas"] == 2
+
+
+def test_operator_replicas_take_turns_through_a_lease(default: list[dict[str, Any]]) -> None:
+    """Only the holder of the Lease sless-operator reconciles; the operator may touch that Lease and no other."""
+    env = _env(one(default, "Deployment", OPERATOR))
+    assert env["SLESS_OPERATOR_LEADER_ELECTION"]["value"] == "true"
+    assert env["SLESS_OPERATOR_LEASE_SEC"]["value"] == "15"
+    role = one(default, "Role", f"{OPERATOR}-lease")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["sless-operator"],
+         "verbs": ["get", "update"]}]
+    binding = one(default, "RoleBinding", f"{OPERATOR}-lease")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": OPERATOR, "namespace": NAMESPACE}]
+    assert one(default, "PodDisruptionBudget", OPERATOR)["spec"]["minAvailable"] == 1
+    single = render({"operator": {"replicas": 1}})
+    assert not [o for o in single if o["kind"] == "PodDisruptionBudget" and o["metadata"]["name"] == OPERATOR]
 
 
 def test_image_tag_defaults_to_app_version_and_digest_wins(default: list[dict[str, Any]]) -> None:

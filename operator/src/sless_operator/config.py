@@ -113,6 +113,8 @@ class OperatorConfig:
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 8082
     official_client: bool = False  # allow the official kubernetes client (its exec/auth-provider plugins)
+    leader_election: bool = False  # replicas take turns through a Lease (leader.py); off: this process is the only one
+    lease_sec: int = 15  # how long a silent holder keeps the Lease before a standby takes it over
     # The stronger sandbox (sless_core.models.SANDBOXES): the RuntimeClass a function's pods run under when it asks
     # for gVisor, and the sandbox every function pod must run in whatever the function asks ("": only those that ask).
     sandbox_runtime_class: str = "gvisor"
@@ -179,6 +181,8 @@ class OperatorConfig:
             metrics_host=reader.text("SLESS_OPERATOR_METRICS_HOST", cls.metrics_host, required=True),
             metrics_port=reader.integer("SLESS_OPERATOR_METRICS_PORT", cls.metrics_port, 1, 65535),
             official_client=reader.boolean("SLESS_OPERATOR_OFFICIAL_CLIENT", cls.official_client),
+            leader_election=reader.boolean("SLESS_OPERATOR_LEADER_ELECTION", cls.leader_election),
+            lease_sec=reader.integer("SLESS_OPERATOR_LEASE_SEC", cls.lease_sec, 3, 300),
             sandbox_runtime_class=reader.label("SLESS_SANDBOX_RUNTIME_CLASS", cls.sandbox_runtime_class),
             require_sandbox=reader.sandbox("SLESS_REQUIRE_SANDBOX"),
             scaler_address=reader.address("SLESS_SCALER_ADDRESS", cls.scaler_address),

@@ -1,4 +1,5 @@
-"""``sless-operator``: run the Kopf operator (standalone: no peering, one replica at a time).
+"""``sless-operator``: run the Kopf operator (no Kopf peering: with ``SLESS_OPERATOR_LEADER_ELECTION``, replicas
+take turns through a Lease, ``sless_operator.leader``; without it, run one replica at a time).
 
     sless-operator                      # every namespace (cluster-wide)
     sless-operator --namespace NS ...   # only these namespaces (plus the build namespace); globs
@@ -60,17 +61,26 @@ def main(argv: list[str] | None = None) -> int:
     import sless_operator.handlers  # noqa: F401  (registers the handlers)
 
     namespaces = list(dict.fromkeys([*args.namespace, config.build_namespace])) if args.namespace else []
-    kopf.run(
-        standalone=True,
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        memo=Context(config, watch_streams=watch_streams(namespaces)),
-        liveness_endpoint=args.liveness,
-        # kopf's default identity asks getpass for the user name, which fails for a uid without a
-        # passwd entry (the chart's 10001 on most images); standalone, it is only a name in logs
-        identity=f"sless-operator@{socket.gethostname()}",  # type: ignore[arg-type]  # a str NewType kopf does not export
-    )
-    return 0
+
+    def run() -> None:
+        kopf.run(
+            standalone=True,
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            memo=Context(config, watch_streams=watch_streams(namespaces)),
+            liveness_endpoint=args.liveness,
+            # kopf's default identity asks getpass for the user name, which fails for a uid without a
+            # passwd entry (the chart's 10001 on most images); standalone, it is only a name in logs
+            identity=f"sless-operator@{socket.gethostname()}",  # type: ignore[arg-type]  # a str NewType kopf does not export
+        )
+
+    if not config.leader_election:
+        run()
+        return 0
+    from sless_operator.leader import run_elected
+
+    # replicas take turns: only the Lease's holder runs Kopf (the others stand by)
+    return run_elected(config.platform_namespace, config.lease_sec, config.official_client, run, args.liveness)
 
 
 if __name__ == "__main__":
