@@ -7,11 +7,12 @@ drift between what one component shows and what another builds. Here a resource 
 - ``spec`` is validated by the platform's own rules (``sless_core.models``: the same
   ``*.from_user`` the API applies to a request), with the defaults applied, plus the fields only
   the custom resources carry (code keys and digests, replicas). Anything malformed (no spec, a wrong
-  type, an unknown runtime or field, a bad name) raises :class:`InvalidResource` naming the field by
+  type, an unknown runtime, a bad name) raises :class:`InvalidResource` naming the field by
   its path in the object (``spec.memoryMb``): never a ``KeyError`` or ``TypeError``. The CRD schema
   catches most of it at the API server; the rest (reserved environment names, entrypoints per
   runtime, names too long for our child objects, code keys outside the function's own prefix) can
-  only be caught here, and such a spec could never work.
+  only be caught here, and such a spec could never work. A field this version does not know is ignored, not
+  refused: a newer version may have written it during a rolling upgrade or before a rollback (``_known_only``).
 - ``status`` is written by the operator and read defensively: a field of the wrong type, or a phase
   this version does not know, reads as absent, since an older or newer operator may have written it.
 
@@ -94,10 +95,12 @@ def _given(spec: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in spec.items() if v is not None}
 
 
-def _reject_unknown(spec: dict[str, Any], known: frozenset[str]) -> None:
-    unknown = sorted(str(k) for k in set(spec) - known)
-    if unknown:
-        raise InvalidResource(f"unknown field(s) spec.{', spec.'.join(unknown)}", field=f"spec.{unknown[0]}")
+def _known_only(spec: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
+    """The spec without the fields this version does not know. Forward compatible: a newer API or CRD may write a
+    field an older operator or API still running beside it (a rolling upgrade, a rollback) has never heard of;
+    reading the rest keeps the resource working there instead of failing it. A request's unknown field is still a
+    400 (``models``: the API checks what users send), and the CRD's schema prunes what no version declares."""
+    return {k: v for k, v in spec.items() if k in known}
 
 
 def _reworded(exc: ValidationError, paths: dict[str, str]) -> InvalidResource:
@@ -255,10 +258,11 @@ def scale_to_cr(scale: ScaleSpec) -> dict[str, int]:
 
 
 def _scale_from_cr(value: object) -> object:
-    """The CR's ``spec.scale`` in the model's spelling (unknown keys kept, for the model to refuse)."""
+    """The CR's ``spec.scale`` in the model's spelling, without keys this version does not know (forward
+    compatible, as ``_known_only``)."""
     if not isinstance(value, dict):
         return value
-    return {SCALE_CR_KEYS.get(key, key): item for key, item in value.items()}
+    return {SCALE_CR_KEYS[key]: item for key, item in value.items() if key in SCALE_CR_KEYS}
 
 
 def _function_spec(meta: Meta, spec: dict[str, Any]) -> FunctionSpec:
@@ -341,8 +345,7 @@ class FunctionResource:
         """OBJ decoded and validated; raises :class:`InvalidResource`."""
         meta = Meta.from_cr(obj)
         assert isinstance(obj, dict)
-        spec = _given(_object(obj.get("spec"), "spec"))
-        _reject_unknown(spec, cls.FIELDS)
+        spec = _known_only(_given(_object(obj.get("spec"), "spec")), cls.FIELDS)
         secrets_version = spec.get(crd.SECRETS_VERSION, "")
         if not isinstance(secrets_version, str) or not SECRETS_VERSION.fullmatch(secrets_version):
             raise InvalidResource(f"spec.{crd.SECRETS_VERSION} must be up to 64 lowercase hex digits",
@@ -411,8 +414,7 @@ class TriggerResource:
         """OBJ decoded and validated; raises :class:`InvalidResource`."""
         meta = Meta.from_cr(obj)
         assert isinstance(obj, dict)
-        spec = _given(_object(obj.get("spec"), "spec"))
-        _reject_unknown(spec, TriggerSpec.FIELDS - {"name"})
+        spec = _known_only(_given(_object(obj.get("spec"), "spec")), TriggerSpec.FIELDS - {"name"})
         try:
             decoded = TriggerSpec.from_user({**spec, "name": meta.name})
         except ValidationError as exc:
@@ -458,8 +460,7 @@ class JobResource:
         """OBJ decoded and validated; raises :class:`InvalidResource`."""
         meta = Meta.from_cr(obj)
         assert isinstance(obj, dict)
-        spec = _given(_object(obj.get("spec"), "spec"))
-        _reject_unknown(spec, frozenset(JOB_FIELDS))
+        spec = _known_only(_given(_object(obj.get("spec"), "spec")), frozenset(JOB_FIELDS))
         try:
             decoded = JobSpec.from_user({"name": meta.name, **{JOB_FIELDS[k]: v for k, v in spec.items()}})
         except ValidationError as exc:
