@@ -77,7 +77,7 @@ def download(url: str, key: str, out: IO[bytes], sha256: str, max_bytes: int) ->
     size = 0
     try:
         with opener.open(url, timeout=SOCKET_TIMEOUT_SEC) as response:
-            while chunk := response.read(CHUNK):
+            while chunk := response.read1(CHUNK):  # what has come: a trickle cannot outlast the deadline
                 size += len(chunk)
                 if size > max_bytes:
                     raise FetchError(f"{WHAT} {key} is larger than {max_bytes} bytes")
