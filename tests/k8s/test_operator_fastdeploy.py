@@ -1,9 +1,9 @@
 """Code fetched at pod start, images only for dependencies, on a real apiserver with kwok pods.
 
-Real: the apiserver (Pod Security ``restricted`` admits the fetch-code init container and the
-read-only code mount), the Deployment/ReplicaSet/Job controllers, the operator. kwok runs no
-containers: a Stage decides that the fetch-code container fails, as ``contextfetch`` would on a
-SHA-256 mismatch.
+Real: the apiserver (Pod Security ``restricted`` admits the runtime container that fetches its own code into
+its code volume, and the fetch-code init container with the read-only code mount of a function on a
+dependency image), the Deployment/ReplicaSet/Job controllers, the operator. kwok runs no containers: a Stage
+decides that the runtime container exits 3 with the reason, as ``sless_fetch`` does on a SHA-256 mismatch.
 """
 
 from __future__ import annotations
@@ -51,12 +51,13 @@ def test_code_only_change_rolls_out_without_a_build(sless: Sless) -> None:
     status = sless.wait_phase("Function", "quick", "Ready")["status"]
     assert status["image"] == "runtimes.test.invalid/sless/python3.11:latest" and status["codeHash"] == CODE_1
     pod = pod_spec(sless, "quick")
-    [init] = pod["initContainers"]
-    assert init["name"] == "fetch-code" and f"--sha256={CODE_1[::-1]}" in init["args"]
-    assert "envFrom" not in init  # no S3 credential, only the signed URL
-    assert init["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "sless-code-quick"
-    [mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "code"]
-    assert mount == {"name": "code", "mountPath": "/app/function", "subPath": "function", "readOnly": True}
+    assert "initContainers" not in pod  # the Python runtime fetches its code itself
+    [container] = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["SLESS_CODE_SHA256"]["value"] == CODE_1[::-1] and "envFrom" not in container
+    assert env["SLESS_CODE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "sless-code-quick"  # no S3 credential
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "code"]
+    assert mount == {"name": "code", "mountPath": "/app/function"}
     secret = sless.get("secret", "sless-code-quick")
     assert secret is not None and secret["metadata"]["ownerReferences"][0]["kind"] == "Function"
     assert status["codeUrl"]["key"] == f"code/{sless.ns}/quick/{CODE_1[:8]}.tar.gz"
@@ -66,7 +67,7 @@ def test_code_only_change_rolls_out_without_a_build(sless: Sless) -> None:
     assert body["status"]["codeHash"] == CODE_2
     template = sless.get("deployment", "quick")["spec"]["template"]
     assert template["metadata"]["labels"]["sless.dev/code-hash"] == CODE_2[:16]
-    assert f"--sha256={CODE_2[::-1]}" in template["spec"]["initContainers"][0]["args"]
+    assert {"name": "SLESS_CODE_SHA256", "value": CODE_2[::-1]} in template["spec"]["containers"][0]["env"]
     assert deps_jobs(sless) == [], "a code-only change built something"
     # the new pods are up (kwok: Ready), the old ReplicaSet scaled down
     pods = sless.labelled("pods", "sless.dev/function=quick")
@@ -92,7 +93,14 @@ def test_dependencies_build_once_per_manifest_and_are_shared(sless: Sless) -> No
     status = sless.wait_phase("Function", "first", "Ready")["status"]
     assert status["image"] == f"registry.test.invalid/sless/{sless.ns}/deps:{DEPS_Y[:32]}"
     assert len(deps_jobs(sless)) == 2
-    assert pod_spec(sless, "first")["containers"][0]["image"] == status["image"]
+    pod = pod_spec(sless, "first")
+    assert pod["containers"][0]["image"] == status["image"]
+    # a dependency image may have been built on an older runtime image: the init container fetches its code
+    [init] = pod["initContainers"]
+    assert init["name"] == "fetch-code" and f"--sha256={CODE_2[::-1]}" in init["args"] and "envFrom" not in init
+    assert init["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "sless-code-first"
+    [mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "code"]
+    assert mount == {"name": "code", "mountPath": "/app/function", "subPath": "function", "readOnly": True}
 
 
 @pytest.fixture

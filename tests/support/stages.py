@@ -46,7 +46,8 @@ def render_stage(
         expressions.append({"key": f'.metadata.labels["{key}"]', "operator": "In", "values": [value]})
     return stage
 
-# a Pending pod whose init container ended with an error: Failed, its app container never started
+# a Pending pod that could not fetch its code: its init container ended with an error, its app container never
+# started; without an init container (a Python or Node runtime fetches its own code), the app container exited 3
 FETCH_FAILED = """\
 {{ $now := Now }}
 conditions:
@@ -77,8 +78,17 @@ containerStatuses:
   ready: false
   restartCount: 0
   state:
+{{ if $.spec.initContainers }}
     waiting:
       reason: PodInitializing
+{{ else }}
+    terminated:
+      exitCode: 3
+      reason: Error
+      message: %(message)s
+      startedAt: {{ $now | Quote }}
+      finishedAt: {{ $now | Quote }}
+{{ end }}
 {{ end }}
 phase: Failed
 """

@@ -7,8 +7,6 @@ presigned GET; contextfetch is run as its command line, as the init container ru
 from __future__ import annotations
 
 import hashlib
-import http.server
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,38 +18,13 @@ from sless_core.models import FunctionSpec
 from sless_operator import codeurl, contextfetch
 from sless_operator.config import OperatorConfig
 from sless_operator.manifests import FunctionRef, Owner
-
-
-class _Objects(http.server.BaseHTTPRequestHandler):
-    objects: dict[str, bytes] = {}
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if "X-Amz-Signature=good" not in self.path:
-            self.send_error(403)
-            return
-        data = self.objects.get(path)
-        if data is None:
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
+from tests.support.s3_like import Objects, serving
 
 
 @pytest.fixture
 def s3_like() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Objects)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
+    with serving() as url:
+        yield url
 
 
 def run(monkeypatch: pytest.MonkeyPatch, url: str, sha: str, dest: Path) -> int:
@@ -67,7 +40,7 @@ def test_the_code_is_fetched_verified_and_unpacked(tmp_path: Path, s3_like: str,
     (code / "handler.py").write_text("def handle(e):\n    return 1\n")
     archive = make_code_archive(code)
     assert archive == make_code_archive(code)  # deterministic: the same code, the same hash
-    _Objects.objects["/bucket/code/a.tar.gz"] = archive
+    Objects.objects["/bucket/code/a.tar.gz"] = archive
     sha = hashlib.sha256(archive).hexdigest()
     dest = tmp_path / "ws" / "function"
     assert run(monkeypatch, f"{s3_like}/bucket/code/a.tar.gz?X-Amz-Signature=good", sha, dest) == 0
@@ -77,7 +50,7 @@ def test_the_code_is_fetched_verified_and_unpacked(tmp_path: Path, s3_like: str,
 def test_a_corrupted_missing_or_unsigned_archive_is_refused(
     tmp_path: Path, s3_like: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _Objects.objects["/bucket/code/b.tar.gz"] = b"tampered"
+    Objects.objects["/bucket/code/b.tar.gz"] = b"tampered"
     cases = {
         f"{s3_like}/bucket/code/b.tar.gz?X-Amz-Signature=good": "has SHA-256",
         f"{s3_like}/bucket/code/none.tar.gz?X-Amz-Signature=good": "HTTP 404 (no such object)",
@@ -149,3 +122,38 @@ def test_tenant_pods_may_reach_the_s3_address_for_their_code() -> None:
     assert fetch_policy("https://[fd00::5]")[0]["egress"][0]["ports"][0]["port"] == 443  # type: ignore[index]
     # a name cannot be a NetworkPolicy peer: SLESS_FUNCTION_EGRESS_CIDRS then; AWS: none
     assert fetch_policy("minio.sless-system.svc:9000") == [] and fetch_policy("") == []
+
+
+def _pod(containers: list[dict[str, object]], **status: object) -> dict[str, object]:
+    return {"spec": {"containers": containers}, "status": status}
+
+
+def test_a_failed_fetch_is_read_from_the_container_that_fetches() -> None:
+    """Go and dependency-image pods: ``fetch-code``'s message. Python and Node pods on the runtime's image: the
+    runtime container's, when it exited 3 (any other exit is the function's own, reported by the rollout)."""
+    from sless_operator import observe
+
+    reason = "code archive: cannot read code/ns/fn/1.tar.gz: HTTP 404 (no such object)"
+    init = _pod([{"name": "function", "env": []}], initContainerStatuses=[
+        {"name": "fetch-code", "state": {"running": {}},
+         "lastState": {"terminated": {"exitCode": 1, "message": reason}}}])  # fmt: skip
+    init["spec"]["initContainers"] = [{"name": "fetch-code", "args": ["--key=code/ns/fn/1.tar.gz"]}]  # type: ignore[index]
+    assert observe.fetch_failure(init) == reason and observe.fetched_key(init) == "code/ns/fn/1.tar.gz"
+
+    itself = [{"name": "function", "env": [{"name": "SLESS_CODE_KEY", "value": "code/ns/fn/2.tar.gz"},
+                                           {"name": "SLESS_CODE_URL", "valueFrom": {"secretKeyRef": {}}}]}]  # fmt: skip
+
+    def status(state: dict[str, object], last: dict[str, object]) -> dict[str, object]:
+        return _pod(itself, containerStatuses=[{"name": "function", "state": state, "lastState": last}])
+
+    crashed = {"terminated": {"exitCode": 3, "message": reason + "\n"}}
+    backoff = {"waiting": {"reason": "CrashLoopBackOff"}}
+    assert observe.fetched_key(status({}, {})) == "code/ns/fn/2.tar.gz"
+    assert observe.fetch_failure(status(crashed, {})) == reason
+    assert observe.fetch_failure(status(backoff, crashed)) == reason
+    assert observe.fetch_failure(status(backoff, {"terminated": {"exitCode": 3}})) == "function exited with code 3"
+    assert observe.fetch_failure(status({"running": {}}, crashed)) is None  # fetched since (or trying again)
+    assert observe.fetch_failure(status(backoff, {"terminated": {"exitCode": 1, "message": "SyntaxError"}})) is None
+    # a pod with code in its image: whatever its container says is no fetch
+    plain = _pod([{"name": "function", "env": []}], containerStatuses=[{"name": "function", "state": crashed}])
+    assert observe.fetch_failure(plain) is None and observe.fetched_key(plain) == ""

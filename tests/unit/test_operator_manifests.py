@@ -695,9 +695,11 @@ def _every_pod() -> dict[str, dict[str, Any]]:
     go = dataclasses.replace(fn_ref("go1.23"), code_key=f"code/{NS}/hello/0001-ab.tar.gz", code_sha256="c0" * 32,
                              context_key="")
     key = manifests.binary_key(go, "registry.test/sless/go1.23:latest")
+    itself = dataclasses.replace(fetched, deps_hash="")
     objects = {
         "deployment": manifests.deployment(CONFIG, fn_ref(), "img:1", 1),
         "deployment (fetched code)": manifests.deployment(CONFIG, fetched, "img:1", 1),
+        "deployment (the runtime fetches its code)": manifests.deployment(CONFIG, itself, "img:1", 1),
         "run job": manifests.run_job(CONFIG, fn_ref(), "img:1", owner, 1, {}),
         "cron job": manifests.cron_job(CONFIG, fn_ref("nodejs20"), "img:1", trigger, "*/5 * * * *", True),
         "build job": manifests.build_job(CONFIG, fn_ref()),
@@ -715,3 +717,52 @@ def test_every_pod_runs_under_the_runtime_default_seccomp_profile(kind: str) -> 
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, kind
     for c in [*pod.get("initContainers", []), *pod["containers"]]:
         assert "seccompProfile" not in c.get("securityContext", {}), (kind, c["name"])
+
+
+# -- Python and Node pods fetch their own code -------------------------------------------------------------
+
+
+def _fetched(runtime: str, **fields: Any) -> manifests.FunctionRef:
+    return dataclasses.replace(fn_ref(runtime), code_key=f"code/{NS}/hello/0001-ab.tar.gz", code_sha256="c0" * 32,
+                               context_key="", **fields)  # fmt: skip
+
+
+@pytest.mark.parametrize("runtime", ["python3.11", "nodejs20"])
+def test_python_and_node_pods_on_the_runtime_image_fetch_their_own_code(runtime: str) -> None:
+    """No init container (a container start less on a cold start): the runtime container reads the signed URL
+    from the Secret (renewing it restarts nothing), unpacks into the code volume and says why it cannot."""
+    ref = _fetched(runtime)
+    assert ref.fetches_itself
+    trigger = Owner(crd.API_VERSION, "Trigger", "tick", "uid-t")
+    for obj in (manifests.deployment(CONFIG, ref, "img:1", 1),
+                manifests.run_job(CONFIG, ref, "img:1", Owner(crd.API_VERSION, "FunctionJob", "j", "u"), 1, {}),
+                manifests.cron_job(CONFIG, ref, "img:1", trigger, "*/5 * * * *", True)):  # fmt: skip
+        pod = pod_spec(obj)
+        assert "initContainers" not in pod, obj["kind"]
+        [c] = pod["containers"]
+        env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
+        assert env["SLESS_CODE_URL"] == {"secretKeyRef": {"name": "sless-code-hello", "key": "url"}}
+        assert (env["SLESS_CODE_KEY"], env["SLESS_CODE_SHA256"]) == (ref.code_key, "c0" * 32)
+        assert env["SLESS_CODE_MAX_BYTES"] == str(manifests.CODE_MAX_BYTES)
+        assert env["SLESS_CODE_REPORT_FILE"] == c["terminationMessagePath"] == "/dev/termination-log"
+        assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+        assert [e["name"] for e in c["env"]] == sorted(e["name"] for e in c["env"])  # stable: no needless rollout
+        # the code volume is writable for the runtime's user; the root filesystem stays read-only
+        assert {"name": "code", "mountPath": "/app/function"} in c["volumeMounts"]
+        assert {"name": "code", "emptyDir": {"sizeLimit": manifests.CODE_VOLUME_SIZE}} in pod["volumes"]
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+@pytest.mark.parametrize("ref", [_fetched("python3.11", deps_hash="d0" * 32), _fetched("go1.23")],
+                         ids=["dependency image", "go"])  # fmt: skip
+def test_go_and_dependency_image_pods_keep_the_fetch_code_init_container(ref: manifests.FunctionRef) -> None:
+    """Go's run image is a bare base image; a dependency image may come from an older runtime image."""
+    if ref.compiled:
+        ref = dataclasses.replace(ref, binary_key=f"binaries/{NS}/hello/0001-ab-1.tar.gz", binary_sha256="b" * 64)
+    assert not ref.fetches_itself
+    pod = pod_spec(manifests.deployment(CONFIG, ref, "img:1", 1))
+    [init] = pod["initContainers"]
+    assert init["name"] == manifests.FETCH_CODE_CONTAINER and f"--key={ref.fetch_key}" in init["args"]
+    assert not any(e["name"].startswith("SLESS_CODE_") for e in pod["containers"][0]["env"])
+    assert all(m.get("readOnly") for m in pod["containers"][0]["volumeMounts"] if m["name"] == "code")

@@ -318,7 +318,8 @@ async def deployment_event(type: str | None, body: kopf.Body, memo: Context, **_
 
 @kopf.on.event(*PODS, labels=FUNCTION_PODS)
 async def function_pod_event(type: str | None, body: kopf.Body, memo: Context, **_: Any) -> None:  # noqa: A002
-    """A function pod whose ``fetch-code`` failed: the Function says why now, not at the rollout's deadline."""
+    """A function pod that cannot fetch its code (``fetch-code``, or the runtime container that fetches itself,
+    ``observe.fetch_failure``): the Function says why now, not at the rollout's deadline."""
     if type in (None, "DELETED"):
         return
     failure = fetch_failure(dict(body))

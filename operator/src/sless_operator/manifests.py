@@ -72,8 +72,8 @@ BUILD_CONTEXT_MAX_BYTES = 512 * 1024 * 1024
 BUILD_WORKSPACE_SIZE = "5376Mi"  # 1280Mi for the context, 4Gi for the image tarball (IMAGE_TARBALL_MAX_BYTES)
 FETCH_UID = 10001  # the platform image's user (Dockerfile)
 
-# Function pods with fetched code: ``fetch-code`` unpacks the archive into an emptyDir, which the
-# function container mounts read-only where the runtime looks for code.
+# Function pods with fetched code, Go's and those on a dependency image: ``fetch-code`` unpacks the archive into
+# an emptyDir, which the function container mounts read-only where the runtime looks for code.
 FETCH_CODE_CONTAINER = "fetch-code"
 CODE_VOLUME = "code"
 CODE_WORKSPACE = "/workspace"
@@ -83,6 +83,15 @@ CODE_MAX_BYTES = 256 * 1024 * 1024
 CODE_VOLUME_SIZE = "640Mi"
 CODE_URL_ENV = "SLESS_CODE_URL"
 CODE_URL_KEY = "url"
+# The Python and Node runtimes fetch their own code (runtimes/*/sless_fetch.py, sless-fetch.js): a container
+# start less on every cold start. They read these variables, unpack into the code volume mounted (writable)
+# at CODE_DIR, and exit FETCH_EXIT_CODE with the reason as their termination message when they cannot.
+SELF_FETCH_RUNTIMES = ("python3.11", "nodejs20")
+FETCH_EXIT_CODE = 3
+CODE_KEY_ENV = "SLESS_CODE_KEY"
+CODE_SHA256_ENV = "SLESS_CODE_SHA256"
+CODE_MAX_BYTES_ENV = "SLESS_CODE_MAX_BYTES"
+CODE_REPORT_ENV = "SLESS_CODE_REPORT_FILE"
 ANNOTATION_EXPIRES = "sless.dev/expires"
 LABEL_DEPS = "sless.dev/deps-hash"
 
@@ -195,6 +204,13 @@ class FunctionRef:
     def compiled(self) -> bool:
         """Fetched Go code: a compile Job turns it into a binary, which the pods fetch (``sless_core.rebuild``)."""
         return self.fetched and self.spec.runtime == GO
+
+    @property
+    def fetches_itself(self) -> bool:
+        """Its pods' runtime container fetches the code (no ``fetch-code`` init container): Python and Node code
+        on the runtime's own image. Not Go (its run image is a bare base image), nor a dependency image: one
+        built from an older runtime image may not know how (its key names the manifests, not the runtime)."""
+        return self.fetched and self.spec.runtime in SELF_FETCH_RUNTIMES and not self.deps_hash
 
     @property
     def fetch_key(self) -> str:
@@ -393,8 +409,7 @@ def fetch_code_container(config: OperatorConfig, fn: FunctionRef) -> dict[str, A
         "image": config.build_fetch_image,
         "command": ["python", "-m", "sless_operator.contextfetch"],
         "args": args,
-        "env": [{"name": CODE_URL_ENV, "valueFrom": {"secretKeyRef": {"name": code_secret_name(fn.name),
-                                                                        "key": CODE_URL_KEY}}}],
+        "env": [code_url_env(fn)],
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
         "securityContext": {**restricted_container_security(True), "runAsUser": FETCH_UID, "runAsGroup": FETCH_UID},
         "volumeMounts": [{"name": CODE_VOLUME, "mountPath": CODE_WORKSPACE}],
@@ -403,8 +418,23 @@ def fetch_code_container(config: OperatorConfig, fn: FunctionRef) -> dict[str, A
     }  # fmt: skip
 
 
+def code_url_env(fn: FunctionRef) -> dict[str, Any]:
+    """The signed URL, from the function's Secret: read when a container starts, so renewing it restarts nothing."""
+    source = {"name": code_secret_name(fn.name), "key": CODE_URL_KEY}
+    return {"name": CODE_URL_ENV, "valueFrom": {"secretKeyRef": source}}
+
+
+def self_fetch_env(fn: FunctionRef) -> list[dict[str, Any]]:
+    """What the runtime container needs to fetch its own code (``FunctionRef.fetches_itself``); the runtime
+    takes the URL out of its environment before the handler loads."""
+    values = {CODE_KEY_ENV: fn.fetch_key, CODE_SHA256_ENV: fn.fetch_sha256, CODE_MAX_BYTES_ENV: str(CODE_MAX_BYTES),
+              CODE_REPORT_ENV: TERMINATION_LOG}  # fmt: skip
+    return [code_url_env(fn), *({"name": k, "value": v} for k, v in values.items())]
+
+
 def code_secret(fn: FunctionRef, url: str, expires: int) -> dict[str, Any]:
-    """The signed URL of the function's current code archive, read by ``fetch-code`` at each pod start."""
+    """The signed URL of the function's current code archive, read by its pods at each start (the runtime
+    container, or the ``fetch-code`` init container of Go and dependency-image pods)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -474,7 +504,11 @@ def _function_pod(config: OperatorConfig, fn: FunctionRef, image: str, *, runner
         # drains in-flight requests up to the function's timeout.
         grace = PRESTOP_SLEEP_SEC + drain_listen_sec + fn.spec.timeout_sec + 5
         pod["terminationGracePeriodSeconds"] = min(grace, MAX_GRACE_SEC)
-    if fn.fetched:
+    if fn.fetches_itself:  # the runtime unpacks into the volume itself, then makes the files read-only
+        pod["volumes"].append({"name": CODE_VOLUME, "emptyDir": {"sizeLimit": CODE_VOLUME_SIZE}})
+        container["env"] = sorted(container["env"] + self_fetch_env(fn), key=lambda item: str(item["name"]))
+        container["volumeMounts"].append({"name": CODE_VOLUME, "mountPath": CODE_DIR})
+    elif fn.fetched:
         pod["initContainers"] = [fetch_code_container(config, fn)]
         pod["volumes"].append({"name": CODE_VOLUME, "emptyDir": {"sizeLimit": CODE_VOLUME_SIZE}})
         mount_path = GO_BIN_DIR if fn.compiled else CODE_DIR

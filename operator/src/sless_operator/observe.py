@@ -12,7 +12,14 @@ from typing import Any
 
 from sless_core import crd
 from sless_core.crcodec import InvalidResource, TriggerResource
-from sless_operator.manifests import ANNOTATION_AUTOSCALED, FETCH_CODE_CONTAINER, SPEC_HASH
+from sless_operator.manifests import (
+    ANNOTATION_AUTOSCALED,
+    CODE_KEY_ENV,
+    CONTAINER,
+    FETCH_CODE_CONTAINER,
+    FETCH_EXIT_CODE,
+    SPEC_HASH,
+)
 
 
 @dataclass(frozen=True)
@@ -197,28 +204,54 @@ def desired_replicas(base: int, triggers: list[TriggerSummary]) -> int:
     return 0 if switched_off(triggers) else base
 
 
-def fetch_failure(pod: dict[str, Any]) -> str | None:
-    """Why a function pod's ``fetch-code`` init container failed (its termination message), or None.
-
-    The kubelet restarts a failed init container with backoff, so the reason may sit in the current
-    state or in the last one.
-    """
-    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
-        if status.get("name") != FETCH_CODE_CONTAINER:
-            continue
-        for state in (status.get("state") or {}, status.get("lastState") or {}):
-            terminated = state.get("terminated") or {}
-            if terminated and terminated.get("exitCode") not in (0, None):
-                message = str(terminated.get("message") or "").strip()
-                return message or f"{FETCH_CODE_CONTAINER} exited with code {terminated.get('exitCode')}"
+def _terminated_failure(status: dict[str, Any], exit_codes: tuple[int, ...] | None) -> str | None:
+    """The termination message of a container STATUS that exited non-zero (one of EXIT_CODES when given), in
+    its current state or its last one (the kubelet restarts a failed container with backoff), or None."""
+    for state in (status.get("state") or {}, status.get("lastState") or {}):
+        terminated = state.get("terminated") or {}
+        code = terminated.get("exitCode")
+        if terminated and code not in (0, None) and (exit_codes is None or code in exit_codes):
+            message = str(terminated.get("message") or "").strip()
+            return message or f"{status.get('name')} exited with code {code}"
     return None
 
 
+def fetch_failure(pod: dict[str, Any]) -> str | None:
+    """Why a function pod could not fetch its code (the fetching container's termination message), or None.
+
+    Go and dependency-image pods fetch in the ``fetch-code`` init container; Python and Node pods on the
+    runtime's image in the runtime container itself, which exits ``FETCH_EXIT_CODE`` then (any other exit is
+    the function's own failure, which the rollout reports as it always has).
+    """
+    status = pod.get("status") or {}
+    for init in status.get("initContainerStatuses") or []:
+        if init.get("name") == FETCH_CODE_CONTAINER:
+            return _terminated_failure(init, None)
+    if not _fetches_itself(pod):
+        return None
+    for container in status.get("containerStatuses") or []:
+        if container.get("name") == CONTAINER and "running" not in (container.get("state") or {}):
+            return _terminated_failure(container, (FETCH_EXIT_CODE,))  # running: fetched since, or trying again
+    return None
+
+
+def _runtime_env(pod: dict[str, Any]) -> dict[str, str]:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == CONTAINER:
+            return {str(e.get("name")): str(e.get("value") or "") for e in container.get("env") or []}
+    return {}
+
+
+def _fetches_itself(pod: dict[str, Any]) -> bool:
+    return bool(_runtime_env(pod).get(CODE_KEY_ENV))
+
+
 def fetched_key(pod: dict[str, Any]) -> str:
-    """The code archive key a function pod's ``fetch-code`` container reads ("" when it has none)."""
+    """The code archive (or binary) key a function pod fetches ("" when it has none): ``fetch-code``'s
+    ``--key``, or the runtime container's ``SLESS_CODE_KEY``."""
     for container in (pod.get("spec") or {}).get("initContainers") or []:
         if container.get("name") == FETCH_CODE_CONTAINER:
             for arg in container.get("args") or []:
                 if isinstance(arg, str) and arg.startswith("--key="):
                     return arg.removeprefix("--key=")
-    return ""
+    return _runtime_env(pod).get(CODE_KEY_ENV, "")
