@@ -89,10 +89,13 @@ class Watch:
             '{.status.initContainerStatuses[*].state.terminated.reason}{"|"}{.status.containerStatuses[*].started}'
             '{"\\n"}')  # fmt: skip
 
-    def __init__(self, e: ElasticPlatform) -> None:
+    def __init__(self, e: ElasticPlatform, follow: tuple[str, ...] = ()) -> None:
         self.events: list[tuple[float, str, list[str]]] = []  # (time.time(), "deploy"|"pod", fields)
         self.procs: list[subprocess.Popen[str]] = []
-        bed, ns = e.real_node.bed, e.tenant.ns
+        self.follow, self.followed = follow, set[str]()
+        # pod -> (function, when its runtime logged that it had fetched its code: the kubelet's log timestamp)
+        self.code_fetched: dict[str, tuple[str, float]] = {}
+        self.bed, self.ns = bed, ns = e.real_node.bed, e.tenant.ns
         for kind, what, template in (("deploy", ["deployments"], self.DEPLOYMENTS),
                                      ("pod", ["pods", "-l", "sless.dev/component=function"], self.PODS)):  # fmt: skip
             argv = ["kubectl", "get", *what, "-n", ns, "-w", "-o", f"jsonpath={template}"]
@@ -103,7 +106,32 @@ class Watch:
     def _read(self, kind: str, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
-            self.events.append((time.time(), kind, line.rstrip("\n").split("|")))
+            fields = line.rstrip("\n").split("|")
+            self.events.append((time.time(), kind, fields))
+            # a followed function's runtime container runs: its log says when its code was there
+            if kind == "pod" and len(fields) >= 6 and fields[1] in self.follow and fields[5] == "true" \
+                    and fields[0] not in self.followed:  # fmt: skip
+                self.followed.add(fields[0])
+                threading.Thread(target=self._code_fetched, args=(fields[0], fields[1]), daemon=True).start()
+
+    def _code_fetched(self, pod: str, function: str) -> None:
+        """The time of the runtime's "code archive ... unpacked into" line (sless_fetch), read from its log once the
+        container runs: one ``kubectl logs`` per pod, its timestamp the kubelet's, so reading late costs nothing."""
+        argv = ["kubectl", "logs", "-f", "--timestamps", "-n", self.ns, pod, "-c", "function"]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=self.bed.env)
+        self.procs.append(proc)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            stamp, _, message = line.partition(" ")
+            if message.startswith("code archive ") and " unpacked into " in message:
+                self.code_fetched[pod] = (function, rfc3339(stamp))
+                break
+        proc.terminate()
+
+    def fetched(self, function: str, after: float, until_: float) -> float | None:
+        """When a pod of FUNCTION first had its code, between AFTER and UNTIL_ (a runtime that fetches it itself)."""
+        found = [at for fn, at in list(self.code_fetched.values()) if fn == function and after <= at <= until_]
+        return min(found, default=None)
 
     def first(self, after: float, until_: float, match: Callable[[str, list[str]], bool]) -> float | None:
         for at, kind, fields in list(self.events):
@@ -298,6 +326,15 @@ def measure_burst(e: ElasticPlatform) -> Burst:
     return Burst(to_pods, scale_in, len(answers), callers.failed(start), steady_pods)
 
 
+def rfc3339(stamp: str) -> float:
+    """Seconds since the epoch of an RFC 3339 time with up to nanoseconds (``kubectl logs --timestamps``)."""
+    head, dot, rest = stamp.partition(".")
+    if dot:
+        digits = "".join(c for c in rest if c.isdigit())
+        stamp = f"{head}.{digits[:6]}{rest[len(digits):]}"
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
 def scaler_heard(e: ElasticPlatform, ns: str, fn: str, after: float) -> float | None:
     """When the scaler logged the function's activity changing (its first waiting call), after AFTER."""
     for line in e.scaler.lines():
@@ -344,6 +381,9 @@ def breakdown(e: ElasticPlatform, watch: Watch, samples: list[Cold]) -> dict[str
             "Deployment replicas >= 1": watch.first(s.sent, end + 5, deployment_up),
             "pod created": watch.first(s.sent, end + 5, pod_seen),
             "fetch-code (init container) done": watch.first(s.sent, end + 5, code_fetched),
+            # the log line's own time: the kubelet reports the container started at its next look (PLEG), which
+            # can come after the runtime has fetched its code; the one-function samples only (a log read per pod)
+            "the runtime has its code (its fetch's log line)": watch.fetched(fn, s.sent, end + 5),
             "runtime container started": watch.first(s.sent, end + 5, runtime_started),
             "pod ready": watch.first(s.sent, end + 5, pod_ready),
             "answered": end,
@@ -369,7 +409,7 @@ def run(args: argparse.Namespace) -> None:
         for runtime in args.runtimes:
             e.deploy(single_name(runtime), runtime, HANDLERS[runtime], scale=SCALE)
         e.deploy("burst", "python3.11", SLEEPY, scale=SCALE)
-        watch = Watch(e)
+        watch = Watch(e, follow=tuple(single_name(r) for r in args.runtimes))
         stack.callback(watch.stop)
         single = measure_single(e, list(args.runtimes), args.n)
         phases = {r: breakdown(e, watch, single[r]) for r in args.runtimes}
