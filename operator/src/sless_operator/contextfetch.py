@@ -1,4 +1,10 @@
-"""``python -m sless_operator.contextfetch``: the init container of build Jobs and of function pods.
+"""``python -m sless_operator.contextfetch``: the init container of build and compile Jobs, and of the function
+pods of Go and of dependency images (``fetch-code``).
+
+Python and Node pods on their runtime's own image fetch their code in the runtime container instead
+(``runtimes/python3.11/sless_fetch.py``, ``runtimes/nodejs20/sless-fetch.js``), which the function's code then
+runs beside, so those fetchers take nothing from this package: they check archives as ``unpack`` does and give
+its messages, which ``tests/runtimes/test_code_fetch.py`` holds them to, archive by archive.
 
 It alone holds the S3 credentials of a build: it downloads one build context (a tar.gz the
 API wrote, ``sless_core.buildcontext``) by key, checks its SHA-256 when the Function states
