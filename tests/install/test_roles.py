@@ -3,6 +3,7 @@ variables, tasks/main.yml as a table of contents that starts with the preflight.
 
 from __future__ import annotations
 
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -133,17 +134,43 @@ def test_modules_are_fully_qualified(role: Path) -> None:
             assert module.count(".") >= 2, f"{path.relative_to(ROOT)}: {module} is not a fully qualified name"
 
 
-def test_keda_is_optional_guarded_and_left_out_of_the_scenarios() -> None:
-    """sless installs KEDA only when asked (off by default) and only where its CRD is absent; no Molecule scenario
-    asks for it (they have no internet access to reach KEDA's chart repository)."""
+def _tasks(path: Path) -> list[dict[str, Any]]:
+    """Every task of a task file, those inside blocks included, in order."""
+    out: list[dict[str, Any]] = []
+    for task in _load(path):
+        out.extend(task.get("block", [task]))
+    return out
+
+
+def test_keda_comes_from_the_role_s_copy_of_its_official_chart_unless_present() -> None:
+    """sless installs KEDA by default from the official chart it carries (2.20.2, the version the tests run), only where
+    the cluster has no KEDA, marking its release; the real-node scenario, whose node would pull KEDA's images from
+    ghcr.io, turns it off."""
     role = ROOT / "roles" / "sless"
-    assert _defaults(role)["sless_install_keda"] is False
+    defaults = _defaults(role)
+    assert defaults["sless_install_keda"] is True
+    assert defaults["sless_keda_chart_ref"] == "{{ role_path }}/files/keda-2.20.2.tgz"
+    with tarfile.open(role / "files" / "keda-2.20.2.tgz") as tgz:
+        member = tgz.extractfile("keda/Chart.yaml")
+        assert member is not None
+        chart = yaml.safe_load(member.read())
+    assert (chart["name"], chart["version"], chart["appVersion"]) == ("keda", "2.20.2", "2.20.2")
+    assert "Apache License" in (role / "files" / "keda-LICENSE").read_text()
+    assert "kedacore/charts" in (role / "files" / "README.md").read_text()
     [entry] = [t for t in _load(role / "tasks" / "main.yml") if t.get("ansible.builtin.import_tasks") == "keda.yml"]
     assert entry["when"] == "sless_install_keda | bool"
-    probe, install = _load(role / "tasks" / "keda.yml")
-    assert probe["kubernetes.core.k8s_info"]["name"] == "scaledobjects.keda.sh"
-    helm = install["kubernetes.core.helm"]
-    assert (helm["chart_repo_url"], helm["chart_ref"]) == ("https://kedacore.github.io/charts", "keda")
-    assert install["when"] == f"{probe['register']}.resources | length == 0"
-    scenarios = [p for p in (ROOT / "molecule").rglob("*.yml") if "sless_install_keda" in p.read_text()]
-    assert scenarios == []
+    tasks = _tasks(role / "tasks" / "keda.yml")
+    assert tasks[0]["kubernetes.core.k8s_info"]["name"] == "scaledobjects.keda.sh"
+    [install] = [t for t in tasks if "kubernetes.core.helm" in t]
+    assert install["when"] == "not sless_keda_foreign | bool"
+    assert install["kubernetes.core.helm"]["chart_ref"] == "{{ sless_keda_chart_ref }}"
+    converge = (ROOT / "molecule" / "e2e-real" / "converge.yml").read_text()
+    assert "sless_install_keda: false" in converge
+
+
+def test_uninstall_removes_keda_before_any_namespace() -> None:
+    """KEDA's APIService, not served, stalls every namespace deletion: the role's KEDA goes first."""
+    names = [t["name"] for t in _tasks(ROOT / "roles" / "sless" / "tasks" / "uninstall.yml")]
+    keda = names.index("Uninstall | helm uninstall keda (its CRDs and its APIService go with it)")
+    assert keda < names.index("Uninstall | Delete the namespaces")
+    assert keda < names.index("Uninstall | Delete KEDA's namespace, which the role created")
