@@ -70,9 +70,11 @@ SCENARIOS=${SLESS_MOLECULE_SCENARIOS:-default e2e stress functions}
 # e2e-real (the platform as pods on the real node, then the stress functions on it with the same short storm)
 # last: it waits for the node's lock, which lane B holds meanwhile
 [ -z "${SLESS_MOLECULE_SCENARIOS:-}" ] && [ "$REALNODE" = 1 ] && SCENARIOS="$SCENARIOS e2e-real"
-# run in lane B after the real-node tests (see the lanes below): the runtimes' contract tests, and the tests of a real
-# KEDA on a kwok bed of their own (minutes of HPA and KEDA sync periods, which would make lane A the longest)
-LANE_B_TESTS=(tests/runtimes tests/k8s/test_keda_bed.py tests/k8s/test_keda_scaling.py tests/k8s/test_operator_scale.py)
+# run in lane B after the real-node tests (see the lanes below): the runtimes' contract tests, the tests of a real
+# KEDA on a kwok bed of their own (minutes of HPA and KEDA sync periods, which would make lane A the longest), the
+# role's use of an existing KEDA (a bed of its own too) and the operators' leader election (Lease expiries)
+LANE_B_TESTS=(tests/runtimes tests/k8s/test_keda_bed.py tests/k8s/test_keda_scaling.py tests/k8s/test_operator_scale.py
+              tests/install/test_keda_install.py tests/k8s/test_operator_leader.py)
 # Run in lane B under the real node's lock, before its tests: their iptables chains (the port guard of a sandbox
 # as root) would be wiped by the real node's kube-router, which restores the whole filter table on every sync.
 LANE_B_LOCKED_TESTS=(tests/integration/test_spares.py tests/integration/test_supervisor.py)
