@@ -202,3 +202,19 @@ def test_completion_offers_verbs_sub_verbs_and_flags(tenant: Tenant) -> None:
     assert complete("sless", "job", "run", "x", "--ev") == ["--event"]
     assert complete("sless", "sc") == ["scale"]
     assert {"--min", "--max", "--target", "--idle-sec", "--off"} <= set(complete("sless", "scale", "fn", "--"))
+
+
+@pytest.mark.parametrize("argv", [("ls",), ("ls", "-o", "json"), ("completion", "bash"), ("get", "hello")])
+def test_a_reader_that_leaves_early_ends_the_cli_quietly(deployed: Tenant, argv: tuple[str, ...]) -> None:
+    """`sless ls | head`: the reader is gone before the CLI writes (its pipe's read end closed first, so every
+    write fails), and the CLI stops as a tool killed by SIGPIPE does: status 141, nothing on stderr (it said
+    'cannot reach the API (BrokenPipeError)')."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {**os.environ, "SLESS_TOKEN": deployed.token, "SLESS_URL": deployed.url}
+    try:
+        done = subprocess.run([sys.executable, "-m", "sless_api", *argv], env=env, cwd=REPO, stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (141, ""), (done.returncode, done.stderr)

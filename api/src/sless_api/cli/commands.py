@@ -240,6 +240,18 @@ def parser(env: ClientEnv, extra: Sequence[Registrar] = ()) -> argparse.Argument
     return root
 
 
+#: The exit status of a process killed by SIGPIPE (128 + 13), which shells and `set -o pipefail` know.
+SIGPIPE_EXIT = 141
+
+
+def stdout_gone() -> None:
+    """Point stdout at /dev/null: what is still buffered for a reader that left must not fail again, with a
+    message on stderr, when the interpreter flushes stdout at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def print_completion(root: argparse.ArgumentParser) -> int:
     from sless_api.cli.completion import bash_script
 
@@ -257,6 +269,9 @@ def main(argv: list[str] | None, env: ClientEnv, extra: Sequence[Registrar] = ()
     except CliError as exc:
         print(f"sless: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader left (`sless ls | head`): stop quietly, as a tool killed by SIGPIPE does
+        stdout_gone()
+        return SIGPIPE_EXIT
     except OSError as exc:  # requests' connection errors are OSErrors: one line, not a traceback
         print(f"sless: cannot reach the API ({type(exc).__name__}): is `sless up` running at --url?",
               file=sys.stderr)
