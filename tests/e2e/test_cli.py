@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import socket
 import subprocess
 import sys
 import time
@@ -218,3 +219,15 @@ def test_a_reader_that_leaves_early_ends_the_cli_quietly(deployed: Tenant, argv:
     finally:
         os.close(write_end)
     assert (done.returncode, done.stderr) == (141, ""), (done.returncode, done.stderr)
+
+
+def test_sless_up_on_a_port_in_use_says_so_and_nothing_else(tmp_path: Path) -> None:
+    """The port is bound before the banner: a port in use is the one line printed, no 'serving on' before it."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLESS_")}
+        done = subprocess.run([sys.executable, "-m", "sless_api", "up", "--port", str(port), "--data-dir",
+                               str(tmp_path / "data")], env=env, cwd=REPO, capture_output=True, text=True,
+                              timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert done.stderr.strip() == f"sless up: cannot listen on 127.0.0.1:{port}: Address already in use", done.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -65,7 +66,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"sless up: refusing to start: {exc}", file=sys.stderr)
         return 2
     limits = config.server
-    url = f"http://{args.host}:{args.port}"
+    try:  # before the banner: a port in use is said at once, and is all that is said
+        listener = listening_socket(args.host, args.port)
+    except OSError as exc:
+        print(f"sless up: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    url = f"http://{args.host}:{listener.getsockname()[1]}"
     print(f"sless standalone: serving on {url} (data in {data_dir})", file=sys.stderr)
     print(f"  get a token:      sless token --sub you --data-dir {data_dir}", file=sys.stderr)
     print(f"  deploy a folder:  sless deploy examples/hello-python --url {url}", file=sys.stderr)
@@ -80,13 +86,30 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         app = create_app(config)
     except (SandboxUnavailable, CorruptStateError) as exc:  # say why, not a traceback
+        listener.close()
         print(f"sless up: refusing to start: {exc}", file=sys.stderr)
         return 2
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", log_config=None, access_log=False,
-                timeout_graceful_shutdown=30, lifespan="on", http=guarded_protocol(limits),
-                timeout_keep_alive=limits.keep_alive_sec,
-                # Every caller of `sless up` comes from loopback, which uvicorn trusts for X-Forwarded-For:
-                # the proxy would then take a client's claimed address as the peer's.
-                proxy_headers=False)
+    server = uvicorn.Server(uvicorn.Config(
+        app, log_level="warning", log_config=None, access_log=False, timeout_graceful_shutdown=30, lifespan="on",
+        http=guarded_protocol(limits), timeout_keep_alive=limits.keep_alive_sec,
+        # Every caller of `sless up` comes from loopback, which uvicorn trusts for X-Forwarded-For:
+        # the proxy would then take a client's claimed address as the peer's.
+        proxy_headers=False))
+    server.run(sockets=[listener])  # what uvicorn.run does, on the socket bound above
+    if not server.started:  # the app's start-up failed (uvicorn logged why)
+        return 1
     print("sless standalone: stopped", file=sys.stderr)
     return 0
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """HOST:PORT bound (port 0: the kernel's choice); OSError when it cannot be, e.g. the port is in use."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a restart finds it free
+        sock.bind((host.strip("[]"), port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
