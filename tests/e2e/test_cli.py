@@ -231,3 +231,42 @@ def test_sless_up_on_a_port_in_use_says_so_and_nothing_else(tmp_path: Path) -> N
                               timeout=120, check=False)  # fmt: skip
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert done.stderr.strip() == f"sless up: cannot listen on 127.0.0.1:{port}: Address already in use", done.stderr
+
+
+def test_invoke_writes_a_binary_answer_byte_for_byte(tenant: Tenant, tmp_path: Path) -> None:
+    """1,024 bytes of every value come out as those 1,024 bytes (they came out as 2,049: decoded and re-encoded)."""
+    folder = tmp_path / "bytes"
+    folder.mkdir()
+    (folder / "handler.py").write_text("def handle(event):\n    return bytes(range(256)) * 4\n")
+    sless(tenant, "deploy", str(folder), "--name", "bytes")
+    env = {**os.environ, "SLESS_TOKEN": tenant.token, "SLESS_URL": tenant.url}
+    done = subprocess.run([sys.executable, "-m", "sless_api", "invoke", "bytes"], env=env, cwd=REPO,
+                          capture_output=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == bytes(range(256)) * 4
+
+
+@pytest.mark.parametrize(("make", "words"), [
+    (lambda d: None, "is not a folder"),  # missing
+    (lambda d: d.mkdir(), "has no code to deploy"),  # empty
+    (lambda d: (d.mkdir(), (d / "sless.json").write_text('{"runtime": "python3.11"}')), "has no code to deploy"),
+    (lambda d: (d.mkdir(), (d / "handler.py").write_text("x = 1\n"), (d / "sless.json").write_text("{oops")),
+     "is not JSON"),
+    (lambda d: (d.mkdir(), (d / "handler.py").write_text("x = 1\n"), (d / "sless.json").mkdir()),
+     "cannot read"),
+])  # fmt: skip
+def test_a_deploy_that_cannot_upload_creates_nothing(tenant: Tenant, tmp_path: Path, make: Any, words: str) -> None:
+    folder = tmp_path / "code"
+    make(folder)
+    done = sless(tenant, "deploy", str(folder), "--name", "never", expect=1)
+    assert words in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert tenant.api("GET", "/functions/never").status_code == 404
+
+
+def test_a_manifest_without_a_runtime_falls_back_to_the_files(tenant: Tenant, tmp_path: Path) -> None:
+    folder = tmp_path / "node"
+    folder.mkdir()
+    (folder / "handler.js").write_text("exports.handle = async () => ({ ok: true });\n")
+    (folder / "sless.json").write_text('{"memory_mb": 256}')
+    sless(tenant, "deploy", str(folder), "--name", "guessed")
+    assert tenant.api("GET", "/functions/guessed", expect=200).json()["runtime"] == "nodejs20"

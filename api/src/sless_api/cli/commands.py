@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import secrets
 import sys
 import time
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,27 +100,41 @@ def zip_folder(folder: Path) -> bytes:
 
 def read_manifest(folder: Path) -> dict[str, Any]:
     """The function's settings from ``sless.json`` (any field of the API's, ``scale`` included, plus ``trigger``);
-    without one, the runtime guessed from the files."""
+    the runtime, when it does not name one (or there is no ``sless.json``), guessed from the files."""
     manifest = folder / "sless.json"
-    if manifest.exists():
-        try:
-            data = json.loads(manifest.read_text())
-        except ValueError as exc:
-            raise CliError(f"{manifest} is not JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise CliError(f"{manifest} must hold a JSON object (name, runtime, scale, ...)")
-        if "scale" in data and data["scale"] is not None and not isinstance(data["scale"], dict):
-            raise CliError(f'{manifest}: "scale" must be an object {{min, max, target, idle_sec}} or null')
-        return data
+    if not manifest.exists():
+        return {"runtime": guess_runtime(folder)}
+    try:
+        data = json.loads(manifest.read_bytes())
+    except ValueError as exc:  # not JSON, or not UTF-8
+        raise CliError(f"{manifest} is not JSON: {exc}") from None
+    except OSError as exc:  # a folder of that name, no permission, ...
+        raise CliError(f"cannot read {manifest}: {exc.strerror or exc}") from None
+    if not isinstance(data, dict):
+        raise CliError(f"{manifest} must hold a JSON object (name, runtime, scale, ...)")
+    if "scale" in data and data["scale"] is not None and not isinstance(data["scale"], dict):
+        raise CliError(f'{manifest}: "scale" must be an object {{min, max, target, idle_sec}} or null')
+    if data.get("runtime") is None:
+        data["runtime"] = guess_runtime(folder)
+    return data
+
+
+def guess_runtime(folder: Path) -> str:
+    """The runtime a folder's files suggest: Go files or go.mod, then handler.js or package.json, else Python."""
     if (folder / "go.mod").exists() or list(folder.glob("*.go")):
-        return {"runtime": "go1.23"}
+        return "go1.23"
     if (folder / "handler.js").exists() or (folder / "package.json").exists():
-        return {"runtime": "nodejs20"}
-    return {"runtime": "python3.11"}
+        return "nodejs20"
+    return "python3.11"
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
     folder = Path(args.folder)
+    if not folder.is_dir():
+        raise CliError(f"{folder} is not a folder: deploy uploads a folder of code")
+    archive = zip_folder(folder)  # before anything is created: an upload that cannot happen creates nothing
+    if not any(info.filename != "sless.json" for info in zipfile.ZipFile(io.BytesIO(archive)).infolist()):
+        raise CliError(f"{folder} has no code to deploy (no file besides sless.json)")
     manifest = read_manifest(folder)
     name = args.name or manifest.pop("name", None) or folder.resolve().name
     trigger = manifest.pop("trigger", {"type": "http"})
@@ -128,7 +144,6 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     created = client.request("POST", client.ns_path("/functions"), json=spec, ok=(201, 409))
     if created is None or created.get("error"):
         client.request("PUT", client.ns_path(f"/functions/{name}"), json=manifest)
-    archive = zip_folder(folder)
     print(f"uploading {len(archive)} bytes of code for {name}...", file=sys.stderr)
     client.request("POST", client.ns_path(f"/functions/{name}/upload"), files={"code": ("code.zip", archive)})
     if trigger:
@@ -158,8 +173,25 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     resp = client.http.post(f"{client.url}/fn/{client.namespace()}/{args.name}{args.path}",
                             data=args.data.encode() if args.data else None,
                             headers={"Content-Type": "application/json"} if args.data else {}, timeout=args.timeout)
-    sys.stdout.write(resp.text + ("" if resp.text.endswith("\n") else "\n"))
+    write_answer(resp.content, resp.headers.get("Content-Type", ""))
     return 0 if resp.status_code < 400 else 1
+
+
+def write_answer(body: bytes, content_type: str) -> None:
+    """An answer as it came: text (JSON, text/*) with a final newline for the terminal, anything else (an image,
+    an archive, bytes that are not UTF-8) byte for byte, nothing added."""
+    textual = content_type.startswith("text/") or "json" in content_type or not content_type
+    if textual:
+        try:
+            text = body.decode()
+        except UnicodeDecodeError:
+            textual = False
+    if not textual:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(body)
+        sys.stdout.buffer.flush()
+        return
+    sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
 
 
 def cmd_ls(args: argparse.Namespace, client: Client) -> int:
