@@ -135,7 +135,7 @@ def test_logs_show_calls_with_request_ids_and_follow_new_ones(deployed: Tenant, 
     requests.get(deployed.fn_url("hello"), headers={"X-Request-Id": "cli-before"}, timeout=30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        lines = [json.loads(line) for line in sless_cli(deployed, "logs", "hello", "-o", "json").splitlines()]
+        lines = json.loads(sless_cli(deployed, "logs", "hello", "-o", "json"))["items"]  # the API's answer
         if any(line["request_id"] == "cli-before" for line in lines):
             break
         time.sleep(0.2)
@@ -143,15 +143,16 @@ def test_logs_show_calls_with_request_ids_and_follow_new_ones(deployed: Tenant, 
         raise AssertionError(f"no record of the call: {lines}")
     env = {**os.environ, "SLESS_TOKEN": deployed.token, "SLESS_URL": deployed.url}
     follower = subprocess.Popen([sys.executable, "-m", "sless_api", "logs", "hello", "--follow", "--interval",
-                                 "0.2", "--limit", "1"], env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
+                                 "0.2", "--limit", "1", "-o", "json"], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                                text=True)  # fmt: skip
     try:
         assert follower.stdout is not None
-        first = follower.stdout.readline()  # the one recent record
-        assert "cli-before" in first, first
+        first = json.loads(follower.stdout.readline())  # the one recent record: --follow streams JSON lines
+        assert first["request_id"] == "cli-before", first
         requests.get(deployed.fn_url("hello"), headers={"X-Request-Id": "cli-followed"}, timeout=30)
         ready, _, _ = select.select([follower.stdout], [], [], 30)
         assert ready, "--follow printed nothing for a new call within 30 s"
-        assert "cli-followed" in follower.stdout.readline()
+        assert json.loads(follower.stdout.readline())["request_id"] == "cli-followed"
     finally:
         follower.kill()
         follower.wait(10)
@@ -166,8 +167,8 @@ def test_logs_id_prints_what_one_call_wrote(tenant: Tenant) -> None:
     deadline = time.monotonic() + 30
     records: dict[str, dict[str, Any]] = {}
     while time.monotonic() < deadline and len(records) < 2:
-        records = {line["request_id"]: line for line in map(json.loads, sless_cli(
-            tenant, "logs", "talker", "-o", "json").splitlines())}
+        records = {line["request_id"]: line for line in json.loads(sless_cli(
+            tenant, "logs", "talker", "-o", "json"))["items"]}
         time.sleep(0.2)
     first = records["talk-1"]
     table = sless_cli(tenant, "logs", "talker")

@@ -115,13 +115,17 @@ def write_source(folder: Path, files: list[dict[str, Any]]) -> None:
 
 
 def cmd_logs(args: argparse.Namespace, client: Client) -> int:
-    """Recent invocations, oldest first; with --follow, new ones as they are recorded (Ctrl-C ends);
-    with --id, what that one call wrote."""
+    """Recent invocations, oldest first (``-o json``: the API's answer); with --follow, new ones as they are
+    recorded (Ctrl-C ends; ``-o json``: one record per line); with --id, what that one call wrote."""
     path = client.ns_path(f"/functions/{args.name}/invocations")
     if args.id is not None:
         return print_call_output(client.request("GET", f"{path}/{args.id}/logs"), args.output == "json")
-    items: list[dict[str, Any]] = client.request("GET", path, params={"limit": args.limit})["items"]
+    listed: dict[str, Any] = client.request("GET", path, params={"limit": args.limit})
+    items: list[dict[str, Any]] = listed["items"]
     last = max((int(i["id"]) for i in items if i.get("id") is not None), default=0)
+    if args.output == "json" and not args.follow:
+        emit(listed, True, "")  # the API's own answer (newest first); --follow streams JSON lines instead
+        return 0
     for item in reversed(items):
         print_invocation(item, args.output == "json")
     while args.follow:
