@@ -354,6 +354,15 @@ def test_jobs_create_list_and_run_again(browser: webdriver.Chrome, sless: SlessP
     api_job = tenant.api("GET", "/jobs/double", expect=200).json()
     assert api_job["run_id"] == 2 and api_job["phase"] == "Succeeded"
 
+    # a job's invocation record has no cold/warm value, and the list says none (it said "warm")
+    (run,) = [r for r in records(tenant, "job-fn") if r["trigger"] == "job"][:1]
+    assert run["cold"] is None, run
+    browser.find_element(By.ID, "refresh").click()
+    cell = f"tr[data-invocation='{run['id']}'] td:nth-child(6)"
+    until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, cell))
+    assert browser.find_element(By.CSS_SELECTOR, cell).text == ""
+    assert browser.find_element(By.CSS_SELECTOR, f"tr[data-invocation='{run['id']}'] td:nth-child(7)").text == "job"
+
 
 CONSOLE_VALUE = "console-pw-2f8e61d4"
 

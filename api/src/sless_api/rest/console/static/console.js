@@ -74,7 +74,7 @@ async function renderInvocations(fn) {
     rows.append(el("tr", { "data-invocation": String(i.id) },
       el("td", {}, new Date(i.started_at * 1000).toISOString()), el("td", {}, i.method),
       el("td", {}, i.path), el("td", {}, String(i.status)), el("td", {}, Number(i.duration_ms).toFixed(1)),
-      el("td", {}, i.cold === undefined ? "" : i.cold ? "cold" : "warm"),
+      el("td", {}, i.cold == null ? "" : i.cold ? "cold" : "warm"),  // null: a job, cron or event run, a 404
       el("td", {}, i.trigger), el("td", {}, i.request_id || ""), el("td", { class: "message" }, i.error || ""),
       el("td", {}, el("button", { type: "button", class: "call-logs", "aria-label": `Logs of call ${i.id}`,
         onclick: () => showCallLogs(fn, i) }, "Logs"))));
