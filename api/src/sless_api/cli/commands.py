@@ -218,7 +218,9 @@ def parser(env: ClientEnv, extra: Sequence[Registrar] = ()) -> argparse.Argument
     for register in extra:
         register(verbs, env)
     token = verbs.add_parser("token", help="print a token signed with the configured HS256 secret")
-    token.add_argument("--sub", required=True)
+    token.add_argument("--sub", default=env.sub,
+                       help="the token's subject, whose tenant it is (default: SLESS_SUB, else developer: the "
+                            "tenant the other verbs use)")
     token.add_argument("--ttl", type=int, default=3600)
     token.add_argument("--admin", action="store_true", help="may cross namespaces")
     token.add_argument("--data-dir", default=str(env.data_dir))
