@@ -174,7 +174,9 @@ def test_a_function_that_does_not_load_fails_its_deploy_in_one_line_without_path
     record = tenant.wait_phase("noload", ("Ready", "Failed"))
     # The build loads the entrypoint: a function that cannot load is Failed at deploy time, not Ready.
     assert record["phase"] == "Failed", record
-    assert "failed to load" in record["message"] and "no-such-module-here" in record["message"].replace("_", "-")
+    assert "the function does not load: " in record["message"], record["message"]
+    assert "no-such-module-here" in record["message"].replace("_", "-")
+    assert record["message"].count("load") == 1, record["message"]  # it said "does not load: ... failed to load"
     resp = requests.get(tenant.fn_url("noload"), timeout=60)
     assert resp.status_code == 404 and "not ready" in resp.json()["error"]
     texts = [record["message"], resp.text]

@@ -15,7 +15,7 @@ import time
 from sless_api.backends.settings import SandboxSettings
 from sless_api.backends.standalone.builder import BuildArtifact, Builder, BuildFailed, BuildRequest
 from sless_api.backends.standalone.code import CodeFiles
-from sless_api.backends.standalone.failures import NO_REASON, caller_reason
+from sless_api.backends.standalone.failures import LOAD_FAILURE, NO_REASON, caller_reason
 from sless_api.backends.standalone.host.sandbox import Limits, Sandbox
 from sless_api.backends.standalone.host.supervisor import StartFailed
 from sless_api.backends.standalone.routing import StandaloneRouter
@@ -110,7 +110,7 @@ class Builds:
         reason = caller_reason(result.output)
         if reason == NO_REASON and result.timed_out:
             reason = f"loading it took longer than its timeout of {rec.spec.timeout_sec}s"
-        return f"the function does not load: {reason}"
+        return f"the function does not load: {reason.removeprefix(LOAD_FAILURE)}"  # said once, not twice
 
     def _finish_build(self, namespace: str, name: str, code_hash: str, artifact: BuildArtifact | None,
                       failure: str) -> None:

@@ -9,6 +9,8 @@ answer or a status message. The runtimes end a load failure with one path-free l
 from __future__ import annotations
 
 RUNTIME_PREFIX = "sless-runtime: "
+#: How the runtimes' one-line load failure begins (after RUNTIME_PREFIX).
+LOAD_FAILURE = "the function failed to load: "
 NO_REASON = "it exited during start-up; its log has the details"
 
 
