@@ -161,3 +161,39 @@ def test_unknown_ids_are_not_found(chatty: Tenant, ident: str) -> None:
 def test_unknown_functions_are_not_found(chatty: Tenant) -> None:
     assert logs(chatty, "nope", 1, expect=404)["error"]
     assert chatty.api("GET", "/functions/Bad_Name/invocations/1/logs").status_code in (400, 404)
+
+
+JOB = """\
+import sys
+def handle(event):
+    print("job out", event.get("n"))
+    print("job err", event.get("n"), file=sys.stderr)
+    if event.get("fail"):
+        raise ValueError("asked to fail")
+    return {"n": event.get("n")}
+"""
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_jobs_printed_lines_are_kept_with_its_record(tenant: Tenant, fail: bool) -> None:
+    """What a job run prints is kept under its invocation record, as a call's lines are (it was lost)."""
+    name = f"printer-{int(fail)}"
+    tenant.deploy(name, "python3.11", {"handler.py": JOB}, http=False)
+    tenant.api("POST", "/jobs", json={"name": name, "function": name, "event": {"n": 7, "fail": fail}}, expect=201)
+    assert tenant.wait_job(name)["phase"] == ("Failed" if fail else "Succeeded")
+    job_runs = [r for r in record_list(tenant, name) if r["trigger"] == "job"]
+    assert len(job_runs) == 1, job_runs
+    body = logs(tenant, name, job_runs[0]["id"])
+    texts = [(line["stream"], line["text"]) for line in body["lines"]]
+    assert ("stdout", "job out 7") in texts and ("stderr", "job err 7") in texts, texts
+    if fail:
+        assert any(stream == "stderr" and "asked to fail" in text for stream, text in texts), texts
+
+
+def record_list(tenant: Tenant, name: str) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 30
+    while True:
+        items = list(tenant.api("GET", f"/functions/{name}/invocations", expect=200).json()["items"])
+        if items or time.monotonic() > deadline:
+            return items
+        time.sleep(0.1)

@@ -14,7 +14,9 @@ from typing import Any
 
 from sless_api import metrics
 from sless_api.backends.settings import SandboxSettings
+from sless_api.backends.standalone.host.calllogs import CallLogStore
 from sless_api.backends.standalone.host.sandbox import Limits, Sandbox
+from sless_api.backends.standalone.routing import process_key
 from sless_api.backends.standalone.runner import KILL_MARGIN_SEC, RunResult, run_once
 from sless_api.backends.standalone.state import artifact_from_dict
 from sless_api.domain.records import FunctionRecord
@@ -26,11 +28,13 @@ from sless_api.stores.secrets.usage import deliver
 
 class OneShot:
     def __init__(self, secrets: SecretStore, sandbox: Sandbox, invocations: InvocationLog | None,
-                 host: SandboxSettings) -> None:
+                 host: SandboxSettings, call_logs: CallLogStore | None = None) -> None:
         self.secrets = secrets
         self.sandbox = sandbox
         self.invocations = invocations
         self.host = host  # the host-wide limits of function processes
+        #: where a run's printed lines are kept under its request id, as a call's are (``sless logs --id``)
+        self.call_logs = call_logs
 
     async def run(self, namespace: str, fn: FunctionRecord, artifact: dict[str, Any],
                   event: dict[str, Any]) -> RunResult:
@@ -50,8 +54,13 @@ class OneShot:
         metrics.observe_invocation(namespace, function, trigger, status, duration)
         if self.invocations is None:
             return
+        request_id = new_request_id()
+        if self.call_logs is not None:
+            ended = time.time()
+            for stream, line in result.printed:
+                self.call_logs.add(process_key(namespace, function), request_id, stream, line, ended)
         self.invocations.record(Invocation(
             namespace=namespace, function=function, method="RUN", path=path, status=status,
             duration_ms=duration * 1000, request_bytes=len(json.dumps(event)), response_bytes=len(result.output),
             trigger=trigger, error=None if result.ok else result.output[-500:], started_at=time.time(),
-            request_id=new_request_id()))
+            request_id=request_id))

@@ -87,7 +87,7 @@ class StandalonePlatform:
         self.traffic = Traffic(self.state, self.router, code, builder)
         self.functions = Functions(config, self.state, self.secrets, self.router, code, builds, self.tasks)
         self.triggers = Triggers(config, self.state, self.router)
-        oneshot = OneShot(self.secrets, self.sandbox, invocations, config.sandbox)
+        oneshot = OneShot(self.secrets, self.sandbox, invocations, config.sandbox, self.call_logs_store)
         self.jobs = Jobs(self.state, oneshot, self.tasks)
         self.tenant_secrets = TenantSecrets(self.state, self.secrets, self.router)
         self.firing = TriggerFiring(self.state, self.router, oneshot)

@@ -57,6 +57,8 @@ class RunResult:
     exit_code: int | None  # negative: killed by that signal; None: could not start
     duration_s: float
     timed_out: bool = False
+    #: what the run printed, as the call logs keep a call's lines: (stream, line), stdout's first, then stderr's
+    printed: tuple[tuple[str, str], ...] = ()
 
 
 class _Capture(threading.Thread):
@@ -209,10 +211,11 @@ def run_once(
     duration = time.monotonic() - started
     for capture in (out, err, result):
         capture.join(_DRAIN_SEC)
+    printed = (*printed_lines("stdout", *out.first_text()), *printed_lines("stderr", *err.last_text(), tail=True))
 
     if exited and exit_code == 0:
         text, more = result.first_text()
-        return RunResult(True, keep_start(text.rstrip("\n"), more), 0, duration)
+        return RunResult(True, keep_start(text.rstrip("\n"), more), 0, duration, printed=printed)
     text, earlier = err.last_text()
     text = text.rstrip("\n")
     if not exited:
@@ -226,4 +229,14 @@ def run_once(
     if limit_note:
         text = f"{text}\n[sless] {limit_note}"
     timed_out = not exited or exit_code == EXIT_TIMEOUT
-    return RunResult(False, keep_end(text, earlier), exit_code, duration, timed_out)
+    return RunResult(False, keep_end(text, earlier), exit_code, duration, timed_out, printed)
+
+
+def printed_lines(stream: str, text: str, cut: bool, tail: bool = False) -> list[tuple[str, str]]:
+    """A stream's kept text as (stream, line) pairs; where the capture kept only its start (or, with TAIL, its
+    end), a line says so in its place."""
+    lines = [(stream, line) for line in text.splitlines()]
+    if cut:
+        mark = (stream, f"[sless] {'earlier' if tail else 'later'} output of this run was not kept")
+        lines = [mark, *lines] if tail else [*lines, mark]
+    return lines
