@@ -182,7 +182,7 @@ def test_a_jobs_printed_lines_are_kept_with_its_record(tenant: Tenant, fail: boo
     tenant.api("POST", "/jobs", json={"name": name, "function": name, "event": {"n": 7, "fail": fail}}, expect=201)
     assert tenant.wait_job(name)["phase"] == ("Failed" if fail else "Succeeded")
     job_runs = [r for r in record_list(tenant, name) if r["trigger"] == "job"]
-    assert len(job_runs) == 1, job_runs
+    assert len(job_runs) == 1 and job_runs[0]["version"] == 1, job_runs  # it named no version
     body = logs(tenant, name, job_runs[0]["id"])
     texts = [(line["stream"], line["text"]) for line in body["lines"]]
     assert ("stdout", "job out 7") in texts and ("stderr", "job err 7") in texts, texts

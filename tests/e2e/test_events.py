@@ -101,6 +101,7 @@ def test_messages_call_the_function_and_are_recorded_as_event_invocations(
         return [i for i in items if i["trigger"] == "event"]
     until("12 event invocation records", lambda: len(recorded()) == 12, 30, POLL)
     assert {i["status"] for i in recorded()} == {200}
+    assert {i["version"] for i in recorded()} == {1}  # every record names the version that answered
     until("the trigger's counters",
           lambda: "12 done" in tenant.api("GET", "/triggers/on-inbox").json()["message"], 20, POLL)
     assert queue_counts(rabbitmq_broker, queue) == (0, 1)

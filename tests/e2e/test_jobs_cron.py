@@ -98,7 +98,7 @@ def test_cron_trigger_fires_and_can_be_disabled(tenant: Tenant) -> None:
     while time.monotonic() < deadline and not any(i["trigger"] == "cron" for i in items):
         items = tenant.api("GET", "/functions/ticker/invocations", expect=200).json()["items"]
         time.sleep(0.2)
-    assert any(i["trigger"] == "cron" and i["status"] == 200 for i in items), items
+    assert any(i["trigger"] == "cron" and i["status"] == 200 and i["version"] == 1 for i in items), items
     tenant.api("PATCH", "/triggers/every-minute", json={"enabled": False}, expect=200)
     assert tenant.api("GET", "/triggers/every-minute", expect=200).json()["enabled"] is False
 

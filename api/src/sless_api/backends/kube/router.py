@@ -102,7 +102,7 @@ class KubeRouter:
         if not fn.deployed:
             raise Unavailable(f"function {name!r} is not ready (phase {fn.phase})")
         max_concurrency, pod_concurrency = concurrency(fn)
-        return Route(namespace, name, fn.timeout_sec, "public", max_concurrency, scaled=fn.scaled,
+        return Route(namespace, name, fn.timeout_sec, "public", max_concurrency, fn.version, scaled=fn.scaled,
                      pod_concurrency=pod_concurrency)
 
     def upstream(self, route: Route) -> ActivatedUpstream:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from sless_api.backends.standalone.oneshot import OneShot
-from sless_api.backends.standalone.routing import StandaloneRouter
+from sless_api.backends.standalone.routing import StandaloneRouter, current_version
 from sless_api.backends.standalone.state import StateStore
 from sless_api.domain.records import TriggerRecord
 from sless_api.services.events.model import EventTarget
@@ -62,7 +62,8 @@ class TriggerFiring:
         else:
             started = time.monotonic()
             result = await self.oneshot.run(namespace, fn, artifact, event)
-            self.oneshot.record(namespace, fn.spec.name, f"/triggers/{name}", "cron", event, result, started)
+            self.oneshot.record(namespace, fn.spec.name, f"/triggers/{name}", "cron", event, result, started,
+                                current_version(self.state, fn))
             message = "last run: succeeded" if result.ok else f"last run failed: {result.output[-300:]}"
         self._note_trigger(trigger, message)
         return message

@@ -10,7 +10,7 @@ import asyncio
 import time
 
 from sless_api.backends.standalone.oneshot import OneShot
-from sless_api.backends.standalone.routing import process_key
+from sless_api.backends.standalone.routing import current_version, process_key
 from sless_api.backends.standalone.state import StateStore, require_function
 from sless_api.backends.standalone.tasks import TaskSet
 from sless_api.domain.contract import check_rerun
@@ -100,7 +100,7 @@ class Jobs:
             rec.phase = JobPhase.SUCCEEDED if result.ok else JobPhase.FAILED
             rec.message = result.output
             self.oneshot.record(namespace, fn.spec.name, f"/jobs/{rec.spec.name}", "job", rec.spec.event, result,
-                                started)
+                                started, current_version(self.state, fn))
         except (NotFound, Unavailable) as exc:
             rec.phase, rec.message = JobPhase.FAILED, exc.message
         rec.completed_at = time.time()

@@ -48,7 +48,7 @@ class OneShot:
                                        env={**fn.spec.env_vars, **secrets.env}, sandbox=self.sandbox, jail=jail)
 
     def record(self, namespace: str, function: str, path: str, trigger: str, event: dict[str, Any],
-               result: RunResult, started: float) -> None:
+               result: RunResult, started: float, version: int | None = None) -> None:
         """A run (job, cron firing) in the metrics and the invocation log, as the proxy records a call."""
         status, duration = (200 if result.ok else 500), time.monotonic() - started
         metrics.observe_invocation(namespace, function, trigger, status, duration)
@@ -63,4 +63,4 @@ class OneShot:
             namespace=namespace, function=function, method="RUN", path=path, status=status,
             duration_ms=duration * 1000, request_bytes=len(json.dumps(event)), response_bytes=len(result.output),
             trigger=trigger, error=None if result.ok else result.output[-500:], started_at=time.time(),
-            request_id=request_id))
+            request_id=request_id, version=version))

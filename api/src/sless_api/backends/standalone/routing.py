@@ -48,6 +48,11 @@ def process_key(namespace: str, name: str) -> str:
     return f"{namespace}.{name}"
 
 
+def current_version(state: StateStore, rec: FunctionRecord) -> int:
+    """The number of the version REC serves (what its calls, runs and events are recorded with)."""
+    return number_of(state.list_versions(rec.namespace, rec.spec.name), rec.code_hash or "", function_config(rec.spec))
+
+
 def split_key(namespace: str, name: str, version: int) -> str:
     """The key of a traffic split's other version (no function's key: names have no dots)."""
     return f"{process_key(namespace, name)}.v{version}"
@@ -234,7 +239,7 @@ class StandaloneRouter:
         key = process_key(namespace, name)
         if self.process_state(key) == "absent":
             await self.supervisor.deploy(key, await self.process_spec(rec, artifact_from_dict(artifact)))
-        return Route(namespace, name, float(rec.spec.timeout_sec), "public")
+        return Route(namespace, name, float(rec.spec.timeout_sec), "public", version=current_version(self.state, rec))
 
     def upstream(self, route: Route) -> _Upstream:
         return _Upstream(self.supervisor.lease(route.target or process_key(route.namespace, route.function)), route)
