@@ -15,6 +15,7 @@ serve the node's own traffic too) and RabbitMQ with the URL the platform has.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -263,6 +264,55 @@ def test_an_event_published_to_rabbitmq_reaches_its_function(tenant: Tenant, dep
                    lambda: (get("triggers.sless.dev", "queue", "-n", tenant.ns) or {}).get("status", {})
                    .get("lastFiredAt") and True, 60, POLL)  # fmt: skip
     assert status
+
+
+def test_a_rolling_restart_of_the_api_fails_no_call(tenant: Tenant, deployed: dict[str, str]) -> None:
+    """`kubectl rollout restart` of the API (2 replicas, one at a time) under a bounded load through its Service:
+    every call answers 200. A leaving pod pauses in its preStop hook while its endpoint leaves the Service, then
+    finishes what it has; a new one takes calls only once its route table has loaded (/ready). Each call opens a
+    connection of its own, so a refused or reset connection is the platform's failure, not a keep-alive race."""
+    name = deployed["python3.11"]
+    url = tenant.fn_url(name, "/greet")
+    stop = threading.Event()
+    counts = {"ok": 0}
+    failures: list[str] = []
+    lock = threading.Lock()
+
+    def caller() -> None:
+        while not stop.is_set():
+            try:
+                resp = requests.post(url, json={"name": "rollout"}, headers={"Connection": "close"}, timeout=30)
+                outcome = "" if resp.status_code == 200 else f"{resp.status_code} {resp.text[:200]}"
+            except requests.RequestException as exc:
+                outcome = repr(exc)[:300]
+            with lock:
+                if outcome:
+                    failures.append(outcome)
+                else:
+                    counts["ok"] += 1
+            time.sleep(0.02)
+
+    before = {p["metadata"]["name"] for p in component_pods("api")}
+    threads = [threading.Thread(target=caller, daemon=True) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        until("calls going through", lambda: counts["ok"] >= 20, 60, POLL)
+        started = time.monotonic()
+        kubectl("rollout", "restart", "deployment/sless-api", "-n", NS)
+        kubectl("rollout", "status", "deployment/sless-api", "-n", NS, "--timeout=300s")
+        took = time.monotonic() - started
+        time.sleep(2)  # calls right after the last old pod left
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(40)
+    # pods of the rollout's new ReplicaSet; an old one may still be finishing its drain (terminating, phase Running)
+    after = {p["metadata"]["name"] for p in component_pods("api")
+             if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")}
+    print(f"API rolled in {took:.1f}s under load: {counts['ok']} calls answered 200, {len(failures)} failed")
+    assert not before & after, (before, after)  # every API pod was replaced
+    assert counts["ok"] > 0 and not failures, f"{len(failures)} failed, e.g. {failures[:5]}\n{diagnostics()}"
 
 
 def test_no_platform_pod_hit_an_rbac_refusal() -> None:
