@@ -31,7 +31,7 @@ from typing import IO, Any
 
 from sless_api.backends.standalone.builder import BuildArtifact
 from sless_api.backends.standalone.host.fdwait import readable_within
-from sless_api.backends.standalone.host.network import NetworkUnavailable
+from sless_api.backends.standalone.host.network import NetworkSetupBroken, NetworkUnavailable
 from sless_api.backends.standalone.host.process import kill_group, set_parent_death_signal
 from sless_api.backends.standalone.host.sandbox import JailSpec, Prepared, Sandbox
 
@@ -134,6 +134,11 @@ def _die_with_platform() -> None:
     set_parent_death_signal(signal.SIGKILL)
 
 
+#: How often a run is started when its network set-up breaks on the way (a pipe to the sandbox broken under load):
+#: the supervisor's server processes are started again the same way.
+NETWORK_ATTEMPTS = 3
+
+
 def run_once(
     artifact: BuildArtifact,
     event: dict[str, Any],
@@ -147,7 +152,19 @@ def run_once(
 
     ``env``: the function's own variables (the contract's SLESS_* always win).
     ``sandbox`` and ``jail``: where it runs (see sandbox.py); without them a plain child process.
+    A network set-up that broke before the function started is tried again with a fresh sandbox: nothing of
+    the function ran yet.
     """
+    for attempt in range(1, NETWORK_ATTEMPTS + 1):
+        result = _run_once(artifact, event, timeout_sec, env, sandbox, jail, retry=attempt < NETWORK_ATTEMPTS)
+        if result is not None:
+            return result
+    raise AssertionError("unreachable: the last attempt returns its result")
+
+
+def _run_once(artifact: BuildArtifact, event: dict[str, Any], timeout_sec: float, env: Mapping[str, str] | None,
+              sandbox: Sandbox | None, jail: JailSpec | None, retry: bool) -> RunResult | None:
+    """One attempt of ``run_once``; None when its network set-up broke and RETRY allows another."""
     argv, base_env = artifact.runner_command()
     full_env = {**base_env, **(env or {})}
     full_env.update(base_env)
@@ -193,6 +210,8 @@ def run_once(
             proc.stderr.close()
             os.close(result_read)
             prepared.cleanup()
+            if retry and isinstance(exc, NetworkSetupBroken):
+                return None
             return RunResult(False, keep_end(f"cannot start the runner: {exc}"), None, 0.0)
     out, err = _Capture(proc.stdout), _Capture(proc.stderr)
     result = _Capture(os.fdopen(result_read, "rb"))
