@@ -13,6 +13,13 @@ log() { echo "[test $(date +%T)] $*" >&2; }
 T0=$SECONDS
 log "test services (PostgreSQL, RabbitMQ, wrk, S3 server)"
 bash scripts/install-test-services.sh
+# Every sandboxed function process of `sless up` holds an inotify instance (its pasta), and so do the kubelet,
+# containerd and KEDA's operator: three lanes of tests on one machine run past the kernel's default of 128 per user
+# (KEDA's operator then stops with "couldn't initialize inotify: too many open files"). Raised for the machine, as
+# node set-ups such as kind's do.
+if [ "$(id -u)" = 0 ] && [ "$(cat /proc/sys/fs/inotify/max_user_instances)" -lt 8192 ]; then
+  sysctl -qw fs.inotify.max_user_instances=8192 || log "cannot raise fs.inotify.max_user_instances (tests may run out)"
+fi
 REALNODE=0
 if [ "$(id -u)" = 0 ] && [ "${SLESS_TESTBED_EXISTING:-0}" != 1 ] && [ "${SLESS_SKIP_REALNODE:-0}" != 1 ]; then
   REALNODE=1
