@@ -136,7 +136,7 @@ report_results() {  # the results section: each lane's outcome, then the failure
 }
 pytest_run() {  # pytest with the given arguments; "collected no tests" (exit 5) is a failure
   local c
-  .venv/bin/pytest -p no:cacheprovider "$@"
+  .venv/bin/pytest -p no:cacheprovider --durations=30 "$@"  # the slowest tests, for balancing the lanes
   c=$?
   if [ "$c" = 5 ]; then log "pytest collected no tests ($*): that is a failure"; c=1; fi
   return "$c"
