@@ -49,8 +49,10 @@ def process_key(namespace: str, name: str) -> str:
 
 
 def current_version(state: StateStore, rec: FunctionRecord) -> int:
-    """The number of the version REC serves (what its calls, runs and events are recorded with)."""
-    return number_of(state.list_versions(rec.namespace, rec.spec.name), rec.code_hash or "", function_config(rec.spec))
+    """The number of the version REC serves (what its calls, runs and events are recorded with); it depends on the
+    newest recorded version alone, so only that row is read (every event call asks)."""
+    newest = state.newest_version(rec.namespace, rec.spec.name)
+    return number_of([newest] if newest else [], rec.code_hash or "", function_config(rec.spec))
 
 
 def split_key(namespace: str, name: str, version: int) -> str:

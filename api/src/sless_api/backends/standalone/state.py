@@ -181,7 +181,13 @@ class StateStore:
     # deployed versions (sless_api.domain.versions)
     def list_versions(self, namespace: str, name: str) -> list[Version]:
         rows = self._rows("SELECT * FROM versions WHERE namespace=? AND name=? ORDER BY version", namespace, name)
-        return [Version(r["version"], r["code_hash"], json.loads(r["config"]), r["deployed_at"]) for r in rows]
+        return [_version(r) for r in rows]
+
+    def newest_version(self, namespace: str, name: str) -> Version | None:
+        """The newest recorded version alone (one row: what a call, run or event is recorded with)."""
+        rows = self._rows("SELECT * FROM versions WHERE namespace=? AND name=? ORDER BY version DESC LIMIT 1",
+                          namespace, name)  # fmt: skip
+        return _version(rows[0]) if rows else None
 
     def record_version(self, rec: FunctionRecord, now: float) -> Version | None:
         """Record REC (just Ready) as a new version unless it is the newest already; keeps the newest few."""
@@ -286,3 +292,8 @@ class StateStore:
     def delete_job(self, namespace: str, name: str) -> bool:
         with self._tx() as db:
             return db.execute("DELETE FROM jobs WHERE namespace=? AND name=?", (namespace, name)).rowcount == 1
+
+
+def _version(row: Any) -> Version:
+    """A ``versions`` row as the model's Version."""
+    return Version(row["version"], row["code_hash"], json.loads(row["config"]), row["deployed_at"])
