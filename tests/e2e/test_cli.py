@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import requests
 
+from sless_core.release import platform_version
 from tests.support.platform import REPO, SlessProcess, Tenant, sless_cli
 
 pytestmark = pytest.mark.e2e
@@ -271,3 +272,10 @@ def test_a_manifest_without_a_runtime_falls_back_to_the_files(tenant: Tenant, tm
     (folder / "sless.json").write_text('{"memory_mb": 256}')
     sless(tenant, "deploy", str(folder), "--name", "guessed")
     assert tenant.api("GET", "/functions/guessed", expect=200).json()["runtime"] == "nodejs20"
+
+
+def test_the_cli_and_the_api_say_which_release_they_are(tenant: Tenant) -> None:
+    version = platform_version()
+    assert sless(tenant, "--version").stdout.strip() == f"sless {version}"
+    health = requests.get(f"{tenant.url}/health", timeout=10)
+    assert health.status_code == 200 and health.json() == {"status": "ok", "version": version}

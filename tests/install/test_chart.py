@@ -948,7 +948,8 @@ def test_the_chart_needs_kubernetes_1_30() -> None:
 
 def test_build_fetch_image_defaults_to_the_platform_image() -> None:
     data = one(render(), "ConfigMap", "sless-config")["data"]
-    assert data["SLESS_BUILD_FETCH_IMAGE"] == "ghcr.io/sless-dev/sless:0.1.0"
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert data["SLESS_BUILD_FETCH_IMAGE"] == f"ghcr.io/sless-dev/sless:{app_version}"
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     digest = "sha256:" + "1" * 64
     pinned = one(render({"image": {**values["image"], "digest": digest}}), "ConfigMap", "sless-config")["data"]

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from sless_core.envconfig import ConfigError, EnvReader
 from sless_core.models import SANDBOXES
 from sless_core.naming import DNS1123_LABEL
+from sless_core.release import platform_version, semver
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?\Z")
 _IMAGE = re.compile(r"^[a-z0-9][a-z0-9._\-/:@]*\Z")
@@ -72,7 +73,7 @@ class OperatorConfig:
     registry_insecure: bool = False
     kaniko_image: str = "gcr.io/kaniko-project/executor:v1.23.2"
     build_namespace: str = "sless-build"
-    build_fetch_image: str = "ghcr.io/sless-dev/sless:0.1.0"
+    build_fetch_image: str = f"ghcr.io/sless-dev/sless:{semver(platform_version())}"  # the chart's default too
     build_s3_secret: str = "sless-build-s3"  # noqa: S105  (a Secret's name, not a secret)
     build_registry_secret: str = ""
     build_kaniko_secret: str = ""  # a credential kaniko (and so the tenant's build steps) can read: cache only

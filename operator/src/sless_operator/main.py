@@ -19,12 +19,15 @@ import os
 import socket
 import sys
 
+from sless_core.release import platform_version
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="sless-operator", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("-n", "--namespace", action="append", default=[],
                         help="serve only this namespace (repeatable); default: all namespaces")  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"sless-operator {platform_version()}")
     parser.add_argument("--liveness", metavar="URL", help="serve a liveness probe, e.g. http://0.0.0.0:8081/healthz")
     verbosity = parser.add_mutually_exclusive_group()
     verbosity.add_argument("-v", "--verbose", action="store_true", help="log every handler")
@@ -58,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     from sless_operator.context import Context
 
     kopf.configure(debug=args.debug, verbose=args.verbose, quiet=args.quiet, log_format=kopf.LogFormat.PLAIN)
+    # which release runs, replica by replica during a rolling upgrade
+    print(f"sless-operator {platform_version()} starting", file=sys.stderr, flush=True)
     import sless_operator.handlers  # noqa: F401  (registers the handlers)
 
     namespaces = list(dict.fromkeys([*args.namespace, config.build_namespace])) if args.namespace else []

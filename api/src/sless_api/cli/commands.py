@@ -19,6 +19,7 @@ from sless_api.cli import secrets as clisecrets
 from sless_api.cli import verbs as cliverbs
 from sless_api.cli import versions as cliversions
 from sless_api.cli.client import Client, CliError, emit
+from sless_core.release import platform_version
 
 DEFAULT_URL = "http://127.0.0.1:8090"
 TERMINAL_PHASES = ("Ready", "Failed")
@@ -214,6 +215,7 @@ Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]", Cli
 
 def parser(env: ClientEnv, extra: Sequence[Registrar] = ()) -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="sless", description="sless: serverless functions, self-hosted")
+    root.add_argument("--version", action="version", version=f"sless {platform_version()}")
     verbs = root.add_subparsers(dest="verb", required=True)
     for register in extra:
         register(verbs, env)

@@ -239,12 +239,14 @@ def _body(schema: dict[str, Any]) -> dict[str, Any]:
 def paths() -> dict[str, Any]:
     ns = "/v1/namespaces/{ns}"
     probe = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}
+    health = {"type": "object", "required": ["status", "version"], "properties": {
+        "status": {"type": "string"}, "version": {"type": "string", "description": "the platform's release"}}}
     upload = {"required": True, "content": {
         "multipart/form-data": {"schema": {"type": "object", "required": ["code"], "properties": {
             "code": {"type": "string", "contentMediaType": "application/zip"}}}},
         "application/zip": {"schema": {"type": "string", "contentMediaType": "application/zip"}}}}
     return {
-        "/health": {"get": _operation("the process answers", "200", probe, (), public=True)},
+        "/health": {"get": _operation("the process answers", "200", health, (), public=True)},
         "/ready": {"get": _operation("the backend has started", "200", probe, (), public=True)},
         "/v1/openapi.json": {"get": _operation("this document", "200", {"type": "object"}, (), public=True)},
         "/metrics": {"get": _operation("Prometheus metrics (text exposition); 404 until SLESS_METRICS_TOKEN is set",

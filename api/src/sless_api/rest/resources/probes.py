@@ -8,11 +8,15 @@ from typing import Any
 import falcon.asgi
 
 from sless_api.rest.http import PublicResource
+from sless_core.release import platform_version
+
+#: Read once: a process's version does not change while it runs.
+VERSION = platform_version()
 
 
 class Health(PublicResource):
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        resp.media = {"status": "ok"}
+        resp.media = {"status": "ok", "version": VERSION}  # which release answers, pod by pod in a rollout
 
 
 class Ready(PublicResource):
