@@ -8,6 +8,7 @@
  * a synchronous handler that never returns blocks the whole process (documented).
  */
 
+const fs = require('node:fs');
 const http = require('node:http');
 const rt = require('./sless-runtime.js');
 const ws = require('./sless-ws.js');
@@ -31,8 +32,9 @@ const HEALTH_OK = rt.toHttpResult({ status: 'ok' });
  * @param {(event: object, context: object) => unknown} handler
  * @param {((socket: import('./sless-ws.js').WebSocket, event: object) => unknown) | undefined} [wsHandler]
  *   the function's `websocket` export, when it has one
+ * @param {http.Server} [server] a server that listens already (a warm spare's): it gets the listeners
  */
-function createServer(config, handler, wsHandler) {
+function createServer(config, handler, wsHandler, server = http.createServer({ noDelay: true })) {
   const timeoutSec = Math.min(config.timeoutSec, MAX_TIMER_MS / 1000);
   let inFlight = 0;
   let draining = false;
@@ -333,7 +335,7 @@ function createServer(config, handler, wsHandler) {
     });
   }
 
-  const server = http.createServer({ noDelay: true }, onRequest);
+  server.on('request', onRequest);
   server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
 
   // WebSocket upgrades: the function's websocket handler runs for the connection's life; without one
@@ -423,8 +425,40 @@ function createServer(config, handler, wsHandler) {
   return { server, drain };
 }
 
+/**
+ * The descriptor named by SLESS_READY_FD, removed from the environment before any user code loads (the
+ * handler has no use for it); undefined when there is none.
+ * @returns {number | undefined}
+ */
+function takeReadyFd() {
+  const raw = (process.env.SLESS_READY_FD || '').trim();
+  delete process.env.SLESS_READY_FD;
+  return /^\d+$/.test(raw) ? Number(raw) : undefined;
+}
+
+/**
+ * Say "accepting connections" with one byte, then close the descriptor, so the handler cannot write
+ * there; a supervisor that stopped listening is no reason to fail.
+ * @param {number | undefined} fd
+ */
+function signalServing(fd) {
+  if (fd === undefined) return;
+  try {
+    fs.writeSync(fd, 'r');
+    fs.closeSync(fd);
+  } catch {
+    // a supervisor that stopped listening is no reason to fail
+  }
+}
+
 async function main() {
   rt.installProcessGuards();
+  const readyFd = takeReadyFd();
+  // A warm spare (SLESS_SPARE=1, sless up only): listen and say so, then wait for the claim that names the
+  // function; nothing of the function (code, environment, secrets) exists in this process before it.
+  const claimed = process.env.SLESS_SPARE === '1'
+    ? await require('./sless-spare.js').waitForClaim(readyFd)
+    : undefined;
   // the code first: nothing listens (the pod is not Ready) until it is there; loaded only then
   if (process.env.SLESS_CODE_URL !== undefined) await require('./sless-fetch.js').fetchFromEnv();
   rt.installCallTagging(); // before the handler loads: loggers it makes then write through it
@@ -439,16 +473,23 @@ async function main() {
     rt.logLoadFailure(err, config);
     process.exit(1);
   }
-  const { server, drain } = createServer(config, handler, wsHandler);
-  server.on('error', (err) => {
-    rt.logError('cannot listen', err);
-    process.exit(1);
-  });
-  server.listen(config.port, config.host, () => {
+  const { server, drain } = createServer(config, handler, wsHandler, claimed && claimed.release());
+  const announce = () => {
     process.stderr.write(
       `sless-runtime nodejs20: ${config.entrypoint} from ${config.codeDir} on http://${config.host}:${config.port}\n`,
     );
-  });
+    signalServing(readyFd);
+  };
+  if (claimed) {
+    claimed.replay(); // requests that came while the handler loaded
+    announce();
+  } else {
+    server.on('error', (err) => {
+      rt.logError('cannot listen', err);
+      process.exit(1);
+    });
+    server.listen(config.port, config.host, announce);
+  }
   // `on`, not `once`: a repeated signal must not fall back to the default
   // action (death by signal, a non-zero exit) in the middle of a drain.
   process.on('SIGTERM', () => drain('SIGTERM'));
