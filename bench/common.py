@@ -32,11 +32,16 @@ def _ms(text: str) -> float:
     return float(match.group(1)) * UNITS[match.group(2)]
 
 
-def wrk(url: str, connections: int, seconds: float = 5, threads: int = 1, script: str | None = None) -> Load:
-    """Keep-alive load with wrk; raises if wrk is missing (install it: apt-get install wrk)."""
+def wrk(url: str, connections: int, seconds: float = 5, threads: int = 1, script: str | None = None,
+        cpu: str | None = None) -> Load:
+    """Keep-alive load with wrk; raises if wrk is missing (install it: apt-get install wrk).
+
+    ``cpu``: the CPU list wrk is pinned to (``taskset -c``), so that it does not share the measured server's core.
+    """
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: run scripts/install-test-services.sh")
-    cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "--timeout", "10s"]
+    cmd = ["taskset", "-c", cpu] if cpu is not None else []
+    cmd += ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "--timeout", "10s"]
     if script:
         cmd += ["-s", script]
     out = subprocess.run([*cmd, url], capture_output=True, text=True, check=True, timeout=seconds + 60).stdout
