@@ -192,14 +192,17 @@ function listenEarly() {
 }
 
 /**
- * A spare's whole life before its claim: listen, say so on `readyFd`, read the claim, take its environment,
- * secret files and working directory. What comes back hands the listening server over to the function's
- * listeners (`release`) and then replays what was held meanwhile (`replay`).
+ * A spare's whole life before its claim: listen, warm up (`warmUp`: the server's own, run before anything of
+ * a tenant exists here), say so on `readyFd`, read the claim, take its environment, secret files and working
+ * directory. What comes back hands the listening server over to the function's listeners (`release`) and
+ * then replays what was held meanwhile (`replay`).
  * @param {number | undefined} readyFd
+ * @param {() => Promise<void>} [warmUp]
  * @returns {Promise<{ release: () => http.Server, replay: () => void }>}
  */
-async function waitForClaim(readyFd) {
+async function waitForClaim(readyFd, warmUp) {
   const server = await listenEarly();
+  if (warmUp) await warmUp();
   /** @type {Array<[string, unknown[]]>} */
   const held = [];
   /** @type {Array<[string, (...args: unknown[]) => void]>} */
