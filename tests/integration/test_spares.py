@@ -1,12 +1,14 @@
 """Warm spares (standalone/spares.py) through the supervisor: real runtime processes in the real bwrap sandbox.
 
 As root (per-tenant uids, memory cgroups, the port rule), like `sless up` runs tenants. Every test ends by
-checking that no child process and no cgroup of a spare is left behind.
+checking that no child process and no cgroup of a spare is left behind. Python first, then Node (a spare per
+tenant and runtime).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -15,7 +17,7 @@ import aiohttp
 import pytest
 
 from sless_api import metrics
-from sless_api.backends.standalone.builder import python_interpreter, toolchain_paths
+from sless_api.backends.standalone.builder import node_binary, python_interpreter, toolchain_paths
 from sless_api.backends.standalone.host import supervisor as supervisor_module
 from sless_api.backends.standalone.host.sandbox import JailSpec, Limits, Sandbox, inner_pid, tenant_uid
 from sless_api.backends.standalone.host.spares import SPARE_SECRETS_DIR, SpareTemplate
@@ -99,10 +101,10 @@ def log_text(tmp_path: Path, key: str) -> str:
     return (tmp_path / "logs" / f"{key}.log").read_text(errors="replace")
 
 
-def environ_of_spares(sup: Supervisor, tenant: str) -> list[bytes]:
+def environ_of_spares(sup: Supervisor, tenant: str, runtime: str | None = None) -> list[bytes]:
     """The environment blocks of the tenant's ready spares' runtimes, as root reads them from /proc."""
     blocks = []
-    for spare in sup.spares._spares.get(tenant, []):
+    for spare in sup.spares.spares(tenant, runtime):
         pid = inner_pid(spare.proc.pid)
         assert pid is not None
         blocks.append(Path(f"/proc/{pid}/environ").read_bytes())
@@ -116,7 +118,7 @@ def test_a_claimed_spare_serves_the_function_with_its_env_and_secret_files(tmp_p
     async def scenario(sup: Supervisor) -> None:
         await sup.deploy("t1.fn", fn_spec(sandbox, code, "t1", env={"API_KEY": "s3cret-env"}, files=secret))
         await until_async("the tenant's spare", lambda: sup.spares.count("t1") == 1, 20, POLL)
-        spare_pid = sup.spares._spares["t1"][0].proc.pid
+        spare_pid = sup.spares.spares("t1")[0].proc.pid
         claims = metrics.WARM_SPARE_CLAIMS.labels("python3.11")._value.get()
         async with aiohttp.ClientSession() as session, sup.lease("t1.fn") as url:
             body = await get(session, url)
@@ -155,7 +157,7 @@ def test_a_spare_of_one_tenant_never_serves_another(tmp_path: Path, sandbox: San
     async def scenario(sup: Supervisor) -> None:
         await sup.deploy("t1.fn", fn_spec(sandbox, code1, "t1"))
         await until_async("t1's spare", lambda: sup.spares.count("t1") == 1, 20, POLL)
-        t1_spare = sup.spares._spares["t1"][0]
+        t1_spare = sup.spares.spares("t1")[0]
         other = fn_spec(sandbox, code2, "t2", spares=False)
         assert sup.spares.take(other.argv, other.env, other.jail, sandbox) is None
         assert t1_spare.why_not(other.argv, other.env, other.jail) == "another tenant"
@@ -166,7 +168,7 @@ def test_a_spare_of_one_tenant_never_serves_another(tmp_path: Path, sandbox: San
         async with aiohttp.ClientSession() as session, sup.lease("t2.fn") as url:
             body = await get(session, url)
         assert body["uid"] == tenant_uid("t2")
-        assert sup.spares._spares["t1"] == [t1_spare] and t1_spare.proc.returncode is None
+        assert sup.spares.spares("t1") == [t1_spare] and t1_spare.proc.returncode is None
         assert "warm spare" not in log_text(tmp_path, "t2.fn")
 
     run_scenario(tmp_path, sandbox, scenario)
@@ -269,5 +271,194 @@ def test_removing_the_tenants_last_function_stops_its_spares(tmp_path: Path, san
         await sup.remove("t1.a")
         assert spare_cgroups(sandbox) == []
         await until_async("the starting spare to be gone", lambda: child_pids() - before == set(), 20, POLL)
+
+    run_scenario(tmp_path, sandbox, scenario)
+
+
+# --------------------------------------------------------------------------- Node
+
+NODE = shutil.which(node_binary())
+NODE_SERVER = REPO / "runtimes" / "nodejs20" / "server.js"
+NODE_ARGV = (NODE or "node", str(NODE_SERVER))
+NODE_HANDLER = """\
+'use strict';
+const fs = require('node:fs');
+const path = require('node:path');
+const v8 = require('node:v8');
+
+const ENV_AT_LOAD = { ...process.env };
+
+exports.handle = async (event) => {
+  const query = event._query || {};
+  const secretsDir = process.env.SLESS_SECRETS_DIR || '';
+  const files = {};
+  if (secretsDir && fs.existsSync(secretsDir)) {
+    for (const name of fs.readdirSync(secretsDir).sort()) {
+      files[name] = fs.readFileSync(path.join(secretsDir, name), 'utf8');
+    }
+  }
+  const hog = [];
+  for (let i = 0; i < Number(query.mb || '0'); i++) hog.push(Buffer.alloc(1 << 20, 1));
+  return { pid: process.pid, uid: process.getuid(), env: { ...process.env }, env_at_load: ENV_AT_LOAD, files,
+           cwd: process.cwd(), held: hog.length, heap_limit_mb: v8.getHeapStatistics().heap_size_limit / 1048576,
+           sees: query.path ? fs.existsSync(query.path) : null,
+           secrets_mode: Object.keys(files).length ? '0o' + (fs.statSync(secretsDir).mode & 0o777).toString(8) : null };
+};
+"""
+NODE_RUNTIME = "nodejs20"
+
+needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed")
+
+
+def node_function(root: Path, tenant: str, name: str) -> Path:
+    """``<root>/functions/<tenant>/<name>/v1`` holding the Node test handler."""
+    code = root / "functions" / tenant / name / "v1"
+    code.mkdir(parents=True)
+    (code / "handler.js").write_text(NODE_HANDLER)
+    return code
+
+
+def node_spec(sandbox: Sandbox, code: Path, tenant: str, version: str = "v1", *, memory_mb: int = 256,
+              env: dict[str, str] | None = None, files: tuple[tuple[str, bytes], ...] = (),
+              spare_memory_mb: int | None = None) -> ProcessSpec:
+    """A Node function of ``tenant`` as the router describes it, allowed to start from the tenant's Node spares."""
+    limits = Limits.for_function(memory_mb, NODE_RUNTIME)
+    template = SpareTemplate(tenant=tenant, argv=NODE_ARGV, env=tuple(sorted(BASE_ENV.items())),
+                             roots=(code.parents[1],), runtime=NODE_RUNTIME,
+                             limits=Limits.for_function(spare_memory_mb or memory_mb, NODE_RUNTIME))
+    full_env = {**BASE_ENV, "SLESS_CODE_DIR": str(code), "FN_VERSION": version, **(env or {})}
+    jail = JailSpec(tenant=tenant, limits=limits, ro_binds=(code,), files=files)
+    return ProcessSpec(argv=list(NODE_ARGV), env=full_env, cwd=code, version=version, sandbox=sandbox, jail=jail,
+                       runtime=NODE_RUNTIME, spare=template)
+
+
+def node_spares(sup: Supervisor, tenant: str) -> int:
+    return sup.spares.count(tenant, NODE_RUNTIME)
+
+
+ODD_ENV = {"ODD_VALUE": "spaces and = signs; \"quotes\" \\ back\\slash\nnew line \u00e9 \u2603 $HOME `x`",
+           "NODE_ENV": "production", "lower_case": "1", "EMPTY": ""}
+
+
+@needs_node
+def test_a_claimed_node_spare_serves_the_function_with_its_env_and_secret_files(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    code = node_function(tmp_path, "t1", "js")
+    other = node_function(tmp_path, "t2", "js")
+    secret = (("token", b"s3cret-file-value"),)
+
+    async def scenario(sup: Supervisor) -> None:
+        spec = node_spec(sandbox, code, "t1", env={"API_KEY": "s3cret-env", **ODD_ENV}, files=secret)
+        await sup.deploy("t1.js", spec)
+        await until_async("the tenant's Node spare", lambda: node_spares(sup, "t1") == 1, 30, POLL)
+        spare = sup.spares.spares("t1", NODE_RUNTIME)[0]
+        assert spare.why_not(spec.argv, spec.env, spec.jail) is None  # NODE_ENV is set at the claim: it fits
+        # Before the claim: none of the function's values, none of its secrets.
+        for block in environ_of_spares(sup, "t1", NODE_RUNTIME):
+            assert b"s3cret" not in block and b"FN_VERSION" not in block and b"NODE_ENV" not in block
+        claims = metrics.WARM_SPARE_CLAIMS.labels(NODE_RUNTIME)._value.get()
+        async with aiohttp.ClientSession() as session, sup.lease("t1.js") as url:
+            body = await get(session, url, path=str(other))
+        assert sup.status("t1.js")["pid"] == spare.proc.pid  # the spare itself became the function's process
+        assert body["uid"] == tenant_uid("t1") and body["pid"] < 10
+        for source in ("env", "env_at_load"):  # the claim's environment was complete before the handler loaded
+            assert body[source]["API_KEY"] == "s3cret-env" and body[source]["FN_VERSION"] == "v1"
+            assert {k: body[source].get(k) for k in ODD_ENV} == ODD_ENV
+            assert "SLESS_SPARE" not in body[source] and "SLESS_READY_FD" not in body[source]
+        assert body["env"]["SLESS_SECRETS_DIR"] == SPARE_SECRETS_DIR
+        assert body["files"] == {"token": "s3cret-file-value"} and body["secrets_mode"] == "0o500"
+        assert body["cwd"] == str(code)
+        assert body["sees"] is False  # another tenant's code is not in its mount view
+        assert "in warm spare pid" in log_text(tmp_path, "t1.js")
+        assert metrics.WARM_SPARE_CLAIMS.labels(NODE_RUNTIME)._value.get() == claims + 1
+        # The replacement spare never saw the function's values.
+        await until_async("the replacement spare", lambda: node_spares(sup, "t1") == 1, 30, POLL)
+        for block in environ_of_spares(sup, "t1", NODE_RUNTIME):
+            assert b"s3cret" not in block and b"FN_VERSION" not in block
+        assert "s3cret" not in log_text(tmp_path, "t1.js")
+        # A redeploy takes the replacement, and the claimed one drains on SIGTERM as any process does.
+        await sup.deploy("t1.js", node_spec(sandbox, code, "t1", "v2"))
+        assert log_text(tmp_path, "t1.js").count("in warm spare pid") == 2
+        async with aiohttp.ClientSession() as session, sup.lease("t1.js") as url:
+            assert (await get(session, url))["env"]["FN_VERSION"] == "v2"
+        await until_async("the first claimed spare to drain",
+                          lambda: f"pid {spare.proc.pid} stopped (exit code 0)" in log_text(tmp_path, "t1.js"),
+                          20, POLL)
+
+    run_scenario(tmp_path, sandbox, scenario)
+
+
+@needs_node
+def test_a_node_function_that_changes_node_options_gets_a_fresh_start(tmp_path: Path, sandbox: Sandbox) -> None:
+    code = node_function(tmp_path, "t1", "js")
+
+    async def scenario(sup: Supervisor) -> None:
+        # NODE_OPTIONS is read when node starts: too late at a claim, so a fresh process that honours it.
+        spec = node_spec(sandbox, code, "t1", env={"NODE_OPTIONS": "--max-old-space-size=96"})
+        await sup.deploy("t1.js", spec)
+        await until_async("the Node spare", lambda: node_spares(sup, "t1") == 1, 30, POLL)
+        spare = sup.spares.spares("t1", NODE_RUNTIME)[0]
+        assert spare.why_not(spec.argv, spec.env, spec.jail) == "other start-time variables"
+        for variable in ("UV_THREADPOOL_SIZE", "LD_PRELOAD", "TZ", "NODE_PATH", "OPENSSL_CONF"):
+            other = node_spec(sandbox, code, "t1", env={variable: "/x"})
+            assert spare.why_not(other.argv, other.env, other.jail) == "other start-time variables", variable
+        async with aiohttp.ClientSession() as session, sup.lease("t1.js") as url:
+            body = await get(session, url)
+        assert body["env"]["NODE_OPTIONS"] == "--max-old-space-size=96" and body["heap_limit_mb"] < 200
+        assert "warm spare" not in log_text(tmp_path, "t1.js")
+        assert node_spares(sup, "t1") == 1 and sup.spares.spares("t1", NODE_RUNTIME) == [spare]  # still there
+
+    run_scenario(tmp_path, sandbox, scenario)
+
+
+@needs_node
+def test_a_tenant_keeps_a_spare_per_runtime_and_each_serves_only_its_own(tmp_path: Path, sandbox: Sandbox) -> None:
+    py_code, js_code = function(tmp_path, "t1", "py"), node_function(tmp_path, "t1", "js")
+
+    async def scenario(sup: Supervisor) -> None:
+        before = child_pids()
+        py, js = fn_spec(sandbox, py_code, "t1"), node_spec(sandbox, js_code, "t1")
+        await sup.deploy("t1.py", py)
+        await sup.deploy("t1.js", js)
+        await until_async("a spare of each runtime", lambda: (sup.spares.count("t1", "python3.11"),
+                                                              node_spares(sup, "t1")) == (1, 1), 30, POLL)
+        py_spare = sup.spares.spares("t1", "python3.11")[0]
+        js_spare = sup.spares.spares("t1", NODE_RUNTIME)[0]
+        assert py_spare.why_not(js.argv, js.env, js.jail) == "another command"
+        assert js_spare.why_not(py.argv, py.env, py.jail) == "another command"
+        async with aiohttp.ClientSession() as session:
+            async with sup.lease("t1.js") as url:
+                await get(session, url)
+            async with sup.lease("t1.py") as url:
+                await get(session, url)
+        assert sup.status("t1.js")["pid"] == js_spare.proc.pid and sup.status("t1.py")["pid"] == py_spare.proc.pid
+        await until_async("the replacements", lambda: (sup.spares.count("t1", "python3.11"),
+                                                       node_spares(sup, "t1")) == (1, 1), 30, POLL)
+        # The tenant's last Node function gone: its Node spares go, its Python spare stays.
+        await sup.remove("t1.js")
+        assert sup.spares.spares("t1", NODE_RUNTIME) == [] and sup.spares.count("t1", "python3.11") == 1
+        await sup.remove("t1.py")
+        assert sup.spares.tenants() == [] and spare_cgroups(sandbox) == []
+        await until_async("every process to be gone", lambda: child_pids() - before == set(), 20, POLL)
+
+    run_scenario(tmp_path, sandbox, scenario)
+
+
+@needs_node
+def test_the_memory_limit_set_at_a_node_claim_kills_a_memory_bomb(tmp_path: Path, sandbox: Sandbox) -> None:
+    code = node_function(tmp_path, "t1", "hog")
+
+    async def scenario(sup: Supervisor) -> None:
+        # The spare starts with 768 MB; the function's 128 MB are set on its cgroup before the claim.
+        await sup.deploy("t1.hog", node_spec(sandbox, code, "t1", memory_mb=128, spare_memory_mb=768))
+        await until_async("the Node spare", lambda: node_spares(sup, "t1") == 1, 30, POLL)
+        async with aiohttp.ClientSession() as session:
+            async with sup.lease("t1.hog") as url:
+                assert (await get(session, url, mb="8"))["held"] == 8
+            assert "in warm spare pid" in log_text(tmp_path, "t1.hog")
+            with pytest.raises(supervisor_module.LimitExceeded, match="memory limit of 128 MB"):
+                async with sup.lease("t1.hog") as url:
+                    await get(session, url, mb="400")
 
     run_scenario(tmp_path, sandbox, scenario)

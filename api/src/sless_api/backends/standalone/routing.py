@@ -15,11 +15,11 @@ from collections.abc import Callable
 from typing import Any
 
 from sless_api.backends.settings import PlatformSettings
-from sless_api.backends.standalone.builder import PYTHON, BuildArtifact
+from sless_api.backends.standalone.builder import BuildArtifact
 from sless_api.backends.standalone.failures import caller_reason
 from sless_api.backends.standalone.host.pool import Scale
 from sless_api.backends.standalone.host.sandbox import Limits, Sandbox
-from sless_api.backends.standalone.host.spares import SpareTemplate
+from sless_api.backends.standalone.host.spares import SPARE_RUNTIMES, SpareTemplate
 from sless_api.backends.standalone.host.supervisor import (
     Busy,
     Lease,
@@ -124,9 +124,9 @@ class StandaloneRouter:
 
     def _spare_template(self, rec: FunctionRecord, artifact: BuildArtifact, argv: list[str],
                         limits: Limits) -> SpareTemplate | None:
-        """The warm spares a Python function may start from (spares.py): its tenant's code folder and its
+        """The warm spares a Python or Node function may start from (spares.py): its tenant's code folder and its
         dependency folder read-only, and the platform's variables only (never the function's own or its secrets)."""
-        if (not self.config.warm_spares or rec.spec.runtime != PYTHON or not self.sandbox.enabled
+        if (not self.config.warm_spares or rec.spec.runtime not in SPARE_RUNTIMES or not self.sandbox.enabled
                 or self.sandbox.cgroups is None):
             return None
         roots = [self.config.data_dir / "functions" / rec.namespace]
@@ -140,7 +140,7 @@ class StandaloneRouter:
         base = {k: v for k, v in artifact.environment().items() if not k.startswith("SLESS_")}
         base["PYTHONDONTWRITEBYTECODE"] = "1"
         return SpareTemplate(tenant=rec.namespace, argv=tuple(argv), env=tuple(sorted(base.items())),
-                             roots=tuple(roots), limits=limits)
+                             roots=tuple(roots), limits=limits, runtime=rec.spec.runtime)
 
     async def sync(self, namespace: str, name: str) -> None:
         """Make the supervisor and the route table agree with the state of one function.

@@ -6,11 +6,12 @@ Each deployed function with an enabled HTTP trigger is one runtime server
 The supervisor owns their whole life so the invoke proxy only asks "where do I
 send this call?":
 
-- lazy cold start on the first call (concurrent callers share one start; a
-  Python runtime says when it listens on a readiness pipe, readiness.py, others
-  are polled every few milliseconds, so the overhead over the runtime's own
-  start-up stays small); where a spec allows it, the start takes over a warm
-  spare of its tenant instead of starting a process (spares.py);
+- lazy cold start on the first call (concurrent callers share one start; the
+  Python and Node runtimes say when they listen on a readiness pipe,
+  readiness.py, Go is polled every few milliseconds, so the overhead over the
+  runtime's own start-up stays small); where a spec allows it, the start takes
+  over a warm spare of its tenant and runtime instead of starting a process
+  (spares.py);
 - zero-downtime redeploy: a new version is started and found healthy before
   traffic switches, and the old process is only told to stop once the calls it
   leased have finished (then SIGTERM lets the runtime drain whatever else it
@@ -76,7 +77,7 @@ from sless_api.backends.standalone.host.spares import SPARE_SECRETS_DIR, Spare, 
 from sless_api.gateway import calltiming
 
 #: Runtimes that say "listening" on the readiness pipe (readiness.py): no polling pause while they start.
-READY_PIPE_RUNTIMES = frozenset({"python3.11"})
+READY_PIPE_RUNTIMES = frozenset({"python3.11", "nodejs20"})
 #: Extra seconds after the drain period before SIGKILL, so a runtime whose own
 #: drain deadline (SLESS_DRAIN_SEC, the same value) fires can still exit cleanly.
 KILL_GRACE_SEC = 1.0
@@ -322,8 +323,8 @@ class Supervisor:
                 # A new version deserves a fresh start, not the old one's crash backoff.
                 slot.failures, slot.retry_at, slot.last_error = 0, 0.0, None
             old_spare, slot.spec = slot.spec.spare, spec
-            if old_spare is not None and (spec.spare is None or spec.spare.tenant != old_spare.tenant):
-                await self._drop_spares_unless_wanted(old_spare.tenant)  # e.g. rebuilt for another runtime
+            if old_spare is not None and (spec.spare is None or spec.spare.kind != old_spare.kind):
+                await self._drop_spares_unless_wanted(old_spare)  # e.g. rebuilt for another runtime
         self._want_spare(spec)
         async with slot.lock:
             if slot.removed or slot.spec is not spec:
@@ -381,7 +382,7 @@ class Supervisor:
         await asyncio.gather(*pending, return_exceptions=True)
         slot.log.close()
         if slot.spec.spare is not None:
-            await self._drop_spares_unless_wanted(slot.spec.spare.tenant)
+            await self._drop_spares_unless_wanted(slot.spec.spare)
 
     async def close(self) -> None:
         """Stop every process concurrently; used at shutdown. The supervisor cannot be used afterwards."""
@@ -646,10 +647,10 @@ class Supervisor:
             raise NotDeployed(f"{slot.key} was removed while starting")
         return proc
 
-    async def _drop_spares_unless_wanted(self, tenant: str) -> None:
-        """Stop the tenant's spares when none of its deployed specs may use them any more."""
-        if not any(s.spec.spare is not None and s.spec.spare.tenant == tenant for s in self._slots.values()):
-            await self.spares.drop(tenant)
+    async def _drop_spares_unless_wanted(self, template: SpareTemplate) -> None:
+        """Stop the spares of the template's tenant and runtime when none of the deployed specs may use them."""
+        if not any(s.spec.spare is not None and s.spec.spare.kind == template.kind for s in self._slots.values()):
+            await self.spares.drop(template.tenant, template.runtime)
 
     def _want_spare(self, spec: ProcessSpec) -> None:
         if spec.spare is not None and spec.sandbox is not None and not self._closed:
