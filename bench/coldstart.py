@@ -349,9 +349,9 @@ def add_node_rows(table: Table, rounds: int, cold_js: dict[str, list[float]], no
     """Node's rows: the first call after scale to zero with a spare against none, and against node's own start."""
     spare, bare = median(cold_js[SPARE]), median(node[NODE_BARE])
     table.add(f"sless up, Node: first call after scale to zero, p50 ({rounds})", spare, "ms",
-              median(cold_js[NO_SPARE]), NO_SPARE)
+              median(cold_js[NO_SPARE]), "no spare")
     table.add(f"sless up, Node: first call after scale to zero, p90 ({rounds})", percentile(cold_js[SPARE], 90),
-              "ms", percentile(cold_js[NO_SPARE], 90), NO_SPARE)
+              "ms", percentile(cold_js[NO_SPARE], 90), "no spare")
     table.add(f"sless up, Node: first call after scale to zero, p50 ({rounds})", spare, "ms", bare,
               f"{NODE_BARE}, p50", "<= 0.5x", spare <= 0.5 * bare)
 
