@@ -462,3 +462,20 @@ def test_the_memory_limit_set_at_a_node_claim_kills_a_memory_bomb(tmp_path: Path
                     await get(session, url, mb="400")
 
     run_scenario(tmp_path, sandbox, scenario)
+
+
+@needs_node
+def test_a_claimed_node_spare_whose_handler_fails_to_load_is_a_failed_start(tmp_path: Path, sandbox: Sandbox) -> None:
+    code = node_function(tmp_path, "t1", "broken")
+    (code / "handler.js").write_text("throw new Error('broken at load');\n")
+
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("t1.broken", node_spec(sandbox, code, "t1"))
+        await until_async("the Node spare", lambda: node_spares(sup, "t1") == 1, 30, POLL)
+        with pytest.raises(supervisor_module.StartFailed, match="broken at load"):
+            async with sup.lease("t1.broken"):
+                pass
+        assert "in warm spare pid" in log_text(tmp_path, "t1.broken")
+        await until_async("the replacement spare", lambda: node_spares(sup, "t1") == 1, 30, POLL)
+
+    run_scenario(tmp_path, sandbox, scenario)

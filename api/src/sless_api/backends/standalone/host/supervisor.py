@@ -58,6 +58,7 @@ from typing import Any
 from sless_api import metrics
 from sless_api.backends.standalone.host.calllogs import CallLogStore, LineRouter
 from sless_api.backends.standalone.host.child import (
+    READY_WAIT_SEC,
     Child,
     ChildLog,
     drain_pipes,
@@ -697,7 +698,7 @@ class Supervisor:
             await self.spares.discard(spare)
             return None
         proc = Child(child, spare.port, spec.version, time.monotonic(), drain, jail=spare.jail, ready=spare.ready)
-        adopted = await self._adopt(slot, proc)
+        adopted = await self._adopt(slot, proc, listening=True)
         metrics.WARM_SPARE_CLAIMS.labels(spec.runtime).inc()
         return adopted
 
@@ -780,8 +781,11 @@ class Supervisor:
         return await self._adopt(slot, Child(child, port, spec.version, time.monotonic(), drain, jail=jail,
                                              ready=ready))
 
-    async def _adopt(self, slot: _Slot, proc: Child) -> Child:
-        """Capture a just started (or claimed) process's output and wait until it is healthy."""
+    async def _adopt(self, slot: _Slot, proc: Child, listening: bool = False) -> Child:
+        """Capture a just started (or claimed) process's output and wait until it is healthy.
+
+        ``listening``: the process listened on its port before it was asked to serve (a claimed spare): its
+        readiness byte is enough (see ``_wait_healthy``)."""
         child = proc.proc
         assert child.stdout is not None and child.stderr is not None
         proc.readers = [
@@ -789,7 +793,7 @@ class Supervisor:
             asyncio.create_task(pump(child.stderr, slot.log, proc.stderr_tail, self._router(slot.key, "stderr"))),
         ]
         try:
-            await self._wait_healthy(slot, proc)
+            await self._wait_healthy(slot, proc, listening)
         except BaseException:
             await kill_child(proc)
             await drain_pipes(proc)
@@ -804,8 +808,17 @@ class Supervisor:
         slot.log.note(f"pid {child.pid} healthy after {time.monotonic() - proc.started_at:.3f}s")
         return proc
 
-    async def _wait_healthy(self, slot: _Slot, proc: Child) -> None:
+    async def _wait_healthy(self, slot: _Slot, proc: Child, listening: bool = False) -> None:
+        """Until ``proc`` answers ``GET /_/health`` (StartFailed when it exits or the start times out).
+
+        ``listening`` (a claimed spare): its readiness byte ("serving") is taken instead of a probe. Its listener
+        has been open since before the claim, so a call sent now waits in the kernel's backlog until the server
+        takes it, as the probe would; the probe only cost the first call a round trip through the sandbox's
+        network. A byte written early (the function's own code can reach the descriptor while it loads) gains it
+        nothing: its call still waits for the server."""
         deadline = proc.started_at + self.start_timeout_sec
+        if listening and await self._said_serving(slot, proc, deadline):
+            return
         while True:
             if slot.removed:
                 raise NotDeployed(f"{slot.key} was removed while starting")
@@ -828,6 +841,22 @@ class Supervisor:
             if await health_ok(proc.port, min(remaining, 2.0)):
                 return
             await pause_between_probes(proc, remaining)
+
+    @staticmethod
+    async def _said_serving(slot: _Slot, proc: Child, deadline: float) -> bool:
+        """Whether the runtime wrote its readiness byte before ``deadline``. False when it exited (EOF), has no
+        pipe, or the slot was removed meanwhile (looked at every READY_WAIT_SEC): the caller then probes and
+        reports as for any start."""
+        pipe = proc.ready
+        while pipe is not None and not pipe.ended and not slot.removed and proc.proc.returncode is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            got = await pipe.wait(min(remaining, READY_WAIT_SEC))
+            if got is True:
+                pipe.ended = True  # one byte is all a runtime says
+                return True
+        return False
 
     # ------------------------------------------------------------------ stopping and crashes
 
