@@ -110,6 +110,7 @@ def _kept(obj: dict[str, Any], kind: str) -> dict[str, Any]:
 
 def save(api: Any, folder: Path) -> tuple[dict[str, int], list[str]]:
     from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
 
     from sless_core.naming import is_function_name, is_tenant_namespace, secret_object_name
 
@@ -126,7 +127,12 @@ def save(api: Any, folder: Path) -> tuple[dict[str, int], list[str]]:
     names = {ns["name"] for ns in namespaces}
     resources: dict[str, list[dict[str, Any]]] = {}
     for kind, plural in KINDS.items():
-        found = custom.list_cluster_custom_object(GROUP, VERSION, plural).get("items") or []
+        try:
+            found = custom.list_cluster_custom_object(GROUP, VERSION, plural).get("items") or []
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            found = []  # no CRD: the platform was never installed, or uninstalled with its CRDs
         resources[kind] = []
         for obj in sorted(found, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])):
             where = f"{kind} {obj['metadata']['namespace']}/{obj['metadata']['name']}"
