@@ -11,6 +11,10 @@ once, each a `sless up` serving the same trivial Python function, and their wrk 
 every round). The CPU per call is the `sless up` process's own (its threads included, its function processes
 not), from ``/proc/PID/stat`` around each wrk run: the figure that says what a change to the proxy saved, since
 requests/s also moves with the runtime and with wrk. Each figure is the median over the rounds.
+
+``--pin``: every process of both builds (their function processes too) on CPU 0 and wrk on CPU 1, as
+``bench.proxies`` measures: the proxy then shares its core with the runtime, and what it costs in context switches
+and caches counts in its CPU per call.
 """
 
 from __future__ import annotations
@@ -71,6 +75,12 @@ class Build:
         self.fn = tenant.fn_url("trivial")
         requests.get(self.fn, timeout=30).raise_for_status()
 
+    def pin(self, cpu: int) -> None:
+        """Every thread of this build's processes (its function processes too) to CPU."""
+        from bench.proxies import pin
+
+        pin(self.proc.pid, cpu)
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -94,7 +104,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=3, help="length of each wrk run (whole seconds)")
     parser.add_argument("--conns", default="1,32", help="keep-alive connections, comma-separated")
     parser.add_argument("--quick", action="store_true", help="3 rounds of 2 s")
+    parser.add_argument("--pin", action="store_true", help="both builds on CPU 0, wrk on CPU 1")
     args = parser.parse_args()
+    wrk_cpu = "1" if args.pin else None
     rounds, seconds = (3, 2) if args.quick else (args.rounds, args.seconds)
     with tempfile.TemporaryDirectory(prefix="sless-compare-") as tmp:
         builds = [Build(args.baseline.resolve(), Path(tmp) / "baseline"),
@@ -102,12 +114,15 @@ def main() -> None:
         try:
             for build in builds:
                 build.ready()
+                if args.pin:
+                    build.pin(0)
             table = Table(f"/fn through sless up: {builds[1].name} vs {builds[0].name}, "
-                          f"{rounds} alternating rounds of {seconds:g} s, {time.strftime('%Y-%m-%d %H:%M')}")
+                          f"{rounds} alternating rounds of {seconds:g} s{', pinned' if args.pin else ''}, "
+                          f"{time.strftime('%Y-%m-%d %H:%M')}")
             print(f"load average at start: {os.getloadavg()[0]:.2f}", file=sys.stderr)
             for conns in (int(c) for c in args.conns.split(",")):
-                wrk(builds[0].fn, conns, 1)  # warm both
-                wrk(builds[1].fn, conns, 1)
+                wrk(builds[0].fn, conns, 1, cpu=wrk_cpu)  # warm both
+                wrk(builds[1].fn, conns, 1, cpu=wrk_cpu)
                 cpu: list[list[float]] = [[], []]
                 rps: list[list[float]] = [[], []]
                 p50: list[list[float]] = [[], []]
@@ -115,7 +130,7 @@ def main() -> None:
                     for side in (0, 1) if index % 2 == 0 else (1, 0):
                         build = builds[side]
                         before = process_cpu_sec(build.proc.pid)
-                        load = wrk(build.fn, conns, seconds)
+                        load = wrk(build.fn, conns, seconds, cpu=wrk_cpu)
                         cpu[side].append((process_cpu_sec(build.proc.pid) - before) / max(1, load.requests) * 1e6)
                         rps[side].append(load.rps)
                         p50[side].append(load.p50_ms)

@@ -110,6 +110,20 @@ def pin(pid: int, cpu: int) -> None:
                 os.sched_setaffinity(tid, {cpu})
 
 
+def policy(pid: int) -> str:
+    """The scheduling policy PID ran under, by name (read before it ended: its /proc entry is gone after)."""
+    return _POLICIES.get(_policy_seen.get(pid, -1), "unknown")
+
+
+_POLICIES = {os.SCHED_OTHER: "SCHED_OTHER", os.SCHED_BATCH: "SCHED_BATCH", os.SCHED_IDLE: "SCHED_IDLE"}
+_policy_seen: dict[int, int] = {}
+
+
+def note_policy(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        _policy_seen[pid] = os.sched_getscheduler(pid)
+
+
 def cpu_sec(pids: list[int]) -> float:
     total = 0.0
     for pid in pids:
@@ -150,10 +164,14 @@ def function_process_url(sless: SlessProcess) -> str:
 class Server:
     """A peer proxy started pinned to the proxy's CPU, stopped at the end."""
 
+    #: Prefix of every peer's command line: ``chrt -b 0`` with ``--peers-batch`` (the scheduling policy sless up
+    #: runs under), else nothing (the normal policy, as peers run by default).
+    policy: list[str] = []
+
     def __init__(self, name: str, argv: list[str], log_path: Path, url: str) -> None:
         self.name, self.url, self.log_path = name, url, log_path
         with log_path.open("wb") as out:
-            self.proc = subprocess.Popen(["taskset", "-c", str(PROXY_CPU), *argv], stdout=out,
+            self.proc = subprocess.Popen([*self.policy, "taskset", "-c", str(PROXY_CPU), *argv], stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
         self.wait_ready()
 
@@ -265,6 +283,7 @@ def start_platform(workdir: Path, single_tenant: bool) -> tuple[SlessProcess, st
     if resp.status_code != 200:
         raise SystemExit(f"/fn answered {resp.status_code}: {resp.text[:300]}")
     pin(sless.proc.pid, PROXY_CPU)  # the function process, started since
+    note_policy(sless.proc.pid)
     return sless, url
 
 
@@ -332,7 +351,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="2 rounds of 2 s loads instead of 5 of 4 s")
     parser.add_argument("--single-tenant", action="store_true",
                         help="sless up without a sandbox (SLESS_SANDBOX=off), where bwrap is missing")
+    parser.add_argument("--peers-batch", action="store_true",
+                        help="run nginx and the Go proxy under SCHED_BATCH too, as sless up runs itself")
     args = parser.parse_args()
+    if args.peers_batch:
+        Server.policy = ["chrt", "-b", "0"]
     for tool in ("wrk", "taskset", "ss"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is not installed (scripts/install-test-services.sh)")
@@ -366,7 +389,8 @@ def main() -> int:
             sless.stop()
     load_end = os.getloadavg()
     print("# /fn against compiled proxies, same upstream Python runtime, proxy+runtime on CPU "
-          f"{PROXY_CPU}, wrk on CPU {WRK_CPU}")
+          f"{PROXY_CPU}, wrk on CPU {WRK_CPU}; peers under "
+          f"{'SCHED_BATCH' if args.peers_batch else 'the normal policy'}, sless up under {policy(sless.proc.pid)}")
     print(f"\nwrk -t1, {rounds} interleaved round(s) of {seconds:g} s, medians; handler returns {{'ok': True}}; "
           f"{os.cpu_count()} CPUs; load average at start {load_start[0]:.2f}, at end {load_end[0]:.2f}; "
           f"{time.monotonic() - started:.0f} s; {time.strftime('%Y-%m-%d %H:%M')}")
