@@ -27,6 +27,8 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser], env: Cl
 def cmd_up(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from sless_api.gateway.batchsched import batch_scheduling
+    from sless_api.gateway.gcsettle import settle
     from sless_api.gateway.slowclients import guarded_protocol
     from sless_api.logsetup import configure_logging
     from sless_api.main.app import create_app
@@ -35,6 +37,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from sless_api.stores.invocations import sqlite_path
     from sless_core.envconfig import ConfigError, EnvReader
 
+    batch_scheduling()  # before the first thread or function process: they inherit it (gateway.batchsched)
     data_dir = Path(args.data_dir).resolve()
     # The command line's choices, over the environment: the config is parsed once, with them.
     overrides = {"SLESS_DATA_DIR": str(data_dir)}
@@ -95,6 +98,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         # Every caller of `sless up` comes from loopback, which uvicorn trusts for X-Forwarded-For:
         # the proxy would then take a client's claimed address as the peer's.
         proxy_headers=False))
+    settle()  # the platform as built is never scanned by the garbage collector again (gateway.gcsettle)
     server.run(sockets=[listener])  # what uvicorn.run does, on the socket bound above
     if not server.started:  # the app's start-up failed (uvicorn logged why)
         return 1
