@@ -151,6 +151,38 @@ def test_a_claimed_spare_serves_the_function_with_its_env_and_secret_files(tmp_p
     run_scenario(tmp_path, sandbox, scenario)
 
 
+def test_the_replacement_spare_starts_after_the_first_call_not_beside_it(
+    tmp_path: Path, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spare's start takes the CPU for tens of milliseconds; the call that claimed one must not share it."""
+    monkeypatch.setattr(supervisor_module, "SPARE_REPLACE_LATEST_SEC", 3600.0)  # only the call's end starts it
+    code_a, code_b = function(tmp_path, "t1", "a"), function(tmp_path, "t1", "b")
+
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("t1.a", fn_spec(sandbox, code_a, "t1"))
+        await sup.deploy("t1.b", fn_spec(sandbox, code_b, "t1"))
+        await until_async("the spare", lambda: sup.spares.count("t1") == 1, 20, POLL)
+        async with aiohttp.ClientSession() as session:
+            async with sup.lease("t1.a") as url:
+                assert "in warm spare pid" in log_text(tmp_path, "t1.a")
+                assert sup.spares.count("t1") + sup.spares.starting("t1") == 0  # nothing starts during the call
+                await get(session, url)
+            await until_async("the replacement, once the call ended", lambda: sup.spares.count("t1") == 1, 20, POLL)
+            # A function removed while its replacement is due starts none.
+            async with sup.lease("t1.b"):
+                pass
+            await until_async("the next replacement", lambda: sup.spares.count("t1") == 1, 20, POLL)
+            await sup.remove("t1.a")
+            await sup.deploy("t1.a", fn_spec(sandbox, code_a, "t1", "v2"))
+            await sup.endpoint("t1.a")  # claimed, no call ends
+            assert "in warm spare pid" in log_text(tmp_path, "t1.a") and sup.spares.count("t1") == 0
+            await sup.remove("t1.a")
+            await sup.remove("t1.b")
+        assert sup.spares.count("t1") + sup.spares.starting("t1") == 0 and sup.spares.tenants() == []
+
+    run_scenario(tmp_path, sandbox, scenario)
+
+
 def test_a_spare_of_one_tenant_never_serves_another(tmp_path: Path, sandbox: Sandbox) -> None:
     code1, code2 = function(tmp_path, "t1", "fn"), function(tmp_path, "t2", "fn")
 

@@ -205,6 +205,10 @@ class SparePool:
         """Ready spares of ``tenant`` (of ``runtime``, or of every runtime)."""
         return len([s for s in self.spares(tenant, runtime) if s.is_ready and s.alive])
 
+    def starting(self, tenant: str, runtime: str | None = None) -> int:
+        """Spares of ``tenant`` (of ``runtime``, or of every runtime) whose start is under way."""
+        return sum(self._starting.get(kind, 0) for kind in self._kinds(tenant, runtime))
+
     def tenants(self) -> list[str]:
         return list(dict.fromkeys(tenant for (tenant, _), spares in self._spares.items() if spares))
 

@@ -84,6 +84,9 @@ READY_PIPE_RUNTIMES = frozenset({"python3.11", "nodejs20"})
 KILL_GRACE_SEC = 1.0
 #: Start attempts with fresh ports when the chosen port was taken meanwhile.
 PORT_ATTEMPTS = 3
+#: After a claim, the replacement spare starts when the first call on the claimed process ends, or this many
+#: seconds after the claim when no call ends sooner (a slow call, a start for ``keep_warm``).
+SPARE_REPLACE_LATEST_SEC = 1.0
 
 _ADDR_IN_USE = re.compile(r"address already in use|EADDRINUSE|Errno 98", re.IGNORECASE)
 _UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9._-]")
@@ -185,6 +188,8 @@ class _Slot:
     last_error: str | None = None
     last_activity: float = field(default_factory=time.monotonic)
     removed: bool = False
+    #: A spare was claimed for this slot and its replacement is still to start (``Supervisor._replace_spare``).
+    spare_due: asyncio.TimerHandle | None = None
 
     @property
     def current(self) -> Child | None:
@@ -247,6 +252,8 @@ class Lease:
             slot.last_activity = time.monotonic()
             if slot.waiting or slot.spec.pooled:
                 self.supervisor._released(slot)
+            if slot.spare_due is not None:
+                self.supervisor._replace_spare(slot)
 
 
 class Supervisor:
@@ -376,6 +383,7 @@ class Supervisor:
             return
         slot.removed = True  # aborts a start in progress within one health poll
         slot.wake()
+        self._replace_spare(slot)  # nothing starts for a removed slot: only the timer goes
         async with slot.lock:
             for proc in list(slot.procs):
                 self._retire(slot, proc)
@@ -399,6 +407,7 @@ class Supervisor:
         self._slots.clear()
         for slot in slots:
             slot.removed = True
+            self._replace_spare(slot)  # only cancels its timer: nothing starts any more
 
         async def retire_when_unlocked(slot: _Slot) -> None:
             slot.wake()
@@ -661,7 +670,8 @@ class Supervisor:
         """``spec`` served by a warm spare of its tenant, None when there is no ready one that fits.
 
         The spare's memory limit becomes the function's, then the claim (the complete environment, the
-        working directory, the secret files) goes over its stdin; a replacement starts in the background.
+        working directory, the secret files) goes over its stdin; a replacement starts in the background once
+        the first call on the claimed process has ended (``_replace_spare``), at once if the claim failed.
         """
         if spec.spare is None:
             return None
@@ -669,10 +679,31 @@ class Supervisor:
         if spare is None:
             self._want_spare(spec)
             return None
+        proc: Child | None = None
         try:
-            return await self._claim(slot, spec, spare)
+            proc = await self._claim(slot, spec, spare)
+            return proc
         finally:
-            self._want_spare(spec)  # the replacement starts once the claimed process serves (or failed)
+            if proc is None:
+                self._want_spare(spec)
+            else:
+                self._replace_spare_later(slot)
+
+    def _replace_spare_later(self, slot: _Slot) -> None:
+        """Start the claimed spare's replacement after the first call ends (``Lease``), at the latest after
+        SPARE_REPLACE_LATEST_SEC. A spare's start (the sandbox, pasta, an interpreter) takes the CPU for tens of
+        milliseconds: on a small host, started at the claim it ran beside the very call that waited for the
+        claim and slowed it down (the call that a spare is there to make fast)."""
+        if slot.spare_due is None:
+            slot.spare_due = asyncio.get_running_loop().call_later(SPARE_REPLACE_LATEST_SEC, self._replace_spare, slot)
+
+    def _replace_spare(self, slot: _Slot) -> None:
+        """The replacement of the spare claimed for ``slot`` starts now (for the slot's current spec)."""
+        due, slot.spare_due = slot.spare_due, None
+        if due is not None:
+            due.cancel()
+        if not slot.removed:
+            self._want_spare(slot.spec)
 
     async def _claim(self, slot: _Slot, spec: ProcessSpec, spare: Spare) -> Child | None:
         assert spec.jail is not None
