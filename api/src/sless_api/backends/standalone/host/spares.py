@@ -29,7 +29,8 @@ function's own binary, built per function, so there is nothing to start before t
 
 The pool keeps ``per_tenant`` spares for each tenant and runtime the supervisor asks it to (a tenant with a
 deployed Python function and a Node function has ``per_tenant`` of each); a claim is followed by a new spare
-in the background. A tenant's spares of a runtime stop when its last function that may use them is removed,
+in the background, once the first call on the claimed process has ended (supervisor.py: a start beside that
+call slowed it down). A tenant's spares of a runtime stop when its last function that may use them is removed,
 all of them when the supervisor closes; a spare's cgroups and port rule go with it.
 """
 
