@@ -3,9 +3,10 @@
 Most of a Python or Node function's cold start is not its code: it is the interpreter, the runtime's imports
 and the sandbox (bwrap, setpriv, cgroups). A spare has done all that ahead of time and waits, listening on its
 port, for a claim on its stdin (``sless_server.wait_for_claim``, ``sless-spare.js``); a cold start then costs
-the claim, the load of the handler and one health probe. A Go function has no spare: its server is the
-function's own binary, built per function, so there is nothing to start before the claim names the function
-(and a Go server starts in a few milliseconds anyway). The rules, because tenants' code is hostile:
+the claim, the load of the handler and the runtime's readiness byte. A Go function has no spare: its server is
+the function's own binary, built per function, so no process can be started before the claim names the
+function, and a compiled binary has no interpreter start-up to save; what a Go cold start spends is the
+sandbox's set-up. The rules, because tenants' code is hostile:
 
 - a spare belongs to one tenant and one runtime (``SpareTemplate.runtime``): it runs in that tenant's sandbox
   exactly as the tenant's function processes do (its uid, PID namespace, limits), and its mount view holds
