@@ -386,9 +386,14 @@ def test_a_claimed_node_spare_serves_the_function_with_its_env_and_secret_files(
         await until_async("the tenant's Node spare", lambda: node_spares(sup, "t1") == 1, 30, POLL)
         spare = sup.spares.spares("t1", NODE_RUNTIME)[0]
         assert spare.why_not(spec.argv, spec.env, spec.jail) is None  # NODE_ENV is set at the claim: it fits
-        # Before the claim: none of the function's values, none of its secrets.
+        # Before the claim: none of the function's values, none of its secrets, no other tenant's function.
         for block in environ_of_spares(sup, "t1", NODE_RUNTIME):
             assert b"s3cret" not in block and b"FN_VERSION" not in block and b"NODE_ENV" not in block
+        inner = inner_pid(spare.proc.pid)
+        assert inner is not None and not Path(f"/proc/{inner}/root{SPARE_SECRETS_DIR}").exists()
+        assert Path(f"/proc/{inner}/root{code}").is_dir() and not Path(f"/proc/{inner}/root{other}").exists()
+        stranger = node_spec(sandbox, other, "t2")
+        assert spare.why_not(stranger.argv, stranger.env, stranger.jail) == "another tenant"
         claims = metrics.WARM_SPARE_CLAIMS.labels(NODE_RUNTIME)._value.get()
         async with aiohttp.ClientSession() as session, sup.lease("t1.js") as url:
             body = await get(session, url, path=str(other))
