@@ -122,6 +122,9 @@ def save(api: Any, folder: Path) -> tuple[dict[str, int], list[str]]:
         if not is_tenant_namespace(name):
             skipped.append(f"namespace {name} (not a tenant namespace's name)")
             continue
+        if ns.metadata.deletion_timestamp:
+            skipped.append(f"namespace {name} (being deleted)")
+            continue
         namespaces.append({"name": name, "labels": _plain(ns.metadata.labels),
                            "annotations": _plain(ns.metadata.annotations)})  # fmt: skip
     names = {ns["name"] for ns in namespaces}
@@ -140,6 +143,8 @@ def save(api: Any, folder: Path) -> tuple[dict[str, int], list[str]]:
                 skipped.append(f"{where} (not in a tenant namespace)")
             elif not is_function_name(obj["metadata"]["name"]):
                 skipped.append(f"{where} (a name the platform never gives)")
+            elif obj["metadata"].get("deletionTimestamp"):
+                skipped.append(f"{where} (being deleted)")
             else:
                 resources[kind].append(_kept(obj, kind))
     secrets = []
