@@ -3,16 +3,17 @@
 Started by ``server.py`` (a few lines, so that this module's bytecode can be cached; see there).
 
 Design (why it looks like this):
-- Connections wait in one epoll (EPOLLONESHOT) and a bounded set of handler threads (HandlerThreads:
-  SLESS_HANDLER_THREADS, growing up to SLESS_MAX_HANDLER_THREADS past handlers that block) waits in
-  epoll_wait on it. The kernel wakes one idle thread per ready connection; that thread reads and parses
-  the request, runs the handler and writes the answer, then re-arms the connection. A request thus costs
-  one thread wake-up, one recv and one send, as with a thread per connection, while an idle keep-alive
-  connection costs a buffer, not a thread: a thousand of them do not slow the others down, as a thousand
-  threads contending for the GIL did. Exactly one thread owns a connection at a time. The main thread
-  accepts connections, times out idle ones and handles signals. The small hand-written HTTP/1.1 parser
-  beats http.server's BaseHTTPRequestHandler (line-by-line file reads, several writes per response)
-  several times over.
+- Connections wait in one epoll (EPOLLONESHOT). One handler thread at a time waits in epoll_wait on it,
+  takes the ready connections and serves them one after the other on its own: reads and parses the
+  request, runs the handler inline, writes the answer, re-arms the connection (HandlerThreads). Under load
+  a request then wakes no thread and hands the GIL to none; an idle keep-alive connection costs a buffer,
+  not a thread. The other handler threads are parked; the watchdog wakes or starts them when requests wait
+  while every thread is inside a handler: one per waiting request while the handlers block (sleep, I/O),
+  up to SLESS_MAX_HANDLER_THREADS, one more every STUCK_SEC while they compute, up to
+  SLESS_HANDLER_THREADS. Exactly one thread owns a connection at a time. The main thread accepts
+  connections, times out idle ones and handles signals. The small hand-written HTTP/1.1 parser beats
+  http.server's BaseHTTPRequestHandler (line-by-line file reads, several writes per response) several
+  times over.
 - Timeouts: a watchdog thread answers 504 on behalf of a handler that overran
   SLESS_TIMEOUT_SEC and closes that connection; Python cannot stop a thread, so
   the handler keeps running in the background until it returns on its own.
@@ -28,7 +29,9 @@ Design (why it looks like this):
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import gc
 import os
 import select
 import signal
@@ -67,10 +70,23 @@ LINGER_SEC = 0.5
 MAX_LINE_BYTES = 8192
 #: recv calls for one connection per wake-up before the loop turns to the others (a large upload).
 READS_PER_EVENT = 16
-#: A handler running this long counts as stuck: requests waiting behind it get extra threads.
+#: Requests waiting this long behind handlers that compute get one more thread (up to SLESS_HANDLER_THREADS).
 STUCK_SEC = 0.1
 #: Handler threads beyond SLESS_HANDLER_THREADS end after this many seconds without a request.
 WORKER_IDLE_SEC = 10.0
+#: Ready connections the poller takes from epoll at once (the rest stay in the kernel's ready list).
+POLL_EVENTS = 64
+#: How often the watchdog looks for requests waiting behind handlers while handlers run.
+BALANCE_SEC = 0.002
+#: The watchdog rests (until the poller nudges it, or the next timeout check) after this long without a
+#: handler running; not at once, or every request of a lone keep-alive connection would have to wake it.
+REST_AFTER_SEC = 0.5
+#: Below this share of one CPU used by the process while requests wait, its handlers count as blocked.
+BLOCKED_SHARE = 0.5
+#: The futex system call's number on x86-64 and arm64 (what a thread waiting for the GIL or a lock waits in).
+_SYS_FUTEX = 202 if os.uname().machine == "x86_64" else 98
+#: What HandlerThreads._poll returns instead of a descriptor.
+_PARK, _AGAIN = -1, -2
 #: Address space reserved per thread. Linux gives a thread the process's stack rlimit (8 MiB) by default, and
 #: a sandboxed function's RLIMIT_AS is its memory limit plus a fixed headroom: a pool grown to a hundred
 #: threads would reserve 800 MiB of it, and a handler's allocation would then fail with MemoryError before
@@ -144,7 +160,8 @@ def _is_coroutine_function(fn: Any) -> bool:
 
 def serialize(resp: rt.Response, keep_alive: bool, head_only: bool, http10: bool = False) -> bytes:
     """The complete response as one buffer (one send: no Nagle/delayed-ACK stall)."""
-    parts = [_status_line(resp.status)]
+    line = _STATUS_LINES.get(resp.status)
+    parts = [line if line is not None else _status_line(resp.status)]
     for name, value in resp.headers:
         parts.append(f"{name}: {value}\r\n".encode("latin-1"))
     bodyless = resp.status in (204, 304)
@@ -164,11 +181,11 @@ def serialize(resp: rt.Response, keep_alive: bool, head_only: bool, http10: bool
 class Request:
     """One request, complete with its body, as the event loop hands it to a handler thread."""
 
-    __slots__ = ("body", "headers", "http10", "keep_alive", "method", "target")
+    __slots__ = ("body", "headers", "http10", "keep_alive", "method", "path", "query")
 
     def __init__(self, method: str, target: str, http10: bool, headers: dict[str, str], keep_alive: bool) -> None:
         self.method = method
-        self.target = target
+        self.path, _, self.query = _split_target(target)
         self.http10 = http10
         self.headers = headers
         self.keep_alive = keep_alive
@@ -289,27 +306,45 @@ class Connection:
 
 
 class _Worker:
-    """One handler thread; ``since`` (0: not in a handler) and ``conn`` let the watchdog see what it runs."""
+    """One handler thread; ``since`` (0: not in a handler) and ``conn`` let the watchdog see what it runs, ``wake``
+    is the lock it sleeps on while parked (held while it runs; released once to wake it)."""
 
-    __slots__ = ("conn", "since")
+    __slots__ = ("conn", "since", "tid", "wake")
 
     def __init__(self) -> None:
         self.since = 0.0
+        self.tid = 0
         self.conn: Connection | None = None
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
 
 class HandlerThreads:
     """The bounded set of threads that serve ready connections (SLESS_HANDLER_THREADS, SLESS_MAX_HANDLER_THREADS).
 
-    Every idle thread waits in epoll_wait on the connections' epoll; the kernel wakes exactly one waiter
-    per ready connection (epoll waiters are exclusive), and that thread reads the request, runs the handler
-    and writes the answer: one thread wake-up per request, as with a thread per connection, but no thread
-    per idle connection. Requests that find every thread busy wait, in order, in the kernel's ready list.
-    Threads start on demand up to ``size`` (one more whenever the last idle one takes work). When requests
-    wait while handlers have run for STUCK_SEC or more (they block: ``time.sleep``, a slow database),
-    ``grow`` (called by the watchdog) adds as many threads as are stuck, up to ``max_size``: CPU-bound
-    handlers never push the pool past ``size`` (more threads would only contend for the GIL), sleeping ones
-    still run side by side. Threads beyond ``size`` end after WORKER_IDLE_SEC without work.
+    One thread at a time (the poller) waits in epoll_wait; it takes up to POLL_EVENTS ready connections at
+    once, keeps the first and queues the rest in ``ready``, and serves them itself, one after the other:
+    read, parse, run the handler inline, answer, re-arm, then the next queued one, and back to epoll_wait
+    once the queue is empty. A request thus wakes no thread at all under load (the poller is already
+    running) and one when idle, and only one thread holds the GIL: no hand-off between an I/O thread and a
+    handler thread, no convoy of threads each releasing the GIL at every recv and send (what made a pool of
+    32 threads all waiting in epoll_wait slow at the tail: every ready connection woke a thread of its
+    own, and at 32 connections each request cost 3.6 futex calls of GIL hand-offs; now 0.06). The other
+    threads are parked, each on a lock of its own, and cost nothing.
+
+    The watchdog (``balance``, every BALANCE_SEC while a handler runs) wakes parked threads, or starts new
+    ones, when requests wait, none was served since its last look and no thread polls, i.e. every thread
+    is inside a handler:
+    - when the thread that took the latest request sleeps in a handler that blocks (``time.sleep``, a
+      database, an upstream call: see ``_blocked``), one thread per waiting request, up to ``max_size``, so
+      sleeping handlers run side by side as with a thread per connection (a thousand sleeping calls get a
+      thousand threads within milliseconds, not one more every STUCK_SEC);
+    - otherwise the handlers compute: after STUCK_SEC, one more thread at a time up to ``size`` (more
+      threads would only contend for the GIL), so a long CPU-bound handler delays the others by STUCK_SEC
+      at most, and CPU-bound handlers never push the pool past ``size``.
+    Threads beyond ``size`` end after WORKER_IDLE_SEC parked. EPOLLEXCLUSIVE cannot be combined with
+    EPOLLONESHOT (which gives a connection to one thread at a time), and exclusive waiters on one epoll
+    still wake one thread per ready connection: hence one poller and a queue.
     """
 
     def __init__(self, serve: Callable[[_Worker, int], None], epoll: select.epoll, size: int,
@@ -318,13 +353,32 @@ class HandlerThreads:
         self.epoll = epoll
         self.size = size
         self.max_size = max(size, max_size)
+        #: guards ``workers``, ``parked`` and ``waking``
         self.lock = threading.Lock()
         self.workers: set[_Worker] = set()
-        self.idle = 0
+        #: parked threads, the most recently parked last (woken first: its stack is still in the cache)
+        self.parked: list[_Worker] = []
+        #: threads woken by ``balance`` that have not yet taken work
+        self.waking = 0
+        #: connections the poller took from epoll and has not served yet (appended by the poller only)
+        self.ready: collections.deque[int] = collections.deque()
+        #: held by the thread waiting in epoll_wait
+        self.poller = threading.Lock()
+        #: set by the poller when it finds the watchdog resting (see ``rest``)
+        self.nudge = threading.Event()
+        self.resting = False
         self.spawn_failed_logged = -10.0
-        #: whether connections are ready and waiting (poll, not select: no FD_SETSIZE limit)
-        self.ready = select.poll()
-        self.ready.register(epoll.fileno(), select.POLLIN)
+        #: whether connections are ready in the epoll (poll, not select: no FD_SETSIZE limit)
+        self.pending = select.poll()
+        self.pending.register(epoll.fileno(), select.POLLIN)
+        #: (monotonic, process CPU time) at the last ``balance``; since when requests wait with no poller
+        self.mark = (time.monotonic(), time.process_time())
+        self.waiting_since = 0.0
+        #: the thread that took the latest request: the one the queue waits for
+        self.taker: _Worker | None = None
+        #: requests served (each thread adds its own; a lost update only delays a balance by one look)
+        self.served = 0
+        self.last_served = 0
 
     def start(self) -> None:
         with self.lock:
@@ -347,40 +401,129 @@ class HandlerThreads:
         return True
 
     def _work(self, worker: _Worker) -> None:
-        poll = self.epoll.poll
+        worker.tid = threading.get_native_id()
+        ready = self.ready
+        take = ready.popleft
+        serve = self.serve
         while True:
-            with self.lock:
-                self.idle += 1
-                extra = len(self.workers) > self.size
-            try:
-                events = poll(WORKER_IDLE_SEC if extra else -1, 1)
-            except OSError:
-                events = []
-            with self.lock:
-                self.idle -= 1
-                if not events:
-                    if len(self.workers) > self.size:
-                        self.workers.discard(worker)
+            if ready:
+                try:
+                    fd = take()
+                except IndexError:  # another thread took the last one
+                    continue
+            else:
+                fd = self._poll()
+                if fd < 0:
+                    if fd == _PARK and not self._park(worker):
                         return
                     continue
-                if not self.idle and len(self.workers) < self.size:
-                    self._spawn()  # someone must wait for the next connection while this one works
+            self.taker = worker
             try:
-                self.serve(worker, events[0][0])
+                serve(worker, fd)
             except Exception as exc:  # a bug in the server itself: keep the thread
                 rt.log_exception("request failed", exc)
             worker.since = 0.0
             worker.conn = None
+            self.served += 1
 
-    def grow(self, now: float) -> None:
-        """Add threads when requests wait behind stuck handlers (see the class docstring)."""
-        if self.idle or not self.ready.poll(0):
-            return  # a thread is free, or nothing waits (an epoll fd is readable while events are ready)
+    def _poll(self) -> int:
+        """Become the poller and wait for ready connections: the first one's fd (the rest queued), _AGAIN when
+        there is queued work after all, or _PARK when another thread polls."""
+        if not self.poller.acquire(False):
+            return _PARK
+        try:
+            if self.ready:
+                return _AGAIN
+            events = self.epoll.poll(-1, POLL_EVENTS)
+        except OSError:
+            return _AGAIN
+        finally:
+            self.poller.release()
+        if self.resting:
+            self.resting = False
+            self.nudge.set()
+        if not events:
+            return _AGAIN
+        if len(events) > 1:
+            self.ready.extend([fd for fd, _ in events[1:]])
+        return int(events[0][0])
+
+    def _park(self, worker: _Worker) -> bool:
+        """Sleep until ``balance`` wakes this thread; False when it is to end (idle beyond ``size``)."""
         with self.lock:
-            stuck = sum(1 for w in self.workers if w.since and now - w.since >= STUCK_SEC)
-            for _ in range(min(stuck, self.max_size - len(self.workers))):
-                if not self._spawn():
-                    break
+            if self.ready or not self.poller.locked():
+                return True  # work came, or the poller left: try again
+            self.parked.append(worker)
+            extra = len(self.workers) > self.size
+        woken = worker.wake.acquire(timeout=WORKER_IDLE_SEC) if extra else worker.wake.acquire()
+        with self.lock:
+            if not woken:
+                if worker in self.parked:
+                    self.parked.remove(worker)
+                    if len(self.workers) > self.size:
+                        self.workers.discard(worker)
+                        return False
+                    return True
+                worker.wake.acquire()  # woken just as the wait ended: take the wake-up
+            self.waking -= 1
+        return True
+
+    def busy(self) -> bool:
+        """Whether a thread is in a handler (or on its way to one): the watchdog then balances often."""
+        return len(self.workers) - len(self.parked) - (1 if self.poller.locked() else 0) > 0
+
+    def balance(self, now: float) -> None:
+        """Wake or start threads when requests wait while every thread is in a handler (class docstring)."""
+        cpu = time.process_time()
+        then, cpu_then = self.mark
+        self.mark = (now, cpu)
+        served, self.last_served = self.last_served, self.served
+        if self.poller.locked() or served != self.last_served or not (self.ready or self.pending.poll(0)):
+            self.waiting_since = 0.0  # a thread waits in epoll, or requests are being served, or none waits
+            return
+        if not self.waiting_since:
+            self.waiting_since = now  # a thread may be on its way back to epoll: look again next time
+            return
+        blocked = _blocked(self.taker, cpu - cpu_then < BLOCKED_SHARE * (now - then))
+        if not blocked and now - self.waiting_since < STUCK_SEC:
+            return
+        with self.lock:
+            if self.waking:
+                return  # threads woken last time have not taken their work yet
+            active = len(self.workers) - len(self.parked)
+            room = (self.max_size if blocked else self.size) - active
+            wanted = min(len(self.ready) + 1 if blocked else 1, room)
+            while wanted > 0 and self.parked:
+                self.parked.pop().wake.release()
+                self.waking += 1
+                wanted -= 1
+            while wanted > 0 and len(self.workers) < self.max_size and self._spawn():
+                wanted -= 1
+        self.waiting_since = now
+
+
+def _blocked(worker: _Worker | None, idle: bool) -> bool:
+    """Whether the thread that took the latest request sleeps in a handler that blocks.
+
+    Its current system call says (``/proc/self/task/<tid>/syscall``): none (``running``) is a thread that
+    computes or waits for a CPU (on a busy machine a thread serving requests may wait for one for
+    milliseconds); a futex is the GIL, a lock, or a wait for the async loop or a stream's producer: blocked
+    only while the process is ``idle`` (using little CPU), else it waits for the GIL another thread holds;
+    any other call (sleep, recv, poll, connect) is a handler that waits. Unreadable: ``idle`` decides.
+    """
+    if worker is None or not worker.tid:
+        return idle
+    try:
+        fd = os.open(f"/proc/self/task/{worker.tid}/syscall", os.O_RDONLY)
+        try:
+            word = os.read(fd, 64).split(b" ", 1)[0]
+        finally:
+            os.close(fd)
+    except OSError:
+        return idle
+    if not word.isdigit():
+        return False  # "running"
+    return idle if int(word) == _SYS_FUTEX else True
 
 
 class Server:
@@ -554,10 +697,8 @@ class Server:
     def _serve_fd(self, worker: _Worker, fd: int) -> None:
         """Serve a connection epoll reported ready (in a handler thread, which now owns it)."""
         conn = self.connections.get(fd)
-        if conn is not None:
-            self._on_readable(worker, conn)
-
-    def _on_readable(self, worker: _Worker, conn: Connection) -> None:
+        if conn is None:
+            return
         if conn.state == LINGER:
             self._swallow(conn)
             return
@@ -594,7 +735,7 @@ class Server:
                 return True
             if request is None:
                 return False
-            path = _split_target(request.target)[0]
+            path = request.path
             if path.startswith("/_/"):  # the platform's own endpoints: no handler, no event
                 keep_alive = request.keep_alive and not self.draining
                 if not conn.send_now(serialize(_reserved(request.method, path), keep_alive, conn.head_only,
@@ -627,10 +768,13 @@ class Server:
             del buf[: end + 4]
             method, target, http10, headers = _parse_head(head)
             conn.head_only = method == "HEAD"
-            keep_alive = _keep_alive(http10, headers.get("connection", ""))
+            connection = headers.get("connection")
+            keep_alive = not http10 if connection is None else _keep_alive(http10, connection)
             if "transfer-encoding" in headers and "content-length" in headers:
                 keep_alive = False
             request = Request(method, target, http10, headers, keep_alive)
+            if "content-length" not in headers and "transfer-encoding" not in headers:
+                return request  # no body: the common case, without a call
             conn.body = self._body_framing(headers)
             if conn.body is None:
                 return request
@@ -701,10 +845,15 @@ class Server:
         worker.conn = conn
         while True:
             worker.since = time.monotonic()
-            path, _, query = _split_target(request.target)
-            if not self._answer(conn, request, path, query):
+            if not self._answer(conn, request):
                 return
             worker.since = 0.0
+            if not conn.buf:  # the connection back in epoll (_rearm, inline: every request passes here)
+                try:
+                    self.conn_epoll.modify(conn.fd, _ARMED)
+                except OSError:
+                    self._close(conn)
+                return
             nxt = self._advance(conn)  # a pipelined request may be buffered already
             if nxt is False:
                 self._rearm(conn)
@@ -713,14 +862,15 @@ class Server:
                 return
             request = nxt
 
-    def _answer(self, conn: Connection, request: Request, path: str, query: str) -> bool:
+    def _answer(self, conn: Connection, request: Request) -> bool:
         """Run the handler for one request and write its answer; True when the connection stays open."""
-        if sless_ws.is_upgrade(request.headers):
-            self._websocket(conn, request, path, query)
+        headers = request.headers
+        if "upgrade" in headers and sless_ws.is_upgrade(headers):
+            self._websocket(conn, request)
             self._close(conn)  # the connection was the WebSocket's: it ends with it
             return False
-        event = rt.build_event(request.method, path, query, request.headers, request.body)
-        call_id = rt.call_id_from(request.headers.get("x-request-id"))
+        event = rt.build_event(request.method, request.path, request.query, headers, request.body)
+        call_id = rt.call_id_from(headers.get("x-request-id"))
         token = rt.CALL_ID.set(call_id)
         began = time.perf_counter()
         try:
@@ -733,14 +883,16 @@ class Server:
             self._close(conn)
             return False
         resp = maybe
-        resp.headers = [h for h in resp.headers if h[0].lower() != "x-sless-handler-ms"]
+        headers_out = resp.headers
+        if len(headers_out) > 1 or (headers_out and headers_out[0][0] != "Content-Type"):  # the handler's own
+            resp.headers = [h for h in resp.headers if h[0].lower() != "x-sless-handler-ms"]
         resp.headers.append((rt.HANDLER_MS_HEADER, f"{(time.perf_counter() - began) * 1000:.3f}"))
         keep_alive = request.keep_alive and not self.draining
         try:
             if resp.stream is not None:
                 keep_alive = self._send_stream(conn, resp, keep_alive, request.http10)
-            else:
-                write_response(conn, resp, keep_alive, conn.head_only, request.http10)
+            else:  # the one place answers are written: the whole of it in one send (no Nagle stall)
+                conn.sock.sendall(serialize(resp, keep_alive, conn.head_only, request.http10))
         except OSError:
             keep_alive = False
         if not keep_alive:
@@ -750,9 +902,9 @@ class Server:
         conn.state = READ
         return True
 
-    def _websocket(self, conn: Connection, request: Request, path: str, query: str) -> None:
+    def _websocket(self, conn: Connection, request: Request) -> None:
         """An upgrade request: sless_ws answers it and runs the function's ``websocket`` in this thread."""
-        event = rt.build_event(request.method, path, query, request.headers, b"")
+        event = rt.build_event(request.method, request.path, request.query, request.headers, b"")
         token = rt.CALL_ID.set(rt.call_id_from(request.headers.get("x-request-id")))
         try:
             sless_ws.serve(conn.sock, bytes(conn.buf), self.handler, request.headers, event, self.config,
@@ -772,23 +924,34 @@ class Server:
         """Run the handler; the response, or None when the watchdog already answered 504."""
         timeout = self.config.timeout_sec
         if self.is_async:
-            return self._run_async(self.handler(event), timeout)
+            resp = self._run_async(self.handler(event), timeout)
+            conn.active = time.monotonic()  # what the idle sweep reads (the recv set it before)
+            return resp
         conn.deadline = time.monotonic() + timeout
         try:
             result = self.handler(event)
         except BaseException as exc:  # SystemExit from a handler must not end the thread either
+            conn.active = time.monotonic()
             if self._disarm(conn):
                 self._release()
                 return None
             rt.log_exception(f"handler failed ({event['_method']} {event['_path']})", exc)
             return rt.exception_response(exc, self.config)
-        remaining = conn.deadline - time.monotonic()
-        if self._disarm(conn):
+        now = conn.active = time.monotonic()
+        with conn.lock:  # stop the watchdog for this request (_disarm, inline: every request passes here)
+            remaining = conn.deadline - now
+            conn.deadline = 0.0
+            timed_out = conn.timed_out
+        if timed_out:  # the watchdog answered 504 already
             self._release()
             return None
         if hasattr(type(result), "__await__"):  # e.g. a sync wrapper around an async function
             return self._run_async(result, max(0.001, remaining))
-        return _encode(result)
+        try:
+            return rt.encode_result(result)
+        except rt.InvalidResponse as exc:
+            rt.log(f"bad handler result: {exc}")
+            return rt.exception_response(exc)
 
     def _disarm(self, conn: Connection) -> bool:
         """Stop the watchdog for this request; True if it already answered 504."""
@@ -823,17 +986,31 @@ class Server:
             return self._loop
 
     def _watchdog(self) -> None:
-        """Answer 504 for sync handlers that overran their deadline; grow the pool past stuck handlers."""
+        """Answer 504 for sync handlers that overran their deadline (every ``interval``); balance the pool
+        (every BALANCE_SEC while a handler runs, so a handler that blocks holds up the requests behind it for
+        a few milliseconds; while none runs the watchdog rests until the poller takes a request)."""
         interval = min(0.05, max(0.005, self.config.timeout_sec / 20))
         pool = self.pool
+        next_scan = quiet_until = time.monotonic()
         while True:
-            time.sleep(interval)
             now = time.monotonic()
-            for worker in list(pool.workers):
-                conn = worker.conn
-                if conn is not None and conn.deadline and now >= conn.deadline:
-                    self._expire(conn, now)
-            pool.grow(now)
+            if pool.busy():
+                quiet_until = now + REST_AFTER_SEC
+            if now < quiet_until:
+                time.sleep(BALANCE_SEC)
+            else:
+                pool.resting = True
+                pool.nudge.wait(interval)
+                pool.nudge.clear()
+                pool.resting = False
+            now = time.monotonic()
+            if now >= next_scan:
+                next_scan = now + interval
+                for worker in list(pool.workers):
+                    conn = worker.conn
+                    if conn is not None and conn.deadline and now >= conn.deadline:
+                        self._expire(conn, now)
+            pool.balance(now)
 
     def _expire(self, conn: Connection, now: float) -> None:
         message = rt.timeout_message(self.config.timeout_sec)
@@ -869,15 +1046,6 @@ class Server:
     def _release(self) -> None:
         with self._abandoned_lock:
             self.abandoned -= 1
-
-
-def write_response(conn: Connection, resp: rt.Response, keep_alive: bool, head_only: bool, http10: bool) -> None:
-    """Write one response from the handler thread that owns ``conn``: the one place answers are written.
-
-    The whole response goes out as one buffer (one send: no Nagle/delayed-ACK stall); raises OSError
-    when the client is gone or stopped reading.
-    """
-    conn.send_all(serialize(resp, keep_alive, head_only, http10))
 
 
 async def _as_coroutine(awaitable: Any) -> Any:
@@ -1090,6 +1258,11 @@ def main() -> None:
         rt.log_load_failure(config, exc)
         sys.exit(1)
     _raise_open_files_limit()
+    # What the runtime and the handler's imports made lives as long as the process: out of every collection
+    # from here on. A full collection walks every tracked object, and a handler that loads a library or a
+    # table at import has hundreds of thousands (420,000 took a full collection 870 ms on a busy machine,
+    # a stall for every request in flight); frozen, the same collection takes microseconds.
+    gc.freeze()
     threading.stack_size(THREAD_STACK_BYTES)  # every thread started from here on (handlers, watchdog, loop)
     try:
         server = Server(config, handler, listener)

@@ -181,3 +181,40 @@ def test_client_that_leaves_mid_request_is_forgotten(start_server: ServerFactory
     assert requests.get(f"{server.url}/text", timeout=10).text == "hello"
     fds = len(os.listdir(f"/proc/{server.proc.pid}/fd"))
     assert fds < 20, f"{fds} open descriptors: connections of clients that left were kept"
+
+
+BARRIER_HANDLER = '''import threading
+
+CALLS = 40
+#: every call waits here until all of them are inside the handler at once (or the barrier gives up)
+meeting = threading.Barrier(CALLS)
+
+
+def handle(event):
+    meeting.wait(timeout=60)
+    return "met"
+'''
+
+
+def test_blocked_handlers_get_a_thread_each(start_server: ServerFactory, tmp_path: Path) -> None:
+    """One thread serves requests while they keep finishing; handlers that block (here: on each other) get a
+    thread each, whatever SLESS_HANDLER_THREADS, so 40 calls can all be inside the handler at once."""
+    (tmp_path / "handler.py").write_text(BARRIER_HANDLER)
+    server = start_server(PY, code_dir=tmp_path, env={"SLESS_HANDLER_THREADS": "1", "SLESS_TIMEOUT_SEC": "120"})
+    with concurrent.futures.ThreadPoolExecutor(40) as pool:
+        calls = [pool.submit(requests.get, f"{server.url}/", timeout=120) for _ in range(40)]
+        answers = [c.result() for c in calls]
+    assert [(a.status_code, a.text) for a in answers] == [(200, "met")] * 40
+
+
+def test_blocked_handlers_stay_within_the_ceiling(start_server: ServerFactory, tmp_path: Path) -> None:
+    """The same calls with SLESS_MAX_HANDLER_THREADS=8: never more than 8 in the handler at once (the barrier
+    of 40 breaks instead of being met), and the process keeps its thread count."""
+    (tmp_path / "handler.py").write_text(BARRIER_HANDLER.replace("timeout=60", "timeout=1"))
+    server = start_server(PY, code_dir=tmp_path, env={"SLESS_HANDLER_THREADS": "1", "SLESS_MAX_HANDLER_THREADS": "8",
+                                                      "SLESS_TIMEOUT_SEC": "120"})
+    with concurrent.futures.ThreadPoolExecutor(40) as pool:
+        calls = [pool.submit(requests.get, f"{server.url}/", timeout=120) for _ in range(40)]
+        answers = [c.result() for c in calls]
+    assert all(a.status_code == 500 and "BrokenBarrierError" in a.text for a in answers), answers[0].text
+    assert threads_of(server.proc.pid) <= 10  # main, watchdog, at most 8 handler threads
