@@ -77,11 +77,14 @@ ETC_FILES = (
 SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 #: Virtual address space allowed beyond memory_mb when RLIMIT_AS stands in for a cgroup.
 #: Runtimes reserve far more address space than they touch; measured idle servers (VSZ / RSS):
-#: python3.11 230 MB / 14 MB plus 8 MB of stack per connection thread (and, without
+#: python3.11 230 MB / 14 MB plus 2 MiB of stack reserved per handler thread (and, without
 #: MALLOC_ARENA_MAX, up to 64 MB of malloc arena per thread: 32 connections then failed
 #: at +512 MB), node 20 730 MB / 45 MB, a Go 1.23 server 1.26 GB / 6 MB (heap arenas are
 #: reserved ahead). Hence a loose bound: it stops a runaway allocation, not a small excess.
-AS_HEADROOM_MB = {"python3.11": 1024, "nodejs20": 2048, "go1.23": 2048}
+#: Python's gets 2 GiB more for the stacks of the runtime's 1,000 handler threads (a call whose
+#: handler sleeps holds one): with 1 GiB, threads failed to start at about 525, and a thousand
+#: sleeping calls waited for each other (1,000 concurrent 5 s calls took 10.9 s, with 3 GiB 6.8 s).
+AS_HEADROOM_MB = {"python3.11": 3072, "nodejs20": 2048, "go1.23": 2048}
 #: glibc malloc arenas when RLIMIT_AS is the memory limit (each reserves 64 MB of address space).
 MALLOC_ARENAS = "2"
 AS_HEADROOM_DEFAULT_MB = 2048
