@@ -8,7 +8,8 @@ Measured, each against a baseline from the same run:
 - code-only redeploy: upload of new code until the new code answers, vs a plain API round trip;
 - cold start after scale to zero: first call after the idle stop vs a warm call;
 - 1,000 concurrent calls of a function sleeping 5 s through ``sless-api`` (gunicorn + uvicorn worker,
-  one worker): errors and wall time vs the ideal 5 s;
+  one worker), and the same through ``sless up``'s ``/fn`` (the function's process sandboxed as a tenant's
+  is, with the platform's default limits unless ``--sandbox-nproc``): errors and wall time vs the ideal 5 s;
 - invocation records per second into PostgreSQL through the batched log vs a bare COPY of the same rows;
 - proxy latency while PostgreSQL is frozen (SIGSTOP) vs while it runs.
 """
@@ -167,6 +168,26 @@ def bench_long_calls(table: Table, workdir: Path, count: int) -> None:
         log.close()
 
 
+def bench_long_calls_up(table: Table, workdir: Path, count: int, nproc: int | None) -> None:
+    """The same concurrent long calls through ``sless up`` (``/fn``, the invoke proxy, the sandboxed runtime)."""
+    extra = {"SLESS_SANDBOX_NPROC": str(nproc)} if nproc else {}
+    sp = start_sless(workdir / "long-up-data", extra)
+    try:
+        tenant = Tenant(sp.url, "bench-long-up")
+        tenant.deploy("sleeper", "python3.11", {"handler.py": SLEEPER}, timeout_sec=30)
+        requests.get(tenant.fn_url("sleeper"), timeout=30)  # start the process
+        succeeded, errors, wall, lat = asyncio.run(_many_calls(tenant.fn_url("sleeper"), count))
+    finally:
+        sp.stop()
+    how = f"sless up, SLESS_SANDBOX_NPROC={nproc}" if nproc else "sless up"
+    table.add(f"{count} concurrent 5 s calls via {how} /fn: answered 200", succeeded, "", float(count),
+              "calls made")
+    table.add(f"{count} concurrent 5 s calls via {how} /fn: errors", errors, "", target="0", ok=errors == 0)
+    table.add(f"{count} concurrent 5 s calls via {how} /fn: wall time", wall, "s", 5.0, "ideal", "<= 6 s",
+              wall <= 6.0)
+    table.add(f"{count} concurrent 5 s calls via {how} /fn: p99 latency", percentile(lat, 99), "s", 5.0, "ideal")
+
+
 def _rows(n: int) -> list[Invocation]:
     now = time.time()
     return [Invocation("sless-bench", "fn", "GET", "/", 200, 1.5, 10, 20, "http", None, now) for _ in range(n)]
@@ -224,11 +245,19 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="shorter loads (2 s) and fewer rounds")
     parser.add_argument("--concurrent", type=int, default=1000, help="concurrent 5 s calls (default 1000)")
     parser.add_argument("--proxy-only", action="store_true", help="only the /fn rows (proxy vs runtime direct)")
+    parser.add_argument("--long-only", action="store_true", help="only the concurrent long calls")
+    parser.add_argument("--sandbox-nproc", type=int, default=None,
+                        help="SLESS_SANDBOX_NPROC of the sless up running the long calls (default: the platform's)")
     args = parser.parse_args()
     seconds, rounds = (2, 3) if args.quick else (5, 5)
     table = Table("sless platform (standalone), loopback, " + time.strftime("%Y-%m-%d %H:%M"))
     with tempfile.TemporaryDirectory(prefix="sless-bench-") as tmp:
         workdir = Path(tmp)
+        if args.long_only:
+            bench_long_calls_up(table, workdir, args.concurrent, args.sandbox_nproc)
+            bench_long_calls(table, workdir, args.concurrent)
+            table.print()
+            return 0
         idle = 2.0
         sp: SlessProcess = start_sless(workdir / "data", {"SLESS_IDLE_TIMEOUT_SEC": str(idle)})
         try:
@@ -247,6 +276,7 @@ def main() -> int:
         finally:
             sp.stop()
         print(f"{args.concurrent} concurrent long calls...", file=sys.stderr)
+        bench_long_calls_up(table, workdir, args.concurrent, args.sandbox_nproc)
         bench_long_calls(table, workdir, args.concurrent)
         print("invocation log into PostgreSQL...", file=sys.stderr)
         with postgres_server() as pg:
