@@ -16,8 +16,7 @@ import json
 import posixpath
 import re
 from collections.abc import MutableMapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from sless_core.naming import is_function_name, is_tenant_namespace
@@ -29,9 +28,12 @@ FN_PREFIX = "/fn/"
 RUNTIME_PREFIX = "/_"
 
 
-@dataclass(frozen=True)
-class InvokeTarget:
-    """An invoke request split into the platform's part (validated) and the function's part (as sent)."""
+class InvokeTarget(NamedTuple):
+    """An invoke request split into the platform's part (validated) and the function's part (as sent).
+
+    A named tuple rather than a frozen dataclass: one is made for every call, and a frozen dataclass's ``__init__``
+    sets each field through ``object.__setattr__``.
+    """
 
     namespace: str
     function: str
@@ -60,10 +62,22 @@ def is_invoke_path(path: str) -> bool:
 def split_invoke(path: str) -> InvokeTarget | None:
     """``/fn/{ns}/{name}[/tail]`` with a tenant namespace and a function name, else None (answer 404)."""
     parts = path.split("/", 4)  # "", "fn", ns, name, tail
-    if len(parts) < 4 or not is_tenant_namespace(parts[2]) or not is_function_name(parts[3]):
+    if len(parts) < 4:
         return None
+    pair = (parts[2], parts[3])
+    if pair not in _VALID_PAIRS:
+        if not is_tenant_namespace(pair[0]) or not is_function_name(pair[1]):
+            return None
+        if len(_VALID_PAIRS) >= _VALID_PAIRS_MAX:  # bounded: callers choose what they send
+            _VALID_PAIRS.clear()
+        _VALID_PAIRS.add(pair)
     tail = "/" + (parts[4] if len(parts) > 4 else "")
-    return InvokeTarget(parts[2], parts[3], tail)
+    return InvokeTarget(pair[0], pair[1], tail)
+
+
+#: (namespace, function) pairs found valid already: the two pattern matches are skipped for the next call to them.
+_VALID_PAIRS: set[tuple[str, str]] = set()
+_VALID_PAIRS_MAX = 10_000
 
 
 def reaches_runtime_internals(tail: str) -> bool:

@@ -38,7 +38,7 @@ from sless_api.gateway.headers import (
 from sless_api.gateway.invoker import Answer, Invoker, InvokeResult, UpstreamError, error_body, error_reply
 from sless_api.gateway.pathguard import raw_path, reaches_runtime_internals, split_invoke
 from sless_api.gateway.replies import Reply, UnsafeHeader, reply_for
-from sless_api.gateway.requestid import SCOPE_KEY, accept_or_new
+from sless_api.gateway.requestid import SCOPE_KEY, accept_or_new_raw
 from sless_api.gateway.slowclients import ABORT_EXTENSION
 from sless_api.gateway.upstream import UpstreamBroken
 from sless_api.logsetup import current_request_id
@@ -65,7 +65,7 @@ class ProxyApp:
         started = time.monotonic()
         method: str = scope["method"]
         reply = reply_for(send, method, scope.get("extensions", {}).get(ABORT_EXTENSION))
-        request_id = accept_or_new(v.decode("latin-1") for k, v in scope["headers"] if k == REQUEST_ID_RAW)
+        request_id = accept_or_new_raw(scope["headers"])
         scope[SCOPE_KEY] = request_id
         token = current_request_id.set(request_id)
         try:

@@ -44,6 +44,18 @@ def accept_or_new(values: Iterable[str]) -> str:
     return new_request_id()
 
 
+def accept_or_new_raw(headers: list[tuple[bytes, bytes]]) -> str:
+    """``accept_or_new`` of an ASGI head's ``x-request-id`` values (names in lower case, as servers give them): the
+    invoke proxy's form, for every call, without a generator to decode values most calls do not send."""
+    sent = [v for k, v in headers if k == _RAW_HEADER]
+    if not sent:
+        return new_request_id()
+    return accept_or_new(v.decode("latin-1") for v in sent)
+
+
+_RAW_HEADER = HEADER.encode()
+
+
 def scope_request_id(scope: MutableMapping[str, Any]) -> str:
     """The id the access-log middleware gave this call (a fresh one if it did not run, as in unit tests)."""
     found = scope.get(SCOPE_KEY)
