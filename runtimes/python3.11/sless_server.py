@@ -505,25 +505,35 @@ class HandlerThreads:
 def _blocked(worker: _Worker | None, idle: bool) -> bool:
     """Whether the thread that took the latest request sleeps in a handler that blocks.
 
-    Its current system call says (``/proc/self/task/<tid>/syscall``): none (``running``) is a thread that
-    computes or waits for a CPU (on a busy machine a thread serving requests may wait for one for
-    milliseconds); a futex is the GIL, a lock, or a wait for the async loop or a stream's producer: blocked
-    only while the process is ``idle`` (using little CPU), else it waits for the GIL another thread holds;
-    any other call (sleep, recv, poll, connect) is a handler that waits. Unreadable: ``idle`` decides.
+    A thread that runs or waits for a CPU (state R in ``/proc/self/task/<tid>/stat``: on a busy machine a
+    thread serving requests may wait for one for milliseconds, even inside a system call) does not. Of a
+    sleeping one, its system call says (``.../syscall``): a futex is the GIL, a lock, or a wait for the async
+    loop or a stream's producer: blocked only while the process is ``idle`` (using little CPU), else it
+    waits for the GIL another thread holds; any other call (sleep, recv, poll, connect) is a handler that
+    waits. Unreadable: ``idle`` decides.
     """
     if worker is None or not worker.tid:
         return idle
+    task = f"/proc/self/task/{worker.tid}/"
     try:
-        fd = os.open(f"/proc/self/task/{worker.tid}/syscall", os.O_RDONLY)
-        try:
-            word = os.read(fd, 64).split(b" ", 1)[0]
-        finally:
-            os.close(fd)
-    except OSError:
+        stat = _read(task + "stat")
+        if stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] == b"R":
+            return False
+        word = _read(task + "syscall").split(b" ", 1)[0]
+    except (OSError, ValueError):
         return idle
     if not word.isdigit():
-        return False  # "running"
+        return False  # running, or not in a system call ("-1 ...")
     return idle if int(word) == _SYS_FUTEX else True
+
+
+def _read(path: str) -> bytes:
+    """A small /proc file, without Python's buffered file objects (the watchdog reads them every 2 ms)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 512)
+    finally:
+        os.close(fd)
 
 
 class Server:
