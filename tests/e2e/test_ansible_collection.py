@@ -58,7 +58,7 @@ def deploy_tasks(source: Path, run_id: int = 1) -> list[dict[str, Any]]:
          "no_log": True},
         {"name": "function", "sless.platform.sless_function": {
             "name": "hello", "runtime": "python3.11", "source_dir": str(source), "memory_mb": 128,
-            "env": {"GREETING": "hi"}, "secrets": [{"name": "db", "key": "password", "env": "DB_PASSWORD"}]}},
+            "env_vars": {"GREETING": "hi"}, "secrets": [{"name": "db", "key": "password", "env": "DB_PASSWORD"}]}},
         {"name": "trigger", "sless.platform.sless_trigger": {"name": "hello", "type": "http", "function": "hello"}},
         {"name": "job", "sless.platform.sless_job": {"name": "once", "function": "hello", "event": {"name": "job"},
                                                      "run_id": run_id}},

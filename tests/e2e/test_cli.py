@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from sless_core.release import platform_version
-from tests.support.platform import REPO, SlessProcess, Tenant, sless_cli
+from tests.support.platform import REPO, SlessProcess, Tenant, sless_cli, table_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -37,8 +37,8 @@ def deployed(tenant: Tenant) -> Tenant:
 
 
 def test_ls_rm_and_json_output(deployed: Tenant) -> None:
-    table = sless(deployed, "ls").stdout
-    assert table.split()[:3] == ["hello", "python3.11", "Ready"]
+    [row] = table_rows(sless(deployed, "ls").stdout)
+    assert row[:3] == ["hello", "python3.11", "Ready"]
     [item] = as_json(sless(deployed, "ls", "-o", "json"))["items"]
     assert item["name"] == "hello" and item["phase"] == "Ready"
     sless(deployed, "rm", "hello")
@@ -52,10 +52,12 @@ def test_triggers_are_added_listed_toggled_and_removed(deployed: Tenant) -> None
     added = as_json(sless(deployed, "trigger", "add", "nightly", "--function", "hello", "--type", "cron",
                           "--schedule", "0 3 * * *", "--disabled", "-o", "json"))
     assert (added["type"], added["schedule"], added["enabled"]) == ("cron", "0 3 * * *", False)
-    rows = sless(deployed, "trigger", "ls").stdout.splitlines()
-    assert any(r.split()[:4] == ["nightly", "cron", "hello", "disabled"] for r in rows), rows
-    assert sless(deployed, "trigger", "enable", "nightly").stdout.split()[3] == "enabled"
-    assert sless(deployed, "trigger", "disable", "nightly").stdout.split()[3] == "disabled"
+    rows = table_rows(sless(deployed, "trigger", "ls").stdout)
+    assert ["nightly", "cron", "hello", "disabled", "-", "0", "3", "*", "*", "*"] in rows, rows
+    [http] = [r for r in rows if r[0] == "hello"]
+    assert http[1:5] == ["http", "hello", "enabled", "public"] and http[5] == deployed.fn_url("hello"), "URL in full"
+    assert table_rows(sless(deployed, "trigger", "enable", "nightly").stdout)[0][3] == "enabled"
+    assert table_rows(sless(deployed, "trigger", "disable", "nightly").stdout)[0][3] == "disabled"
     only = as_json(sless(deployed, "trigger", "ls", "--function", "hello", "-o", "json"))["items"]
     assert sorted(t["name"] for t in only) == ["hello", "nightly"]  # deploy made the http one
     sless(deployed, "trigger", "rm", "nightly")
@@ -73,7 +75,7 @@ def test_scale_from_sless_json_then_changed_shown_and_removed(tenant: Tenant, tm
     defaults = {"target": 10, "idle_sec": 300}
     assert tenant.api("GET", "/functions/elastic", expect=200).json()["scale"] == {"min": 1, "max": 3, **defaults}
     assert requests.get(tenant.fn_url("elastic"), timeout=60).text == "up"
-    assert sless(tenant, "ls").stdout.split()[:4] == ["elastic", "python3.11", "Ready", "scale:1-3"]
+    assert table_rows(sless(tenant, "ls").stdout)[0][:4] == ["elastic", "python3.11", "Ready", "scale:1-3"]
 
     shown = sless(tenant, "scale", "elastic", "--max", "6", "--idle-sec", "60").stdout.strip()
     assert shown == "elastic: 1..6 replicas, target 10 calls in flight per replica, back to 1 after 60s without calls"
@@ -91,7 +93,7 @@ def test_scale_from_sless_json_then_changed_shown_and_removed(tenant: Tenant, tm
 
     assert sless(tenant, "scale", "elastic", "--off").stdout.strip() == "elastic: fixed replicas (no scale)"
     assert tenant.api("GET", "/functions/elastic", expect=200).json()["scale"] is None
-    assert sless(tenant, "ls").stdout.split()[3] == "fixed"
+    assert table_rows(sless(tenant, "ls").stdout)[0][3] == "fixed"
     fresh = as_json(sless(tenant, "scale", "elastic", "--max", "2", "-o", "json"))["scale"]
     assert fresh == {"min": 0, "max": 2, **defaults}, "a function without scale gets the defaults for the rest"
 
@@ -111,8 +113,8 @@ def test_jobs_run_rerun_list_and_get(deployed: Tenant) -> None:
     assert (again["run_id"], again["phase"]) == (2, "Succeeded")
     [listed] = as_json(sless(deployed, "job", "ls", "-o", "json"))["items"]
     assert (listed["name"], listed["run_id"]) == ("once", 2)
-    row = sless(deployed, "job", "get", "once").stdout.splitlines()[0]
-    assert row.split()[:5] == ["once", "hello", "run", "2", "Succeeded"]
+    row = table_rows(sless(deployed, "job", "get", "once").stdout)[0]
+    assert row[:4] == ["once", "hello", "2", "Succeeded"]
     sless(deployed, "job", "rm", "once")
     assert as_json(sless(deployed, "job", "ls", "-o", "json"))["items"] == []
 
@@ -279,3 +281,26 @@ def test_the_cli_and_the_api_say_which_release_they_are(tenant: Tenant) -> None:
     assert sless(tenant, "--version").stdout.strip() == f"sless {version}"
     health = requests.get(f"{tenant.url}/health", timeout=10)
     assert health.status_code == 200 and health.json() == {"status": "ok", "version": version}
+
+
+def test_deploy_says_where_the_function_answers_and_json_only_when_asked(tenant: Tenant, tmp_path: Path) -> None:
+    folder = tmp_path / "said"
+    folder.mkdir()
+    (folder / "handler.py").write_text("def handle(event):\n    return 'said'\n")
+    done = sless(tenant, "deploy", str(folder))
+    assert done.stdout == f"said: Ready at {tenant.fn_url('said')}\n"
+    scripted = as_json(sless(tenant, "deploy", str(folder), "-o", "json"))
+    assert scripted == {"name": "said", "phase": "Ready", "url": tenant.fn_url("said"), "message": scripted["message"]}
+
+
+def test_invoke_says_the_http_status_of_a_failed_call(tenant: Tenant, tmp_path: Path) -> None:
+    folder = tmp_path / "teapot"
+    folder.mkdir()
+    (folder / "handler.py").write_text(
+        "def handle(event):\n    return {'statusCode': 418, 'body': 'short and stout'}\n")
+    sless(tenant, "deploy", str(folder))
+    done = sless(tenant, "invoke", "teapot", expect=1)
+    assert done.stdout == "short and stout\n"
+    assert done.stderr.startswith("sless: teapot answered HTTP 418") and done.stderr.count("\n") == 1, done.stderr
+    missing = sless(tenant, "invoke", "nothing-here", expect=1)
+    assert "sless: nothing-here answered HTTP 404" in missing.stderr

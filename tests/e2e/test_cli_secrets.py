@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.platform import Tenant
+from tests.support.platform import Tenant, table_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -32,7 +32,7 @@ def test_set_list_replace_and_remove(tenant: Tenant, tmp_path: Path) -> None:
     assert made.returncode == 0, made.stderr
     assert made.stdout.strip() == "db: version 1, keys cert, password, token"
     listed = sless_cmd(tenant, "secrets", "ls")
-    assert listed.returncode == 0 and listed.stdout.split() == ["db", "v1", "cert,password,token"]
+    assert listed.returncode == 0 and table_rows(listed.stdout) == [["db", "v1", "cert,password,token"]]
     assert tenant.api("GET", "/secrets/db", expect=200).json()["keys"] == ["cert", "password", "token"]
 
     again = sless_cmd(tenant, "secrets", "set", "db", "password=other")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.platform import Tenant, make_zip, sless_cli
+from tests.support.platform import Tenant, make_zip, sless_cli, table_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -34,7 +34,7 @@ def code_hash(source: str) -> str:
 
 
 def rows(done: subprocess.CompletedProcess[str]) -> list[list[str]]:
-    return [line.split() for line in done.stdout.splitlines()]
+    return table_rows(done.stdout)
 
 
 def split_of(tenant: Tenant) -> Any:
@@ -59,9 +59,9 @@ def test_versions_split_and_rollback(tenant: Tenant, tmp_path: Path) -> None:
 
     # set: the table names the current version; the API holds the split in the order given
     done = sless(tenant, "traffic", "canary", "--split", "2=90", "--split", "1=10")
-    assert rows(done) == [["v2", "90%", "current"], ["v1", "10%"]]
+    assert rows(done) == [["v2", "90%", "current"], ["v1", "10%", "-"]]
     assert split_of(tenant) == [{"version": 2, "weight": 90}, {"version": 1, "weight": 10}]
-    assert rows(sless(tenant, "traffic", "canary")) == [["v2", "90%", "current"], ["v1", "10%"]]
+    assert rows(sless(tenant, "traffic", "canary")) == [["v2", "90%", "current"], ["v1", "10%", "-"]]
     assert json.loads(sless(tenant, "traffic", "canary", "-o", "json").stdout) == {
         "split": [{"version": 2, "weight": 90}, {"version": 1, "weight": 10}]}
     assert [row[-1] for row in rows(sless(tenant, "versions", "canary"))] == ["90%", "10%"]

@@ -190,6 +190,16 @@ def invocation_record(tenant: Tenant, name: str, request_id: str) -> dict[str, A
     raise AssertionError(f"no record of {request_id}: {items}")
 
 
+def table_rows(stdout: str) -> list[list[str]]:
+    """A CLI table's rows split at blanks, below its header row (checked to be one: the column names in capitals);
+    an empty listing prints nothing at all."""
+    lines = stdout.splitlines()
+    if not lines:
+        return []
+    assert lines[0] == lines[0].upper() and lines[0].split()[0] in ("NAME", "VERSION", "ID"), lines[0]
+    return [line.split() for line in lines[1:]]
+
+
 def sless_cli(tenant: Tenant, *argv: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
     """The ``sless`` command as a tenant runs it (token and URL from the environment); asserts its exit code and
     that no traceback reached its stderr."""

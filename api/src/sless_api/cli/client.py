@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 
@@ -60,3 +61,19 @@ def emit(data: Any, as_json: bool, table: str) -> None:
         print(json.dumps(data, indent=2, sort_keys=True))
     elif table:
         sys.stdout.write(table if table.endswith("\n") else table + "\n")
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """ROWS under a HEADER row, each column as wide as its widest cell, so nothing is cut (a trigger's URL, a
+    long name); the last column is not padded. No rows: no text at all (not even the header), so an empty
+    listing prints nothing, as ``ls`` of an empty folder does."""
+    cells = [[str(cell) for cell in row] for row in rows]
+    if not cells:
+        return ""
+    widths = [max(len(row[i]) for row in [header, *cells]) for i in range(len(header))]
+
+    def line(row: Sequence[str]) -> str:
+        padded = [cell.ljust(width) for cell, width in zip(row[:-1], widths[:-1], strict=True)]
+        return "  ".join([*padded, row[-1]]).rstrip()
+
+    return "\n".join(line(row) for row in [list(header), *cells])

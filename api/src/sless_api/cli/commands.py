@@ -18,7 +18,7 @@ from typing import Any
 from sless_api.cli import secrets as clisecrets
 from sless_api.cli import verbs as cliverbs
 from sless_api.cli import versions as cliversions
-from sless_api.cli.client import Client, CliError, emit
+from sless_api.cli.client import Client, CliError, emit, table
 from sless_core.release import platform_version
 
 DEFAULT_URL = "http://127.0.0.1:8090"
@@ -152,7 +152,12 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                        ok=(201, 409))
     record = wait_for_build(client, name, args.wait)
     url = f"{client.url}/fn/{client.namespace()}/{name}"
-    print(json.dumps({"name": name, "phase": record["phase"], "url": url, "message": record["message"]}))
+    if args.output == "json":
+        print(json.dumps({"name": name, "phase": record["phase"], "url": url, "message": record["message"]}))
+    elif record["phase"] == "Ready":
+        print(f"{name}: Ready at {url}")
+    else:
+        print(f"{name}: {record['phase']}: {record['message']}")
     return 0 if record["phase"] == "Ready" else 1
 
 
@@ -175,7 +180,10 @@ def cmd_invoke(args: argparse.Namespace) -> int:
                             data=args.data.encode() if args.data else None,
                             headers={"Content-Type": "application/json"} if args.data else {}, timeout=args.timeout)
     write_answer(resp.content, resp.headers.get("Content-Type", ""))
-    return 0 if resp.status_code < 400 else 1
+    if resp.status_code >= 400:  # the body may be the function's own: the status says it failed
+        print(f"sless: {args.name} answered HTTP {resp.status_code} {resp.reason}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def write_answer(body: bytes, content_type: str) -> None:
@@ -195,18 +203,19 @@ def write_answer(body: bytes, content_type: str) -> None:
     sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
 
 
+LS_HEADER = ("NAME", "RUNTIME", "PHASE", "SCALE", "MESSAGE")
+
+
 def cmd_ls(args: argparse.Namespace, client: Client) -> int:
     items = client.items("/functions")
-    emit({"items": items}, args.output == "json", "\n".join(ls_row(fn) for fn in items))
+    emit({"items": items}, args.output == "json", table(LS_HEADER, (ls_row(fn) for fn in items)))
     return 0
 
 
-def ls_row(fn: dict[str, Any]) -> str:
+def ls_row(fn: dict[str, Any]) -> tuple[str, ...]:
     """One line per function, whatever its message holds (a build log tail has many lines)."""
-    message = " ".join(str(fn.get("message") or "").split())
-    if len(message) > 60:
-        message = message[:59] + "…"
-    return f"{fn['name']:30} {fn['runtime']:11} {fn['phase']:9} {cliverbs.scale_short(fn.get('scale')):12} {message}"
+    return (fn["name"], fn["runtime"], fn["phase"], cliverbs.scale_short(fn.get("scale")),
+            cliverbs.one_line(fn.get("message"), 60) or "-")
 
 
 #: adds verbs the client does not implement itself (``sless up``: the platform, from ``main.up``)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sless_api.cli.client import Client, CliError, emit
+from sless_api.cli.client import Client, CliError, emit, table
 
 Verb = Callable[[argparse.Namespace, Client], int]
 
@@ -67,7 +67,7 @@ def collect(args: argparse.Namespace) -> dict[str, str]:
 
 def cmd_ls(args: argparse.Namespace, client: Client) -> int:
     items = client.items("/secrets")
-    rows = "\n".join(f"{s['name']:30} v{s['version']:<4} {','.join(s['keys'])}" for s in items)
+    rows = table(("NAME", "VERSION", "KEYS"), ((s["name"], f"v{s['version']}", ",".join(s["keys"])) for s in items))
     emit({"items": items}, args.output == "json", rows)
     return 0
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from sless_api.cli.client import Client, CliError, emit
+from sless_api.cli.client import Client, CliError, emit, table
 
 Verb = Callable[[argparse.Namespace, Client], int]
 
@@ -126,28 +126,41 @@ def cmd_logs(args: argparse.Namespace, client: Client) -> int:
     if args.output == "json" and not args.follow:
         emit(listed, True, "")  # the API's own answer (newest first); --follow streams JSON lines instead
         return 0
+    as_json = args.output == "json"
+    headed = as_json  # JSON lines have no header; a table gets one above its first row
     for item in reversed(items):
-        print_invocation(item, args.output == "json")
+        headed = print_invocation(item, as_json, headed)
     while args.follow:
         time.sleep(args.interval)
         fresh = [i for i in client.request("GET", path, params={"limit": 500})["items"] if int(i["id"]) > last]
         for item in reversed(fresh):
-            print_invocation(item, args.output == "json")
+            headed = print_invocation(item, as_json, headed)
         last = max([last, *(int(i["id"]) for i in fresh)])
         sys.stdout.flush()
     return 0
 
 
-def print_invocation(item: dict[str, Any], as_json: bool) -> None:
+#: ``sless logs``' columns: fixed widths, since --follow prints rows as they come (no widths known in advance)
+INVOCATION_ROW = "{:>8} {:20} {:6} {:6} {:>6} {:>4} {:>11} {:4} {:32} {} {}"
+INVOCATION_HEADER = INVOCATION_ROW.format("ID", "STARTED", "VIA", "METHOD", "STATUS", "VER", "DURATION", "COLD",
+                                          "REQUEST ID", "PATH", "ERROR").rstrip()
+
+
+def print_invocation(item: dict[str, Any], as_json: bool, headed: bool = True) -> bool:
+    """Print one invocation (a JSON line, or a table row, under the header when HEADED is still False); returns
+    whether the header is out."""
     if as_json:
         print(json.dumps(item, sort_keys=True))
-        return
+        return True
+    if not headed:
+        print(INVOCATION_HEADER)
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(item["started_at"])))
     cold = "-" if item.get("cold") is None else "cold" if item["cold"] else "warm"
     version = f"v{item['version']}" if item.get("version") is not None else "-"
-    print(f"{item.get('id') or '-':>8} {at} {item['trigger']:6} {item['method']:6} {item['status']:3} {version:>4} "
-          f"{item['duration_ms']:9.1f}ms {cold:4} {item.get('request_id') or '-':32} {one_line(item['path'], 40)} "
-          f"{one_line(item.get('error'), 60)}")
+    print(INVOCATION_ROW.format(item.get("id") or "-", at, item["trigger"], item["method"], item["status"], version,
+                                f"{item['duration_ms']:.1f}ms", cold, item.get("request_id") or "-",
+                                one_line(item["path"], 40), one_line(item.get("error"), 60) or "").rstrip())
+    return True
 
 
 def print_call_output(found: dict[str, Any], as_json: bool) -> int:
@@ -165,15 +178,24 @@ def print_call_output(found: dict[str, Any], as_json: bool) -> int:
 # -- triggers --------------------------------------------------------------------------------------
 
 
-def trigger_row(t: dict[str, Any]) -> str:
-    what = t.get("schedule") or t.get("queue") or t.get("url") or ""
+TRIGGER_HEADER = ("NAME", "TYPE", "FUNCTION", "STATE", "AUTH", "SCHEDULE/QUEUE/URL")
+
+
+def trigger_row(t: dict[str, Any]) -> tuple[str, ...]:
+    """A trigger as a row: what fires it in full (a URL is to be copied, so it is never cut)."""
+    what = t.get("schedule") or t.get("queue") or t.get("url") or "-"
     state = "enabled" if t.get("enabled", True) else "disabled"
-    return f"{t['name']:30} {t['type']:6} {t['function']:30} {state:8} {one_line(what, 50)}"
+    auth = (t.get("auth") or "-") if t["type"] == "http" else "-"
+    return (t["name"], t["type"], t["function"], state, auth, " ".join(str(what).split()))
+
+
+def triggers_table(items: list[dict[str, Any]]) -> str:
+    return table(TRIGGER_HEADER, (trigger_row(t) for t in items))
 
 
 def cmd_trigger_ls(args: argparse.Namespace, client: Client) -> int:
     items = [t for t in client.items("/triggers") if args.function in (None, t["function"])]
-    emit({"items": items}, args.output == "json", "\n".join(trigger_row(t) for t in items))
+    emit({"items": items}, args.output == "json", triggers_table(items))
     return 0
 
 
@@ -184,14 +206,14 @@ def cmd_trigger_add(args: argparse.Namespace, client: Client) -> int:
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
     created = client.request("POST", client.ns_path("/triggers"), json=spec)
-    emit(created, args.output == "json", trigger_row(created))
+    emit(created, args.output == "json", triggers_table([created]))
     return 0
 
 
 def toggle(enabled: bool) -> Verb:
     def cmd(args: argparse.Namespace, client: Client) -> int:
         record = client.request("PATCH", client.ns_path(f"/triggers/{args.name}"), json={"enabled": enabled})
-        emit(record, args.output == "json", trigger_row(record))
+        emit(record, args.output == "json", triggers_table([record]))
         return 0
 
     return cmd
@@ -206,8 +228,15 @@ def cmd_trigger_rm(args: argparse.Namespace, client: Client) -> int:
 # -- jobs ------------------------------------------------------------------------------------------
 
 
-def job_row(j: dict[str, Any]) -> str:
-    return f"{j['name']:30} {j['function']:30} run {j['run_id']:<4} {j['phase']:9} {one_line(j.get('message'), 60)}"
+JOB_HEADER = ("NAME", "FUNCTION", "RUN", "PHASE", "MESSAGE")
+
+
+def job_row(j: dict[str, Any]) -> tuple[str, ...]:
+    return (j["name"], j["function"], str(j["run_id"]), j["phase"], one_line(j.get("message"), 60) or "-")
+
+
+def jobs_table(items: list[dict[str, Any]]) -> str:
+    return table(JOB_HEADER, (job_row(j) for j in items))
 
 
 def cmd_job_run(args: argparse.Namespace, client: Client) -> int:
@@ -225,7 +254,7 @@ def cmd_job_run(args: argparse.Namespace, client: Client) -> int:
         record = client.request("PATCH", client.ns_path(f"/jobs/{args.name}"), json={"run_id": found["run_id"] + 1})
     if args.wait:
         record = wait_job(client, args.name, args.wait)
-    emit(record, args.output == "json", job_row(record))
+    emit(record, args.output == "json", jobs_table([record]))
     return 0 if record["phase"] != "Failed" else 1
 
 
@@ -249,14 +278,15 @@ def wait_job(client: Client, name: str, timeout: float) -> dict[str, Any]:
 
 def cmd_job_ls(args: argparse.Namespace, client: Client) -> int:
     items = client.items("/jobs")
-    emit({"items": items}, args.output == "json", "\n".join(job_row(j) for j in items))
+    emit({"items": items}, args.output == "json", jobs_table(items))
     return 0
 
 
 def cmd_job_get(args: argparse.Namespace, client: Client) -> int:
     record = wait_job(client, args.name, args.wait) if args.wait else client.request(
         "GET", client.ns_path(f"/jobs/{args.name}"))
-    emit(record, args.output == "json", job_row(record) + (f"\n{record['message']}" if record.get("message") else ""))
+    emit(record, args.output == "json",
+         jobs_table([record]) + (f"\n\n{record['message']}" if record.get("message") else ""))
     return 0
 
 

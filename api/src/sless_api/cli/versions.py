@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sless_api.cli.client import Client, CliError, emit
+from sless_api.cli.client import Client, CliError, emit, table
 from sless_core.errors import ValidationError
 from sless_core.naming import validate_name
 
@@ -55,16 +55,16 @@ def version_rows(items: list[dict[str, Any]], split: list[dict[str, Any]] | None
     rows = []
     for v in items:
         share = f"{weights[v['version']]}%" if v["version"] in weights else "-"
-        rows.append(f"v{v['version']:<5} {str(v['code_hash'] or '-')[:HASH_SHOWN]:{HASH_SHOWN}} "
-                    f"{v.get('deployed_at') or '-':20} {'current' if v.get('current') else '-':7} {share}")
-    return "\n".join(rows)
+        rows.append((f"v{v['version']}", str(v["code_hash"] or "-")[:HASH_SHOWN], v.get("deployed_at") or "-",
+                     "current" if v.get("current") else "-", share))
+    return table(("VERSION", "CODE", "DEPLOYED", "CURRENT", "TRAFFIC"), rows)
 
 
 def split_rows(name: str, split: list[dict[str, Any]] | None, current: int | None) -> str:
     if not split:
         return f"{name}: no split (every call goes to the current version)"
-    return "\n".join(f"v{e['version']:<5} {e['weight']:>3}%{'  current' if e['version'] == current else ''}"
-                     for e in split)
+    return table(("VERSION", "WEIGHT", "CURRENT"), ((f"v{e['version']}", f"{e['weight']}%",
+                                                     "current" if e["version"] == current else "-") for e in split))
 
 
 def current_version(client: Client, name: str) -> int | None:

@@ -40,9 +40,12 @@ options:
   timeout_sec:
     description: Longest call in seconds.
     type: int
-  env:
-    description: Environment variables, all of them (variables left out are removed).
+  env_vars:
+    description:
+      - Environment variables, all of them (variables left out are removed); the name the REST API, C(sless.json)
+        and the CLI use.
     type: dict
+    aliases: [env]
   secrets:
     description: "References to the tenant's secrets, each C({name, key, env}) or C({name, key, file})."
     type: list
@@ -94,7 +97,7 @@ EXAMPLES = r"""
     name: hello
     runtime: python3.11
     source_dir: "{{ playbook_dir }}/functions/hello"
-    env:
+    env_vars:
       GREETING: hi
     secrets:
       - {name: db, key: password, env: DB_PASSWORD}
@@ -157,7 +160,7 @@ def desired_spec(params):
         "entrypoint": params["entrypoint"],
         "memory_mb": params["memory_mb"],
         "timeout_sec": params["timeout_sec"],
-        "env_vars": params["env"],
+        "env_vars": params["env_vars"],
         "secrets": params["secrets"],
     }
     if spec["env_vars"] is not None:
@@ -220,7 +223,7 @@ def argument_spec():
         entrypoint=dict(type="str"),
         memory_mb=dict(type="int"),
         timeout_sec=dict(type="int"),
-        env=dict(type="dict"),
+        env_vars=dict(type="dict", aliases=["env"]),
         secrets=dict(type="list", elements="dict", no_log=False),
         scale=dict(type="dict", options=dict(
             min=dict(type="int"), max=dict(type="int"), target=dict(type="int"), idle_sec=dict(type="int"),
