@@ -114,6 +114,24 @@ def test_a_token_trigger_passes_the_verified_caller(victim: tuple[Tenant, str]) 
     assert "authorization" not in body["headers"]
 
 
+def test_a_second_http_trigger_cannot_open_a_protected_url(victim: tuple[Tenant, str]) -> None:
+    """A function has one URL: a public http trigger beside a token one made it public (200 without a token).
+    The second http trigger is refused, by POST and by a PATCH that would move another function's one to it."""
+    tenant, _ = victim
+    tenant.api("PATCH", f"/triggers/{VICTIM_FUNCTION}", json={"auth": "token"}, expect=200)
+    refused = tenant.api("POST", "/triggers", json={"name": "open-door", "type": "http",
+                                                    "function": VICTIM_FUNCTION}, expect=409).json()
+    assert f"has the http trigger {VICTIM_FUNCTION} already" in refused["error"]
+    tenant.api("POST", "/functions", json={"name": "other", "runtime": "python3.11"}, expect=201)
+    tenant.api("POST", "/triggers", json={"name": "other-web", "type": "http", "function": "other"}, expect=201)
+    tenant.api("PATCH", "/triggers/other-web", json={"function": VICTIM_FUNCTION}, expect=409)
+    assert requests.get(tenant.fn_url(VICTIM_FUNCTION), timeout=30).status_code == 401
+    mapped = {t["name"]: t["function"] for t in tenant.api("GET", "/triggers", expect=200).json()["items"]}
+    assert mapped == {"other-web": "other", VICTIM_FUNCTION: VICTIM_FUNCTION}
+    tenant.api("PATCH", f"/triggers/{VICTIM_FUNCTION}", json={"auth": "public"}, expect=200)  # its own PATCH: fine
+    assert requests.get(tenant.fn_url(VICTIM_FUNCTION), timeout=30).status_code == 200
+
+
 def test_forwarded_headers_are_appended_to_not_replaced(victim: tuple[Tenant, str]) -> None:
     tenant, _ = victim
     status, _, body = echo_call(tenant, "/", {"X-Forwarded-For": "6.6.6.6", "X-Forwarded-Proto": "gopher",

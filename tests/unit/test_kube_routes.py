@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sless_api.backends.kube.routes import FUNCTIONS, TRIGGERS, RouteTable
-from sless_api.domain.routing import Route
+from sless_api.domain.routing import Route, route_auth
 from sless_core.traffic import other_version_name
 from tests.support.kube_objects import NS, OTHER, fn, trg
 
@@ -49,15 +49,26 @@ def test_a_rebuild_keeps_serving_the_deployed_version() -> None:
     assert table.lookup(NS, "a") is None
 
 
-def test_auth_is_public_when_any_enabled_trigger_is_public() -> None:
+def test_a_url_needs_a_token_when_any_enabled_trigger_says_so() -> None:
+    """Two http triggers of one function (written as custom resources; the API refuses the second): the stricter
+    wins. A public one once opened the URL that the other said needs a token."""
     table = RouteTable()
     table.apply(FUNCTIONS, "ADDED", fn("a"))
     table.apply(TRIGGERS, "ADDED", trg("private", "a", auth="token"))
     assert table.lookup(NS, "a") == Route(NS, "a", 30.0, "token")
     table.apply(TRIGGERS, "ADDED", trg("public", "a"))
-    assert table.lookup(NS, "a") == Route(NS, "a", 30.0, "public")
-    table.apply(TRIGGERS, "MODIFIED", trg("public", "a", enabled=False))
     assert table.lookup(NS, "a") == Route(NS, "a", 30.0, "token")
+    table.apply(TRIGGERS, "MODIFIED", trg("private", "a", auth="token", enabled=False))
+    assert table.lookup(NS, "a") == Route(NS, "a", 30.0, "public")
+    table.apply(TRIGGERS, "MODIFIED", trg("private", "a", auth="token"))
+    table.apply(TRIGGERS, "DELETED", trg("public", "a"))
+    assert table.lookup(NS, "a") == Route(NS, "a", 30.0, "token")
+
+
+def test_route_auth_is_public_only_when_every_trigger_is() -> None:
+    assert route_auth(["public"]) == route_auth(["public", "public"]) == "public"
+    assert route_auth(["public", "token"]) == route_auth(["token", "public"]) == route_auth(["token"]) == "token"
+    assert route_auth([]) == "token"  # deny by default (no trigger: no route at all)
 
 
 def test_a_trigger_moved_to_another_function_moves_the_route() -> None:

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sless_core.traffic import WeightedRoundRobin
+
+
+def route_auth(auths: Iterable[str]) -> str:
+    """The auth of a function's one URL given its enabled http triggers' settings: ``public`` only when every one
+    says so. The API refuses a second http trigger for a function, but custom resources written directly may hold
+    two; then the stricter wins (deny by default), never the looser (a public trigger once opened a URL another
+    trigger said needs a token)."""
+    found = list(auths)
+    return "public" if found and all(auth == "public" for auth in found) else "token"
 
 
 @dataclass(frozen=True)

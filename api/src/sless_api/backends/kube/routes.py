@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sless_api.domain.routing import Route, RouteSplit
+from sless_api.domain.routing import Route, RouteSplit, route_auth
 from sless_core.crcodec import FunctionResource, InvalidResource, TriggerResource, key_of
 from sless_core.models import TIMEOUT_DEFAULT_SEC, Phase, TriggerType
 from sless_core.traffic import other_version_name
@@ -196,7 +196,7 @@ class RouteTable:
         if fn is None or not fn.deployed or not http:
             self._routes.pop(fn_key, None)
             return
-        auth = "public" if any(t.auth == "public" for t in http) else "token"
+        auth = route_auth(t.auth for t in http)
         max_concurrency, pod_concurrency = concurrency(fn)
         route = Route(ns, name, fn.timeout_sec, auth, max_concurrency, fn.version, scaled=fn.scaled,
                       pod_concurrency=pod_concurrency)

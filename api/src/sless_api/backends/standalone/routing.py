@@ -33,7 +33,7 @@ from sless_api.backends.standalone.state import StateStore, artifact_from_dict
 from sless_api.domain.changes import ChangeListeners
 from sless_api.domain.errors import NotFound, Unavailable
 from sless_api.domain.records import FunctionRecord
-from sless_api.domain.routing import Route, RouteSplit
+from sless_api.domain.routing import Route, RouteSplit, route_auth
 from sless_api.domain.versions import Version, function_config, number_of
 from sless_api.gateway.admission import Throttled
 from sless_api.stores.secrets.store import SecretStore
@@ -158,7 +158,7 @@ class StandaloneRouter:
             await self.supervisor.remove(key)
             await self._remove_split(namespace, name)
             return
-        auth = "public" if any(t.spec.auth == "public" for t in http) else "token"
+        auth = route_auth(t.spec.auth for t in http)
         history = self.state.list_versions(namespace, name)
         current = number_of(history, rec.code_hash or "", function_config(rec.spec))
         route = Route(namespace, name, float(rec.spec.timeout_sec), auth, self.function_limit(rec.spec), current)

@@ -8,7 +8,7 @@ import falcon.asgi
 from sless_api.domain.ports import FunctionBackend
 from sless_api.domain.records import TriggerRecord
 from sless_api.rest.http import ApiError, json_body, page
-from sless_core.models import TriggerSpec
+from sless_core.models import TriggerSpec, TriggerType
 from sless_core.naming import validate_name
 
 
@@ -22,6 +22,19 @@ class _TriggerResource:
     def base_url(self, req: falcon.asgi.Request) -> str:
         return self.public_url or req.prefix
 
+    async def refuse_second_url(self, ns: str, spec: TriggerSpec) -> None:
+        """409 for an http trigger of a function that has one already (another name): a function has one URL,
+        ``/fn/{ns}/{function}``, and two triggers would give it two auth settings, of which a caller could only
+        ever get one. Its auth is changed with PATCH instead."""
+        if spec.type != TriggerType.HTTP:
+            return
+        for other in await self.platform.list_triggers(ns):
+            if (other.spec.type == TriggerType.HTTP and other.spec.function == spec.function
+                    and other.spec.name != spec.name):
+                raise ApiError(409, f"function {spec.function} has the http trigger {other.spec.name} already: a "
+                                    f"function has one URL, so one http trigger (change its auth with PATCH "
+                                    f"/triggers/{other.spec.name}, or delete it first)")
+
 
 class Triggers(_TriggerResource):
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str) -> None:
@@ -30,7 +43,9 @@ class Triggers(_TriggerResource):
         resp.media = page(records, req, key=lambda r: r.spec.name, render=lambda r: r.to_api(base))
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str) -> None:
-        record = await self.platform.create_trigger(ns, TriggerSpec.from_user(await json_body(req)))
+        spec = TriggerSpec.from_user(await json_body(req))
+        await self.refuse_second_url(ns, spec)
+        record = await self.platform.create_trigger(ns, spec)
         resp.status = falcon.HTTP_201
         resp.media = record.to_api(self.base_url(req))
 
@@ -45,7 +60,10 @@ class Trigger(_TriggerResource):
         patch = await json_body(req)
         if not isinstance(patch, dict):
             raise ApiError(400, "the request body must be a JSON object")
-        record = await self.platform.patch_trigger(ns, validate_name(name), patch)
+        name = validate_name(name)
+        current: TriggerRecord = await self.platform.get_trigger(ns, name)
+        await self.refuse_second_url(ns, current.spec.patched(patch))  # a new type or function may collide
+        record = await self.platform.patch_trigger(ns, name, patch)
         resp.media = record.to_api(self.base_url(req))
 
     async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
