@@ -32,7 +32,9 @@ const NODE_ENV_AT_IMPORT = process.env.NODE_ENV || 'missing';
 exports.handle = async () => {
   const secrets = process.env.SLESS_SECRETS_DIR || '';
   const files = {};
-  if (secrets) for (const name of fs.readdirSync(secrets).sort()) files[name] = fs.readFileSync(path.join(secrets, name), 'utf8');
+  for (const name of secrets ? fs.readdirSync(secrets).sort() : []) {
+    files[name] = fs.readFileSync(path.join(secrets, name), 'utf8');
+  }
   let stdin;
   try {
     stdin = fs.readFileSync(0, 'utf8');
