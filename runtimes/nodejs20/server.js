@@ -519,14 +519,14 @@ async function main() {
     );
     signalServing(readyFd);
   };
+  server.on('error', (err) => {
+    rt.logError('cannot listen', err);
+    process.exit(1);
+  });
   if (claimed) {
     claimed.replay(); // requests that came while the handler loaded
     announce();
   } else {
-    server.on('error', (err) => {
-      rt.logError('cannot listen', err);
-      process.exit(1);
-    });
     server.listen(config.port, config.host, announce);
   }
   // `on`, not `once`: a repeated signal must not fall back to the default
