@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sless_api.cli.client import CliError
+from sless_api.cli.client import CliError, table
 from sless_api.cli.commands import ls_row, read_manifest
 from sless_api.cli.verbs import function_details, scale_short, scale_text, write_source
 
@@ -15,15 +15,22 @@ from sless_api.cli.verbs import function_details, scale_short, scale_text, write
 def test_a_multi_line_build_log_stays_on_one_row() -> None:
     row = ls_row({"name": "broken", "runtime": "python3.11", "phase": "Failed",
                   "message": "build failed:\nTraceback (most recent call last):\n  File \"x\"\r\nSyntaxError: bad\t!"})
-    assert "\n" not in row and "\r" not in row and "\t" not in row
-    assert row.startswith("broken") and "Failed" in row and "build failed: Traceback" in row
+    assert not any(c in cell for cell in row for c in "\n\r\t")
+    assert row[:3] == ("broken", "python3.11", "Failed") and row[-1].startswith("build failed: Traceback")
 
 
 def test_long_messages_are_cut_visibly() -> None:
     row = ls_row({"name": "f", "runtime": "go1.23", "phase": "Ready", "message": "x" * 200})
-    assert row.endswith("x…") and len(row.split()[-1]) == 60
-    assert ls_row({"name": "f", "runtime": "go1.23", "phase": "Pending", "message": None}).split() == \
-        ["f", "go1.23", "Pending", "fixed"]
+    assert row[-1].endswith("x…") and len(row[-1]) == 60
+    assert ls_row({"name": "f", "runtime": "go1.23", "phase": "Pending", "message": None}) == \
+        ("f", "go1.23", "Pending", "fixed", "-")
+
+
+def test_tables_have_a_header_and_columns_as_wide_as_their_cells() -> None:
+    url = "http://127.0.0.1:8090/fn/t-tenant/a-function-with-a-rather-long-name/and/a/longer/path"
+    text = table(("NAME", "URL"), [("a", url), ("bbbbbbbbbbbbbbbb", "-")])
+    assert text.splitlines() == ["NAME              URL", f"a                 {url}", "bbbbbbbbbbbbbbbb  -"]
+    assert table(("NAME", "URL"), []) == "", "an empty listing prints nothing, not even its header"
 
 
 SCALE = {"min": 1, "max": 4, "target": 5, "idle_sec": 60}
@@ -31,7 +38,7 @@ SCALE = {"min": 1, "max": 4, "target": 5, "idle_sec": 60}
 
 def test_ls_shows_the_scale_bounds_or_fixed() -> None:
     row = ls_row({"name": "f", "runtime": "go1.23", "phase": "Ready", "message": "ok", "scale": SCALE})
-    assert row.split() == ["f", "go1.23", "Ready", "scale:1-4", "ok"]
+    assert row == ("f", "go1.23", "Ready", "scale:1-4", "ok")
     assert (scale_short(None), scale_short(SCALE)) == ("fixed", "scale:1-4")
 
 

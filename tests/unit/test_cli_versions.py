@@ -34,21 +34,23 @@ def test_a_pair_that_is_not_version_equals_weight_is_named(bad: str) -> None:
 
 def test_versions_table_marks_the_current_one_and_traffic_shares() -> None:
     split = [{"version": 12, "weight": 90}, {"version": 3, "weight": 10}]
-    lines = version_rows(ITEMS, split).splitlines()
+    header, *lines = version_rows(ITEMS, split).splitlines()
+    assert header.split() == ["VERSION", "CODE", "DEPLOYED", "CURRENT", "TRAFFIC"]
     assert [line.split() for line in lines] == [
         ["v12", "ab" * 6, "2026-12-01T10:00:02Z", "current", "90%"],
         ["v11", "cd" * 6, "2026-12-01T09:00:01Z", "-", "-"],
         ["v3", "ab" * 6, "2026-11-30T08:00:00Z", "-", "10%"],
     ]
-    assert len({len(line.rstrip("%0123456789-")) for line in lines}) == 1  # aligned columns
-    assert [line.split()[-1] for line in version_rows(ITEMS, None).splitlines()] == ["-", "-", "-"]
+    assert len({line.index("ab" * 6) for line in (lines[0], lines[2])}) == 1  # aligned columns
+    assert [line.split()[-1] for line in version_rows(ITEMS, None).splitlines()[1:]] == ["-", "-", "-"]
     assert version_rows([], None) == ""
 
 
 def test_split_table_and_no_split() -> None:
     assert split_rows("f", None, 4) == "f: no split (every call goes to the current version)"
     assert [r.split() for r in split_rows("f", [{"version": 4, "weight": 50}, {"version": 2, "weight": 50}],
-                                          4).splitlines()] == [["v4", "50%", "current"], ["v2", "50%"]]
+                                          4).splitlines()] == [["VERSION", "WEIGHT", "CURRENT"],
+                                                               ["v4", "50%", "current"], ["v2", "50%", "-"]]
 
 
 def test_same_deploy_compares_code_and_configuration_only() -> None:
