@@ -1254,7 +1254,12 @@ def main() -> None:
     with contextlib.suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     ready_fd = take_ready_fd()
-    listener = wait_for_claim(ready_fd) if os.environ.get("SLESS_SPARE") == "1" else None
+    listener = None
+    if os.environ.get("SLESS_SPARE") == "1":
+        # what does not depend on the function is done before the claim, off the first call's path
+        _raise_open_files_limit()
+        threading.stack_size(THREAD_STACK_BYTES)
+        listener = wait_for_claim(ready_fd)
     rt.fetch_code()  # the code first: nothing listens (the pod is not Ready) until it is there
     try:
         config = rt.Config.from_env()

@@ -22,7 +22,7 @@ def test_defaults() -> None:
                                                                       "sqlite:////data/invocations.db")
     assert (config.max_timeout_sec, config.max_body_bytes, config.max_upload_bytes) == (900, 6 << 20, 32 << 20)
     assert config.auth is None and config.events is None and config.rabbitmq_url is None
-    assert (config.sandbox.mode, config.sandbox.nproc, config.sandbox.tmp_mb) == ("auto", 256, 64)
+    assert (config.sandbox.mode, config.sandbox.nproc, config.sandbox.tmp_mb) == ("auto", 1280, 64)
     assert (config.secrets.backend, config.storage.endpoint, config.storage.bucket) == ("local", "", "sless")
     assert (config.logging.level, config.logging.format) == ("INFO", "auto")
     assert (config.serve.bind, config.serve.workers, config.probes.port) == ("127.0.0.1:8090", 2, 8091)

@@ -170,7 +170,8 @@ class SandboxSettings:
 
     mode: str = "auto"
     tmp_mb: int = 64
-    nproc: int = 256
+    #: 1,000 handler threads of a Python runtime whose calls block (each a task), and room for the rest
+    nproc: int = 1280
     fsize_mb: int = 256
     #: ``SLESS_SANDBOX_NETWORK``: auto (a namespace of its own per function as root), own (required), host.
     network: str = "auto"

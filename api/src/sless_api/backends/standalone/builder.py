@@ -80,7 +80,9 @@ _TOOL_ENV = frozenset({
 _TOOL_ENV_PREFIXES = ("LC_", "PIP_", "npm_config_", "NPM_CONFIG_")
 #: Memory, processes, file size and private /tmp of every sandboxed build step (pip builds wheels in /tmp,
 #: go build keeps its work folder there).
-BUILD_LIMITS = Limits(memory_mb=BUILD_MEMORY_MB, nproc=512, fsize_mb=1024, tmp_mb=BUILD_TMP_MB)
+# nproc: RLIMIT_NPROC counts every task of the tenant's uid, its functions' threads (up to SLESS_SANDBOX_NPROC's
+# default) included, so a build beside a busy function can still fork
+BUILD_LIMITS = Limits(memory_mb=BUILD_MEMORY_MB, nproc=1280, fsize_mb=1024, tmp_mb=BUILD_TMP_MB)
 #: The Go function that seeds the tenants' build caches: the platform's wrapper with an empty handler.
 _GO_SEED_FUNCTION = """package function
 
