@@ -31,7 +31,7 @@ from minio import Minio
 
 from sless_core.crd import tenant_namespace_labels
 from tests.install import vaultbed
-from tests.support.services import S3Endpoint, free_port, fresh_pg_database, sql
+from tests.support.services import S3Endpoint, fresh_pg_database, sql
 from tests.support.testbed import Testbed, start_testbed, stop_testbed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -284,19 +284,6 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
         yield own
     finally:
         stop_testbed(own)
-
-
-@pytest.fixture(scope="module")
-def vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    state = tmp_path_factory.mktemp("vault-backup") / "state"
-    try:
-        vaultbed.up(state, free_port())
-    except vaultbed.VaultBedError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield state
-    finally:
-        vaultbed.down(state)
 
 
 class World:

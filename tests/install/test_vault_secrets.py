@@ -11,14 +11,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.install import vaultbed
-from tests.support.services import free_port
 from tests.support.testbed import Testbed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,19 +37,6 @@ PLAYBOOK = """\
 """
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    state = tmp_path_factory.mktemp("vault") / "state"
-    try:
-        vaultbed.up(state, free_port())
-    except vaultbed.VaultBedError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield state
-    finally:
-        vaultbed.down(state)
 
 
 def run_role(bed: Testbed, vault: Path, work: Path, **extra: Any) -> tuple[subprocess.CompletedProcess[str], Any]:

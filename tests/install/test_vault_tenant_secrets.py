@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import hvac
@@ -18,7 +17,7 @@ from tests.install import vaultbed
 from tests.support.kube_api import start_api
 from tests.support.platform import Tenant, running_sless
 from tests.support.secret_delivery import READER, REFS, call_until, files_containing
-from tests.support.services import S3Endpoint, free_port
+from tests.support.services import S3Endpoint
 from tests.support.testbed import Testbed
 
 VALUE = "vault-pw-19ae0c55"
@@ -28,19 +27,6 @@ NEW_VALUE = "vault-pw-new-c04d8e21"
 
 def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-@pytest.fixture(scope="module")
-def vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    state = tmp_path_factory.mktemp("vault-tenants") / "state"
-    try:
-        vaultbed.up(state, free_port())
-    except vaultbed.VaultBedError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield state
-    finally:
-        vaultbed.down(state)
 
 
 def vault_env(state: Path, prefix: str) -> dict[str, str]:
