@@ -174,3 +174,24 @@ def test_uninstall_removes_keda_before_any_namespace() -> None:
     keda = names.index("Uninstall | helm uninstall keda (its CRDs and its APIService go with it)")
     assert keda < names.index("Uninstall | Delete the namespaces")
     assert keda < names.index("Uninstall | Delete KEDA's namespace, which the role created")
+
+
+@pytest.mark.parametrize(("password", "refused"), [("-UOhm1", True), ("ok-pass", False)])
+def test_rabbitmq_preflight_refuses_a_password_rabbitmqctl_would_read_as_options(tmp_path: Path, password: str,
+                                                                                 refused: bool) -> None:
+    """rabbitmqctl add_user took a password starting with '-' for its options and failed mid-install."""
+    import os
+    import subprocess
+    import sys
+
+    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False,
+             "vars": {"rabbitmq_mode": "external", "rabbitmq_url": f"amqp://sless:{password}@127.0.0.1:5672/sless"},
+             "tasks": [{"ansible.builtin.include_role": {"name": "rabbitmq", "tasks_from": "preflight"}}]}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_LOCALHOST_WARNING": "false"}
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
+                           str(tmp_path / "play.yml")], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)  # fmt: skip
+    assert (done.returncode != 0) == refused, done.stdout[-2000:]
+    assert ("starts with '-', which rabbitmqctl takes for an option" in done.stdout) == refused, done.stdout[-2000:]
+    assert password not in done.stdout

@@ -149,8 +149,9 @@ def _gone(pid: int) -> bool:
 
 def platform_entries(pg_port: int, amqp_port: int, host: str = "127.0.0.1") -> dict[str, dict[str, str]]:
     """Fresh random credentials for every entry the vault_secrets role reads."""
-    pg_password = secrets.token_urlsafe(18)
-    mq_password = secrets.token_urlsafe(18)
+    # a letter first: rabbitmqctl add_user takes a password starting with '-' (1 in 64 of token_urlsafe's) for options
+    pg_password = "p" + secrets.token_urlsafe(18)
+    mq_password = "m" + secrets.token_urlsafe(18)
     auth = json.dumps({"auths": {"registry.example.test": {"auth": secrets.token_urlsafe(12)}}})
     return {
         "jwt": {"secret": secrets.token_urlsafe(32)},
