@@ -97,7 +97,13 @@ def test_code_only_change_serves_without_a_build_and_a_bad_archive_fails_the_pod
         t.upload("fast", {"handler.py": "import os\ndef handle(event):\n    return {'version': 'three', "
                                         "'url': os.environ.get('SLESS_CODE_URL'), 'writable': os.access("
                                         "__file__, os.W_OK)}\n"})
-        bed.wait("v3 serves", lambda: _answer(t).get("version") == "three", timeout=120, interval=0.2)
+        # until the rollout is over: the old pod serves beside the new one until it is gone
+        def only_v3() -> bool:
+            pods = (bed.get("pods", "-n", t.ns, "-l", "sless.dev/function=fast") or {}).get("items", [])
+            alone = len(pods) == 1 and "deletionTimestamp" not in pods[0]["metadata"]
+            return alone and _answer(t).get("version") == "three"
+
+        bed.wait("v3 serves alone", only_v3, timeout=180, interval=0.2)
         assert _answer(t) == {"version": "three", "url": None, "writable": False}
         spec = bed.get("functions.sless.dev", "fast", "-n", t.ns)["spec"]
 
