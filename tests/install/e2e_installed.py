@@ -46,9 +46,10 @@ POLL = 0.5  # s between looks: an installed platform on a shared test bed, not w
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
 
 
-def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> str:
+def kubectl(*args: str, stdin: str | None = None, check: bool = True, timeout: float = 60) -> str:
+    """kubectl with ARGS; TIMEOUT bounds the process (longer than a ``--timeout`` given to kubectl itself)."""
     exe = shutil.which("kubectl") or str(Path(os.environ["SLESS_TESTBED_BIN"]) / "kubectl")
-    proc = subprocess.run([exe, *args], input=stdin, capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run([exe, *args], input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
     return proc.stdout

@@ -300,7 +300,9 @@ def test_a_rolling_restart_of_the_api_fails_no_call(tenant: Tenant, deployed: di
         until("calls going through", lambda: counts["ok"] >= 20, 60, POLL)
         started = time.monotonic()
         kubectl("rollout", "restart", "deployment/sless-api", "-n", NS)
-        kubectl("rollout", "status", "deployment/sless-api", "-n", NS, "--timeout=300s")
+        # a rollout on a busy node takes minutes (each new pod's start and readiness, each old one's pause and
+        # drain): kubectl's own bound, and the process's a little longer
+        kubectl("rollout", "status", "deployment/sless-api", "-n", NS, "--timeout=300s", timeout=330)
         took = time.monotonic() - started
         time.sleep(2)  # calls right after the last old pod left
     finally:
