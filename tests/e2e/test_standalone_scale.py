@@ -79,7 +79,9 @@ def test_max_concurrency_is_per_process_of_a_scaled_function(tenant: Tenant) -> 
     """target 10 alone would put both calls in one process; max_concurrency 1 per process takes two, and a
     third call waits for a freed one (max 2: the function takes 2 calls at once)."""
     tenant.deploy("narrow", "python3.11", handler(), max_concurrency=1, scale={"max": 2, "target": 10})
-    two = at_once(tenant.fn_url("narrow"), 2, "1.5")
+    # each call outlasts a second process's cold start, even on a loaded machine (at 1.5 s the second call could
+    # find the first process free again before the second was up, and take it)
+    two = at_once(tenant.fn_url("narrow"), 2, "6")
     assert len({a["process"] for a in two}) == 2, two
     three = at_once(tenant.fn_url("narrow"), 3, "1")
     assert len({a["process"] for a in three}) <= 2, three
