@@ -290,7 +290,7 @@ class World:
     """What the tests fill, delete and compare: names and the servers' handles."""
 
     def __init__(self, bed: Testbed, vault: Path, s3: S3Endpoint, db_url: str, work: Path) -> None:
-        self.bed, self.vault_state, self.s3, self.db_url, self.work = bed, vault, s3, db_url, work
+        self.bed, self.vault_dir, self.s3, self.db_url, self.work = bed, vault, s3, db_url, work
         self.vault = vaultbed.client(vault)
         self.addr = vaultbed._state(vault)["addr"]
         self.token = (vault / "root-token").read_text().strip()
@@ -302,7 +302,7 @@ class World:
 
     # the platform's entries the playbooks read first (vault_secrets' fetch): the database and S3 among them
     def seed_platform(self) -> None:
-        vaultbed.seed(self.vault_state, {
+        vaultbed.seed(self.vault_dir, {
             "jwt": {"secret": secrets.token_urlsafe(32)}, "database": {"url": self.db_url},
             "s3": {"access_key": self.s3.access_key, "secret_key": self.s3.secret_key},
             "rabbitmq": {"url": "amqp://sless:x@127.0.0.1:5672/sless"}})  # fmt: skip
