@@ -41,6 +41,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.spares import Procs
+
 REPO = Path(__file__).resolve().parents[2]
 RUNTIMES_DIR = REPO / "runtimes"
 FUNCTIONS_DIR = Path(__file__).resolve().parent / "functions"
@@ -332,3 +334,13 @@ def load_failure(go_build: GoBuilder, spawn_server: ServerFactory) -> LoadFailur
         return stderr
 
     return check
+
+
+@pytest.fixture
+def spawn() -> Iterator[Procs]:
+    """The processes a test starts (it appends them), killed after it."""
+    procs: Procs = []
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait(10)

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import select
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
+
+from tests.support.services import free_port
+from tests.support.spares import Procs, wait_byte
 
 SERVER = Path(__file__).resolve().parents[2] / "runtimes" / "python3.11" / "server.py"
 HANDLER = """\
@@ -34,36 +34,12 @@ def handle(event):
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def code(tmp_path: Path) -> Path:
     folder = tmp_path / "code"
     folder.mkdir()
     (folder / "handler.py").write_text(HANDLER)
     return folder
-
-
-def wait_byte(fd: int, timeout: float = 20.0) -> bytes:
-    readable, _, _ = select.select([fd], [], [], timeout)
-    assert readable, "no readiness byte"
-    return os.read(fd, 16)
-
-
-@pytest.fixture
-def spawn() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for proc in procs:
-        proc.kill()
-        proc.wait(10)
-
-
-Procs = list[subprocess.Popen[bytes]]
 
 
 def start(procs: Procs, env: dict[str, str], spare: bool) -> tuple[subprocess.Popen[bytes], int]:
