@@ -515,7 +515,7 @@ async function main() {
   const { server, drain } = createServer(config, handler, wsHandler, claimed && claimed.release());
   const announce = () => {
     process.stderr.write(
-      `sless-runtime nodejs20: ${config.entrypoint} from ${config.codeDir} on http://${config.host}:${config.port}\n`,
+      `sless-runtime nodejs20: ${config.entrypoint} on http://${config.host}:${config.port}\n`,
     );
     signalServing(readyFd);
   };

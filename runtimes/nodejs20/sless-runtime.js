@@ -120,6 +120,7 @@ function parseEntrypoint(entrypoint) {
  * @returns {Promise<(event: object, context: object) => unknown>}
  */
 async function loadHandler(config) {
+  logFolders = config;
   addDependencyDir(config.depsDir);
   const { moduleName, funcName } = parseEntrypoint(config.entrypoint);
   const modulePath = path.join(config.codeDir, moduleName);
@@ -300,8 +301,16 @@ function isThenable(value) {
  */
 function logError(what, err) {
   const detail = err instanceof Error && err.stack ? err.stack : String(err);
-  process.stderr.write(`sless-runtime: ${what}: ${detail}\n`);
+  process.stderr.write(`sless-runtime: ${scrubFolders(`${what}: ${detail}`, logFolders)}\n`);
 }
+
+/**
+ * The loaded function's folders, once loadHandler knows them: the function's log is read by its
+ * tenant (`sless logs`, a job's message), so every stack the runtime logs names `./handler.js`,
+ * never where the platform keeps it (scrubFolders). Before that, only this runtime's folder is known.
+ * @type {Config | undefined}
+ */
+let logFolders;
 
 /**
  * Build the event from the raw request parts (the contract's "Event" section).
@@ -571,6 +580,16 @@ function publicMessage(message, config) {
   let text = String(message);
   const cut = text.indexOf('\nRequire stack:');
   if (cut >= 0) text = text.slice(0, cut);
+  return scrubFolders(text, config);
+}
+
+/**
+ * TEXT with the code, dependency and runtime folders told as ".", "<deps>" and "<runtime>".
+ * @param {string} text
+ * @param {Config | undefined} config
+ * @returns {string}
+ */
+function scrubFolders(text, config) {
   /** @type {[string | undefined | null, string][]} */
   const folders = [[config && config.codeDir, '.'], [config && config.depsDir, '<deps>'], [__dirname, '<runtime>']];
   for (const [folder, label] of folders) {
@@ -599,6 +618,7 @@ function loadFailureMessage(err, config) {
  * @param {Config | undefined} config
  */
 function logLoadFailure(err, config) {
+  if (config) logFolders = config;
   logError('cannot load the function', err);
   process.stderr.write(`sless-runtime: ${loadFailureMessage(err, config).replace(/\n/g, ' ')}\n`);
 }

@@ -136,6 +136,8 @@ def load_handler(config: Config) -> Handler:
     removed by the entry scripts before this runs, so user modules named like ours
     (``server``, ``runner``) are theirs.
     """
+    global _LOG_FOLDERS
+    _LOG_FOLDERS = config  # from here on, what the runtime logs names no platform folder (see log_exception)
     module_name, _, func_name = config.entrypoint.rpartition(".")
     if not module_name or not func_name:
         raise LoadError(f"SLESS_ENTRYPOINT={config.entrypoint!r} must look like module.function")
@@ -315,14 +317,21 @@ def exception_response(exc: BaseException, config: Config | None = None) -> Resp
 RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def public_message(message: str, config: Config) -> str:
-    """``message`` as a caller may see it: the code, dependency and runtime folders (where the
+def public_message(message: str, config: Config | None) -> str:
+    """``message`` as a tenant may see it: the code, dependency and runtime folders (where the
     platform keeps them says nothing to a caller, and everything to an attacker) become
-    ``.``, ``<deps>`` and ``<runtime>``."""
-    for folder, label in ((config.code_dir, "."), (config.deps_dir, "<deps>"), (RUNTIME_DIR, "<runtime>")):
+    ``.``, ``<deps>`` and ``<runtime>``. The same holds for the function's log, which its tenant
+    reads (``sless logs``, a job's message): a traceback names ``./handler.py``, line 3."""
+    code_dir, deps_dir = (config.code_dir, config.deps_dir) if config is not None else (None, None)
+    for folder, label in ((code_dir, "."), (deps_dir, "<deps>"), (RUNTIME_DIR, "<runtime>")):
         if folder and len(folder) > 1:
             message = message.replace(folder.rstrip("/") + "/", label + "/").replace(folder.rstrip("/"), label)
     return message
+
+
+#: The loaded function's folders, once ``load_handler`` knows them: every traceback the runtime logs is
+#: told in their labels (``public_message``). Before it, only the runtime's own folder is known.
+_LOG_FOLDERS: Config | None = None
 
 
 def load_failure_message(exc: LoadError) -> str:
@@ -334,7 +343,7 @@ def log_load_failure(config: Config, exc: LoadError) -> None:
     """The full story on stderr (the function's log), then the short, path-free reason as the last line."""
     cause = exc.__cause__
     if cause is not None:
-        log_exception(f"cannot load handler {config.entrypoint} from {config.code_dir}", cause)
+        log_exception(f"cannot load handler {config.entrypoint}", cause)
     log(load_failure_message(exc))
 
 
@@ -352,7 +361,7 @@ def log_exception(what: str, exc: BaseException) -> None:
     import traceback
 
     detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    log(f"{what}:\n{detail.rstrip()}")
+    log(public_message(f"{what}:\n{detail.rstrip()}", _LOG_FOLDERS))
 
 
 # ---------------------------------------------------------------------- per-call output tagging

@@ -118,6 +118,16 @@ def test_a_node_function_through_the_platform(tenant: Tenant) -> None:
         assert streams(got) == ([f"out {n}"], [f"err {n}"])
 
 
+def test_a_failed_calls_traceback_names_no_platform_folder(tenant: Tenant) -> None:
+    """The call's log is its tenant's: the traceback says where in the code, not the data dir or install dir."""
+    tenant.deploy("broken", "python3.11", {"handler.py": "def handle(event):\n    raise ValueError('nope')\n"})
+    resp = requests.get(tenant.fn_url("broken"), headers={"X-Request-Id": "broken-1"}, timeout=60)
+    assert resp.status_code == 500, resp.text
+    text = "\n".join(line["text"] for line in logs(tenant, "broken", record(tenant, "broken", "broken-1")["id"])["lines"])
+    assert 'File "./handler.py", line 2, in handle' in text, text
+    assert 'File "/' not in text and "ValueError: nope" in text, text
+
+
 def test_a_call_without_output_has_no_lines(chatty: Tenant) -> None:
     chatty.deploy("quiet", "python3.11", {"handler.py": "def handle(event):\n    return 1\n"})
     call(chatty, "quiet", "quiet-1")

@@ -67,6 +67,9 @@ def test_failed_job_keeps_the_truncated_traceback(tenant: Tenant) -> None:
     assert done["phase"] == "Failed"
     assert done["message"].rstrip().endswith("ValueError: asked to fail")
     assert "truncated" in done["message"] and len(done["message"]) <= 2100
+    # The message is the tenant's to read: where in its code, never where the platform keeps code or runtimes.
+    assert 'File "./handler.py", line 6, in deep' in done["message"], done["message"]
+    assert 'File "/' not in done["message"], done["message"]
 
 
 def test_job_for_missing_function_is_404_and_bad_specs_400(tenant: Tenant) -> None:
