@@ -15,7 +15,7 @@ import time
 from sless_api.backends.settings import SandboxSettings
 from sless_api.backends.standalone.builder import BuildArtifact, Builder, BuildFailed, BuildRequest
 from sless_api.backends.standalone.code import CodeFiles
-from sless_api.backends.standalone.failures import LOAD_FAILURE, NO_REASON, caller_reason
+from sless_api.backends.standalone.failures import LOAD_FAILURE, NO_REASON, caller_reason, start_failure
 from sless_api.backends.standalone.host.sandbox import Limits, Sandbox
 from sless_api.backends.standalone.host.supervisor import StartFailed
 from sless_api.backends.standalone.routing import StandaloneRouter
@@ -83,7 +83,7 @@ class Builds:
         except StartFailed as exc:
             log.warning("new version of %s/%s failed to start: %s", namespace, name, exc)
             self._finish_build(namespace, name, code_hash, None,
-                               f"the new version failed to start: {caller_reason(str(exc))}")
+                               f"the new version {start_failure(str(exc))}")
             return
         self._finish_build(namespace, name, code_hash, artifact, "")
         await asyncio.to_thread(self.code.prune, namespace, name, code_hash)

@@ -21,3 +21,12 @@ def caller_reason(stderr_tail: str) -> str:
         if text.startswith(RUNTIME_PREFIX) and "failed to load" in text:
             return text[len(RUNTIME_PREFIX):][:500]
     return NO_REASON
+
+
+def start_failure(stderr_tail: str) -> str:
+    """Why a process did not start, said once: ``does not load: <Error>: <message>`` for a load failure
+    (not "failed to start: the function failed to load: ..."), else ``failed to start: <reason>``."""
+    reason = caller_reason(stderr_tail)
+    if reason.startswith(LOAD_FAILURE):
+        return f"does not load: {reason.removeprefix(LOAD_FAILURE)}"
+    return f"failed to start: {reason}"

@@ -16,7 +16,7 @@ from typing import Any
 
 from sless_api.backends.settings import PlatformSettings
 from sless_api.backends.standalone.builder import BuildArtifact
-from sless_api.backends.standalone.failures import caller_reason
+from sless_api.backends.standalone.failures import start_failure
 from sless_api.backends.standalone.host.pool import Scale
 from sless_api.backends.standalone.host.sandbox import Limits, Sandbox
 from sless_api.backends.standalone.host.spares import SPARE_RUNTIMES, SpareTemplate
@@ -284,5 +284,5 @@ class _Upstream:
             return NotFound(f"function {route.function!r} is not deployed")
         if isinstance(exc, StartFailed):
             log.warning("function %s/%s failed to start: %s", route.namespace, route.function, exc)
-            return Unavailable(f"function {route.function!r} failed to start: {caller_reason(str(exc))}")
+            return Unavailable(f"function {route.function!r} {start_failure(str(exc))}")
         return Unavailable(f"function {route.function!r} was {str(exc).split(': ', 1)[-1]}")
