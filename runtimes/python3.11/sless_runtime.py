@@ -136,8 +136,7 @@ def load_handler(config: Config) -> Handler:
     removed by the entry scripts before this runs, so user modules named like ours
     (``server``, ``runner``) are theirs.
     """
-    global _LOG_FOLDERS
-    _LOG_FOLDERS = config  # from here on, what the runtime logs names no platform folder (see log_exception)
+    _LOG_FOLDERS[:] = [config]  # from here on, what the runtime logs names no platform folder (log_exception)
     module_name, _, func_name = config.entrypoint.rpartition(".")
     if not module_name or not func_name:
         raise LoadError(f"SLESS_ENTRYPOINT={config.entrypoint!r} must look like module.function")
@@ -331,7 +330,7 @@ def public_message(message: str, config: Config | None) -> str:
 
 #: The loaded function's folders, once ``load_handler`` knows them: every traceback the runtime logs is
 #: told in their labels (``public_message``). Before it, only the runtime's own folder is known.
-_LOG_FOLDERS: Config | None = None
+_LOG_FOLDERS: list[Config] = []
 
 
 def load_failure_message(exc: LoadError) -> str:
@@ -361,7 +360,7 @@ def log_exception(what: str, exc: BaseException) -> None:
     import traceback
 
     detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    log(public_message(f"{what}:\n{detail.rstrip()}", _LOG_FOLDERS))
+    log(public_message(f"{what}:\n{detail.rstrip()}", _LOG_FOLDERS[0] if _LOG_FOLDERS else None))
 
 
 # ---------------------------------------------------------------------- per-call output tagging

@@ -123,7 +123,8 @@ def test_a_failed_calls_traceback_names_no_platform_folder(tenant: Tenant) -> No
     tenant.deploy("broken", "python3.11", {"handler.py": "def handle(event):\n    raise ValueError('nope')\n"})
     resp = requests.get(tenant.fn_url("broken"), headers={"X-Request-Id": "broken-1"}, timeout=60)
     assert resp.status_code == 500, resp.text
-    text = "\n".join(line["text"] for line in logs(tenant, "broken", record(tenant, "broken", "broken-1")["id"])["lines"])
+    lines = logs(tenant, "broken", record(tenant, "broken", "broken-1")["id"])["lines"]
+    text = "\n".join(line["text"] for line in lines)
     assert 'File "./handler.py", line 2, in handle' in text, text
     assert 'File "/' not in text and "ValueError: nope" in text, text
 

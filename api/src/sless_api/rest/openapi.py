@@ -12,7 +12,9 @@ from typing import Any
 import falcon.asgi
 
 from sless_api.domain.secrets import MAX_KEYS, MAX_SECRET_BYTES, MAX_VALUE_BYTES
+from sless_api.rest.console.resource import ASSETS
 from sless_api.rest.http import PublicResource
+from sless_api.rest.openapi_gateway import console_paths, fn_paths
 from sless_core.models import (
     ENV_MAX_VARS,
     MAX_CONCURRENCY,
@@ -351,9 +353,6 @@ def paths() -> dict[str, Any]:
     }
 
 
-# Outside this document on purpose: the console's page and its two static files (HTML for people) and
-# /fn/{ns}/{name}/... (the functions' own HTTP interfaces, whatever each function answers).
-UNDOCUMENTED_ROUTES = frozenset({"/console", "/console/{asset}"})
 
 
 def document() -> dict[str, Any]:
@@ -361,11 +360,13 @@ def document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "sless REST API", "version": "v1",
-                 "description": "Functions, triggers and jobs of a tenant. Every route needs "
-                                "`Authorization: Bearer <JWT>` unless it says `security: []`."},
+                 "description": "Functions, triggers and jobs of a tenant, and the calls to its functions "
+                                "(`/fn/...`). Every route needs `Authorization: Bearer <JWT>` unless it says "
+                                "`security: []` (or, for a call, `{}`: its trigger decides)."},
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}],
-        "paths": paths(),
+        # the functions' calls (served by the proxy, not a REST route) and the console's page and files
+        "paths": paths() | fn_paths() | console_paths(ASSETS),
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
                             "scrapeToken": {"type": "http", "scheme": "bearer",
