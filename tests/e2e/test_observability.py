@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import requests
 
+from tests.support.metricdocs import undocumented_series
 from tests.support.metrics import SCRAPE_TOKEN, sample, scrape
 from tests.support.platform import SECRET, SlessProcess, Tenant, free_port, running_sless, serving
 
@@ -146,9 +147,51 @@ def test_metrics_count_calls_cold_starts_and_builds(observed: SlessProcess, echo
     fn_answers = {"area": "fn", "status": "200"}  # counted by the invoke proxy itself, not the REST access log
     assert sample(after, "sless_http_requests_total", **fn_answers) == \
         sample(before, "sless_http_requests_total", **fn_answers) + 3
-    assert sample(after, "sless_invocation_duration_seconds_count", namespace=echo.ns, function="echo") >= 3
+    assert sample(after, "sless_invocation_duration_seconds_count", namespace=echo.ns, function="echo",
+                  trigger="http", status_class="2xx") >= 3
     assert sample(after, "sless_builds_total", runtime="python3.11", result="ready") >= 1
     assert sample(after, "sless_cold_starts_total", runtime="python3.11") >= 1
+
+
+SLOW = """\
+import time
+
+def handle(event):
+    time.sleep(float(event.get("s", 0)))
+    return {"slept": event.get("s", 0)}
+"""
+
+
+def test_the_exposition_is_what_the_readme_says(observed: SlessProcess) -> None:
+    """Calls of every trigger the platform makes on `sless up` (http, async, job), a call held in flight:
+    every series, label and listed label value of the scrape is in the README's metrics table."""
+    tenant = Tenant(observed.url, "observer-docs")
+    tenant.deploy("slow", "python3.11", {"handler.py": SLOW})
+    assert requests.post(tenant.fn_url("slow"), json={"s": 0}, timeout=30).status_code == 200
+    queued = requests.post(tenant.fn_url("slow"), json={"s": 0}, headers={"Prefer": "respond-async"}, timeout=30)
+    assert queued.status_code == 202, queued.text
+    call_path = queued.json()["status_url"].removeprefix(f"/v1/namespaces/{tenant.ns}")
+    tenant.api("POST", "/jobs", json={"name": "once", "function": "slow", "event": {"s": 0}}, expect=201)
+    assert tenant.wait_job("once")["phase"] == "Succeeded"
+    deadline = time.monotonic() + 60
+    while tenant.api("GET", call_path, expect=200).json()["state"] != "succeeded":
+        assert time.monotonic() < deadline, "the async call did not finish"
+        time.sleep(0.1)
+    in_flight = {"namespace": tenant.ns, "function": "slow"}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        held = pool.submit(requests.post, tenant.fn_url("slow"), json={"s": 3}, timeout=30)
+        deadline = time.monotonic() + 10
+        while sample(scrape(observed.url), "sless_invocations_in_flight", **in_flight) != 1:
+            assert time.monotonic() < deadline and not held.done(), "the held call never showed as in flight"
+            time.sleep(0.05)
+        assert held.result().status_code == 200
+    text = scrape(observed.url)
+    assert sample(text, "sless_invocations_in_flight", **in_flight) == 0
+    for trigger in ("http", "async", "job"):
+        assert sample(text, "sless_invocations_total", **in_flight, trigger=trigger, status="200") >= 1, trigger
+    # the finest bucket is 0.1 ms: a warm call's latency is resolved, not lumped under 5 ms
+    assert 'le="0.0001"' in text
+    assert undocumented_series(text) == []
 
 
 def test_metrics_count_an_unreachable_function(observed: SlessProcess, echo: Tenant) -> None:
@@ -184,6 +227,7 @@ def test_gunicorn_workers_sum_their_metrics(tmp_path: Path) -> None:
         assert requests.get(url + "/metrics", timeout=10).status_code == 401
     assert len(access_pids(log)) == 2, "both workers should have served"
     assert sample(text, "sless_http_requests_total", area="api", status="404") == sent
+    assert undocumented_series(text) == []
 
 
 def access_pids(log: Path) -> set[int]:

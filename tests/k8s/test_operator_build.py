@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from tests.support.kube_operator import CODE_A
+from tests.support.metricdocs import undocumented_series
 from tests.support.metrics import sample, scrape
 from tests.support.stages import FETCH_FAILED
 from tests.support.testbed import Testbed
@@ -112,6 +113,10 @@ def test_build_pod_fetches_the_context_in_an_init_container(sless: Sless) -> Non
     text = scrape(sless.op.metrics_url)
     assert sample(text, "sless_builds_total", runtime="python3.11", result="ready") == 1
     assert sample(text, "sless_build_duration_seconds_count", runtime="python3.11") == 1
+    # the operator's own work: the Function's reconciles timed, the work queue's depth exposed
+    assert sample(text, "sless_operator_reconcile_duration_seconds_count", kind="function") >= 1
+    assert "sless_operator_queue_depth " in text
+    assert undocumented_series(text) == []
 
 
 def test_a_failed_context_fetch_is_what_the_function_reports(sless: Sless, fetch_fails: Any) -> None:

@@ -24,16 +24,21 @@ from prometheus_client import (
 
 from sless_core.scrape import scrape_allowed
 
-#: A call lasts from milliseconds to the 900 s maximum timeout.
-CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+#: A warm call lasts about a millisecond, the longest the 900 s maximum timeout: buckets from 0.1 ms up.
+CALL_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+                30, 60, 300, 900)
 BUILD_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 HTTP_REQUESTS = Counter("sless_http_requests_total", "Requests answered, by area (api, fn) and HTTP status",
                         ["area", "status"])
 INVOCATIONS = Counter("sless_invocations_total", "Finished invocations by function, trigger and HTTP status",
                       ["namespace", "function", "trigger", "status"])
+# The status as its class (2xx ... 5xx): a function answers any code it likes, and each label value is twenty
+# bucket series; a cron run's latency and errors are told apart from an http call's by ``trigger``.
 INVOCATION_SECONDS = Histogram("sless_invocation_duration_seconds", "Invocation duration seen by the platform",
-                               ["namespace", "function"], buckets=CALL_BUCKETS)
+                               ["namespace", "function", "trigger", "status_class"], buckets=CALL_BUCKETS)
+IN_FLIGHT = Gauge("sless_invocations_in_flight", "Calls the platform holds for a function now: waiting for a "
+                  "process or pod, or being answered", ["namespace", "function"], multiprocess_mode="livesum")
 THROTTLED = Counter("sless_throttled_total", "Calls refused with 429 for a concurrency limit",
                     ["namespace", "function"])
 UPSTREAM_ERRORS = Counter("sless_proxy_upstream_errors_total",
@@ -60,7 +65,8 @@ RECORDS_DROPPED = Counter("sless_invocation_records_dropped_total",
 # The labelled series each call touches, found once: ``labels()`` takes a lock and builds a key per call.
 # They hold no more than the registry itself keeps (one entry per series ever used).
 _calls: dict[tuple[str, str, str, int], Counter] = {}
-_call_seconds: dict[tuple[str, str], Histogram] = {}
+_call_seconds: dict[tuple[str, str, str, int], Histogram] = {}
+_in_flight: dict[tuple[str, str], Gauge] = {}
 _requests: dict[tuple[str, int], Counter] = {}
 
 
@@ -70,10 +76,20 @@ def observe_invocation(namespace: str, function: str, trigger: str, status: int,
     if counter is None:
         counter = _calls[key] = INVOCATIONS.labels(namespace, function, trigger, str(status))
     counter.inc()
-    histogram = _call_seconds.get(key[:2])
+    klass = (namespace, function, trigger, status // 100)
+    histogram = _call_seconds.get(klass)
     if histogram is None:
-        histogram = _call_seconds[key[:2]] = INVOCATION_SECONDS.labels(namespace, function)
+        histogram = _call_seconds[klass] = INVOCATION_SECONDS.labels(namespace, function, trigger,
+                                                                      f"{status // 100}xx")
     histogram.observe(seconds)
+
+
+def in_flight(namespace: str, function: str) -> Gauge:
+    """The in-flight gauge of one function (``inc`` as a call begins, ``dec`` as it ends)."""
+    gauge = _in_flight.get((namespace, function))
+    if gauge is None:
+        gauge = _in_flight[(namespace, function)] = IN_FLIGHT.labels(namespace, function)
+    return gauge
 
 
 def count_request(area: str, status: int) -> None:
@@ -84,7 +100,7 @@ def count_request(area: str, status: int) -> None:
     counter.inc()
 
 
-__all__ = ["count_request", "exposition", "observe_invocation", "scrape_allowed"]
+__all__ = ["count_request", "exposition", "in_flight", "observe_invocation", "scrape_allowed"]
 
 
 def exposition() -> tuple[bytes, str]:

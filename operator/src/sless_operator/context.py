@@ -16,7 +16,7 @@ from typing import Any
 from sless_operator.codeurl import Signer
 from sless_operator.config import OperatorConfig
 from sless_operator.kube import Kube
-from sless_operator.metrics import MetricsServer
+from sless_operator.metrics import MetricsServer, reconciled, watch_queue
 from sless_operator.observe import DeploymentSummary, JobSummary, TriggerSummary
 from sless_operator.workqueue import WorkQueue
 
@@ -79,6 +79,13 @@ class State:
     keda: tuple[bool, float] | None = None
 
 
+def work_kind(key: Hashable) -> str:
+    """The metrics' kind of a work queue key: ("function", ns, name) is a function's, ("Job", ns, name) a
+    FunctionJob's or cron run's Job."""
+    head = key[0] if isinstance(key, tuple) and key else key
+    return str(head).lower()
+
+
 class Context:
     """The Kopf memo: shared by reference, so a shallow copy is the same context."""
 
@@ -91,7 +98,8 @@ class Context:
         # when the streams are not known in advance (namespace patterns): a bound would starve new watches
         self.kopf_connections = 0 if watch_streams is None else watch_streams + config.api_concurrency
         # reconciles woken by children's events; Kopf's change handlers share the same bound
-        self.queue = WorkQueue(config.api_concurrency)
+        self.queue = WorkQueue(config.api_concurrency, runner=lambda key, work: reconciled(work_kind(key), work))
+        watch_queue(self.queue)
         self.slots = asyncio.Semaphore(config.api_concurrency)
         self.metrics = MetricsServer(config.metrics_token, config.metrics_host, config.metrics_port)
 

@@ -111,7 +111,7 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
 
 
 # the Jobs whose ends are counted, by their component label
-METRIC_KINDS = {COMPONENT_BUILD: "build", COMPONENT_RUN: "job", COMPONENT_CRON: "cron"}
+METRIC_KINDS = {COMPONENT_BUILD: "build", COMPONENT_COMPILE: "compile", COMPONENT_RUN: "job", COMPONENT_CRON: "cron"}
 def _runtime(body: dict[str, Any] | None) -> str:
     """The Function's runtime (a metrics label), "unknown" when it is gone or invalid."""
     try:
@@ -131,11 +131,12 @@ def _valid_functions(bodies: Iterable[dict[str, Any]]) -> list[FunctionResource]
 EXPECTED = (InvalidResource, ChildConflict, NamespaceMissing, NotATenant, WaitingForFunction, KedaMissing)
 
 
-async def to_kopf(ctx: Context, work: Callable[[], Awaitable[None]]) -> None:
-    """Run a change handler's work (bounded like the work queue), mapping failures to Kopf's retries."""
+async def to_kopf(ctx: Context, kind: str, work: Callable[[], Awaitable[None]]) -> None:
+    """Run a change handler's work on a resource of KIND (bounded like the work queue, timed and counted in the
+    metrics), mapping failures to Kopf's retries."""
     try:
         async with ctx.slots:
-            await work()
+            await metrics.reconciled(kind, work)
     except InvalidResource as exc:
         raise kopf.PermanentError(f"invalid spec: {exc}") from exc
     except NotATenant as exc:
@@ -233,18 +234,18 @@ async def sless_triggers(namespace: str | None, body: kopf.Body, **_: Any) -> di
 @kopf.on.create(*FUNCTION, id="function-create")
 @kopf.on.update(*FUNCTION, id="function-update")
 async def function_changed(namespace: str | None, name: str, body: kopf.Body, memo: Context, **_: Any) -> None:
-    await to_kopf(memo, lambda: function.reconcile(memo, namespace or "", name, dict(body)))
+    await to_kopf(memo, "function", lambda: function.reconcile(memo, namespace or "", name, dict(body)))
 
 
 @kopf.timer(*FUNCTION, id="function-renew", interval=RENEW_INTERVAL_SEC, initial_delay=RENEW_INTERVAL_SEC)
 async def function_renew(namespace: str | None, name: str, memo: Context, **_: Any) -> None:
     """Now and then, a reconcile that renews the code download URL before it expires (else a no-op)."""
-    await to_kopf(memo, lambda: function.reconcile(memo, namespace or "", name))
+    await to_kopf(memo, "function", lambda: function.reconcile(memo, namespace or "", name))
 
 
 @kopf.on.delete(*FUNCTION, id="function-cleanup")
 async def function_deleted(namespace: str | None, name: str, memo: Context, **_: Any) -> None:
-    await to_kopf(memo, lambda: function.cleanup(memo, namespace or "", name))
+    await to_kopf(memo, "function", lambda: function.cleanup(memo, namespace or "", name))
 
 
 # -- children's events ---------------------------------------------------------------------------
@@ -358,12 +359,12 @@ async def compile_pod_event(type: str | None, body: kopf.Body, memo: Context, **
 @kopf.on.create(*TRIGGER, id="trigger-create")
 @kopf.on.update(*TRIGGER, id="trigger-update")
 async def trigger_changed(body: kopf.Body, memo: Context, **_: Any) -> None:
-    await to_kopf(memo, lambda: trigger.reconcile(memo, dict(body)))
+    await to_kopf(memo, "trigger", lambda: trigger.reconcile(memo, dict(body)))
 
 
 @kopf.on.delete(*TRIGGER, id="trigger-cleanup")
 async def trigger_deleted(body: kopf.Body, memo: Context, **_: Any) -> None:
-    await to_kopf(memo, lambda: trigger.cleanup(memo, dict(body)))
+    await to_kopf(memo, "trigger", lambda: trigger.cleanup(memo, dict(body)))
 
 
 # -- FunctionJob -----------------------------------------------------------------------------------
@@ -373,4 +374,4 @@ async def trigger_deleted(body: kopf.Body, memo: Context, **_: Any) -> None:
 @kopf.on.create(*FUNCTION_JOB, id="functionjob-create")
 @kopf.on.update(*FUNCTION_JOB, id="functionjob-update")
 async def functionjob_changed(body: kopf.Body, memo: Context, **_: Any) -> None:
-    await to_kopf(memo, lambda: job.reconcile(memo, dict(body)))
+    await to_kopf(memo, "functionjob", lambda: job.reconcile(memo, dict(body)))

@@ -1,4 +1,5 @@
-"""The operator's Prometheus metrics: builds, their durations, and the outcomes of job and cron runs.
+"""The operator's Prometheus metrics: builds and compiles, the outcomes of job and cron runs, and its own work:
+each reconcile's duration and failures by kind, and the work queue's depth.
 
 Counted from the Job watch (each Job's move to finished is seen once per operator process: the initial
 listing after a restart counts nothing again). Served at ``/metrics`` on SLESS_OPERATOR_METRICS_HOST/PORT,
@@ -8,10 +9,12 @@ only with SLESS_METRICS_TOKEN set and only to that bearer token, as the API's.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Awaitable, Callable, Sized
 from datetime import datetime
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from sless_core.scrape import scrape_allowed
 from sless_operator.observe import JobSummary
@@ -27,6 +30,18 @@ BUILD_SECONDS = Histogram("sless_build_duration_seconds", "Image build duration 
                           ["runtime"], buckets=BUILD_BUCKETS, registry=REGISTRY)
 RUNS = Counter("sless_job_runs_total", "Finished FunctionJob and cron runs by kind (job, cron) and result",
                ["namespace", "kind", "result"], registry=REGISTRY)
+COMPILES = Counter("sless_compiles_total", "Finished Go compile Jobs by result (ready, failed)", ["result"],
+                   registry=REGISTRY)
+#: A reconcile is a few API calls (milliseconds) up to a slow API server's seconds.
+RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+RECONCILE_SECONDS = Histogram("sless_operator_reconcile_duration_seconds",
+                              "One reconcile (or clean-up) of a resource, by kind (function, trigger, functionjob, "
+                              "job)", ["kind"], buckets=RECONCILE_BUCKETS, registry=REGISTRY)
+RECONCILE_ERRORS = Counter("sless_operator_reconcile_errors_total",
+                           "Reconciles that failed (retried later, or reported in the resource's status), by kind",
+                           ["kind"], registry=REGISTRY)
+QUEUE_DEPTH = Gauge("sless_operator_queue_depth", "Reconciles waiting in the operator's work queue",
+                    registry=REGISTRY)
 
 
 def _seconds(start: str, end: str) -> float | None:
@@ -41,13 +56,32 @@ def _seconds(start: str, end: str) -> float | None:
 def job_finished(kind: str, namespace: str, runtime: str, summary: JobSummary) -> None:
     """Count a Job that just finished: KIND is build, job or cron; RUNTIME is its function's (builds only)."""
     result = "ready" if summary.state == "complete" else "failed"
-    if kind == "build":
+    if kind == "compile":
+        COMPILES.labels(result).inc()
+    elif kind == "build":
         BUILDS.labels(runtime, result).inc()
         took = _seconds(summary.start_time, summary.completion_time) if summary.completion_time else None
         if took is not None:
             BUILD_SECONDS.labels(runtime).observe(took)
     else:
         RUNS.labels(namespace, kind, "succeeded" if result == "ready" else "failed").inc()
+
+
+async def reconciled(kind: str, work: Callable[[], Awaitable[None]]) -> None:
+    """Run one reconcile of KIND, timed; a failure is counted and goes on to the caller's retry."""
+    began = time.monotonic()
+    try:
+        await work()
+    except BaseException:
+        RECONCILE_ERRORS.labels(kind).inc()
+        raise
+    finally:
+        RECONCILE_SECONDS.labels(kind).observe(time.monotonic() - began)
+
+
+def watch_queue(queue: Sized) -> None:
+    """The queue-depth gauge reads QUEUE's length at each scrape."""
+    QUEUE_DEPTH.set_function(lambda: len(queue))
 
 
 class MetricsServer:

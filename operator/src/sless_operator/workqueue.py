@@ -20,12 +20,19 @@ from sless_operator.kube import ApiError
 log = logging.getLogger(__name__)
 
 Work = Callable[[], Awaitable[None]]
+#: How a worker runs one key's work: by default just that; the operator times and counts it (``metrics``).
+Runner = Callable[[Hashable, Work], Awaitable[None]]
+
+
+def _run(key: Hashable, work: Work) -> Awaitable[None]:
+    return work()
 RETRY_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 
 class WorkQueue:
-    def __init__(self, workers: int = 32) -> None:
+    def __init__(self, workers: int = 32, runner: Runner = _run) -> None:
         self._workers = workers
+        self._runner = runner
         # failures the work reports in a status itself: logged briefly, not retried here
         self.expected: tuple[type[Exception], ...] = ()
         self._pending: dict[Hashable, Work] = {}
@@ -81,7 +88,7 @@ class WorkQueue:
                 continue
             self._running.add(key)
             try:
-                await work()
+                await self._runner(key, work)
                 self._failures.pop(key, None)
             except ApiError as exc:
                 log.warning("%s failed (%s); retrying", key, exc)

@@ -235,8 +235,8 @@ class Exchange:
     """``Invoker.request``: a class rather than a generator-based context manager, since every proxied call enters
     one, and an async generator's machinery was several microseconds of it."""
 
-    __slots__ = ("_address", "_began", "_body", "_connection", "_headers", "_invoker", "_method", "_path_qs",
-                 "_route", "_timing", "_token", "_upstream")
+    __slots__ = ("_address", "_began", "_body", "_connection", "_headers", "_in_flight", "_invoker", "_method",
+                 "_path_qs", "_route", "_timing", "_token", "_upstream")
 
     def __init__(self, invoker: Invoker, route: Route, method: str, path_qs: str,
                  headers: list[tuple[str, str]] | bytes, body: bytes, timing: CallTiming | None) -> None:
@@ -248,6 +248,8 @@ class Exchange:
     async def __aenter__(self) -> Answer:
         invoker, route, timing = self._invoker, self._route, self._timing
         self._token = calltiming.CURRENT.set(timing)
+        self._in_flight = metrics.in_flight(route.namespace, route.function)
+        self._in_flight.inc()  # until _end: waiting for a process or pod, and the exchange itself
         limit = route.timeout_sec + invoker.margin
         self._began = time.monotonic()
         upstream = self._upstream = invoker.platform.upstream(route)
@@ -307,12 +309,17 @@ class Exchange:
         if exc is not None:
             self._fail(exc)  # raises the UpstreamError it stands for, if it is one; else EXC goes on
         else:
-            calltiming.CURRENT.reset(self._token)
+            self._end()
+
+    def _end(self) -> None:
+        """The exchange is over, whichever way (once: either the success path or ``_fail``)."""
+        calltiming.CURRENT.reset(self._token)
+        self._in_flight.dec()
 
     def _fail(self, exc: BaseException) -> None:
         """The call ends with EXC: the UpstreamError for a timeout or a broken exchange (raised here), else EXC
         itself is left to propagate."""
-        calltiming.CURRENT.reset(self._token)
+        self._end()
         route, head = self._route, self._connection is not None
         if isinstance(exc, TimeoutError):
             metrics.UPSTREAM_ERRORS.labels("timeout").inc()
