@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sless_api.cli import calls as clicalls
+from sless_api.cli import invoke as cliinvoke
 from sless_api.cli import secrets as clisecrets
 from sless_api.cli import verbs as cliverbs
 from sless_api.cli import versions as cliversions
@@ -174,35 +176,6 @@ def wait_for_build(client: Client, name: str, timeout: float) -> dict[str, Any]:
         time.sleep(0.3)
 
 
-def cmd_invoke(args: argparse.Namespace) -> int:
-    client = client_from(args)
-    resp = client.http.post(f"{client.url}/fn/{client.namespace()}/{args.name}{args.path}",
-                            data=args.data.encode() if args.data else None,
-                            headers={"Content-Type": "application/json"} if args.data else {}, timeout=args.timeout)
-    write_answer(resp.content, resp.headers.get("Content-Type", ""))
-    if resp.status_code >= 400:  # the body may be the function's own: the status says it failed
-        print(f"sless: {args.name} answered HTTP {resp.status_code} {resp.reason}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def write_answer(body: bytes, content_type: str) -> None:
-    """An answer as it came: text (JSON, text/*) with a final newline for the terminal, anything else (an image,
-    an archive, bytes that are not UTF-8) byte for byte, nothing added."""
-    textual = content_type.startswith("text/") or "json" in content_type or not content_type
-    if textual:
-        try:
-            text = body.decode()
-        except UnicodeDecodeError:
-            textual = False
-    if not textual:
-        sys.stdout.flush()
-        sys.stdout.buffer.write(body)
-        sys.stdout.buffer.flush()
-        return
-    sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
-
-
 LS_HEADER = ("NAME", "RUNTIME", "PHASE", "SCALE", "MESSAGE")
 
 
@@ -258,13 +231,7 @@ def parser(env: ClientEnv, extra: Sequence[Registrar] = ()) -> argparse.Argument
     deploy.add_argument("--wait", type=float, default=600)
     client_args(deploy)
     deploy.set_defaults(run=cmd_deploy)
-    invoke = verbs.add_parser("invoke", help="call a function over HTTP")
-    invoke.add_argument("name")
-    invoke.add_argument("--data", help="JSON body")
-    invoke.add_argument("--path", default="")
-    invoke.add_argument("--timeout", type=float, default=930)
-    client_args(invoke)
-    invoke.set_defaults(run=cmd_invoke)
+    cliinvoke.register(verbs, with_client)
     logs = verbs.add_parser("logs", help="recent invocations of a function (--follow: keep printing new ones; "
                                          "--id N: what call N wrote)")
     logs.add_argument("name")
@@ -278,6 +245,7 @@ def parser(env: ClientEnv, extra: Sequence[Registrar] = ()) -> argparse.Argument
     cliverbs.register(verbs, with_client)
     clisecrets.register(verbs, with_client)
     cliversions.register(verbs, with_client)
+    clicalls.register(verbs, with_client)
     completion = verbs.add_parser("completion",
                                   help="print a shell completion script: eval \"$(sless completion bash)\"")
     completion.add_argument("shell", choices=("bash",))
