@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sless_api.cli import calls as clicalls
+from sless_api.cli import env as clienv
 from sless_api.cli import invoke as cliinvoke
 from sless_api.cli import secrets as clisecrets
 from sless_api.cli import verbs as cliverbs
@@ -246,6 +247,7 @@ def parser(env: ClientEnv, extra: Sequence[Registrar] = ()) -> argparse.Argument
     clisecrets.register(verbs, with_client)
     cliversions.register(verbs, with_client)
     clicalls.register(verbs, with_client)
+    clienv.register(verbs, with_client)
     completion = verbs.add_parser("completion",
                                   help="print a shell completion script: eval \"$(sless completion bash)\"")
     completion.add_argument("shell", choices=("bash",))
