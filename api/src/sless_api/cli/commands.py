@@ -183,6 +183,9 @@ LS_HEADER = ("NAME", "RUNTIME", "PHASE", "SCALE", "MESSAGE")
 
 def cmd_ls(args: argparse.Namespace, client: Client) -> int:
     items = client.items("/functions")
+    if args.quiet:
+        sys.stdout.write("".join(f"{fn['name']}\n" for fn in items))
+        return 0
     emit({"items": items}, args.output == "json", table(LS_HEADER, (ls_row(fn) for fn in items)))
     return 0
 
@@ -243,6 +246,7 @@ def parser(env: ClientEnv, extra: Sequence[Registrar] = ()) -> argparse.Argument
     logs.add_argument("--interval", type=float, default=1.0, help="--follow: seconds between polls")
     with_client(logs, cliverbs.cmd_logs)
     ls = verbs.add_parser("ls", help="list functions")
+    ls.add_argument("--quiet", "-q", action="store_true", help="only the names, one per line (for scripts)")
     with_client(ls, cmd_ls)
     cliverbs.register(verbs, with_client)
     clisecrets.register(verbs, with_client)
@@ -250,10 +254,11 @@ def parser(env: ClientEnv, extra: Sequence[Registrar] = ()) -> argparse.Argument
     clicalls.register(verbs, with_client)
     clienv.register(verbs, with_client)
     cliscaffold.register(verbs)
-    completion = verbs.add_parser("completion",
-                                  help="print a shell completion script: eval \"$(sless completion bash)\"")
-    completion.add_argument("shell", choices=("bash",))
-    completion.set_defaults(run=lambda args: print_completion(root))
+    completion = verbs.add_parser("completion", help="print a shell completion script: eval \"$(sless completion "
+                                                     "bash)\", source <(sless completion zsh), sless completion "
+                                                     "fish | source")
+    completion.add_argument("shell", choices=SHELLS)
+    completion.set_defaults(run=lambda args: print_completion(root, args.shell))
     return root
 
 
@@ -269,10 +274,13 @@ def stdout_gone() -> None:
     os.close(devnull)
 
 
-def print_completion(root: argparse.ArgumentParser) -> int:
-    from sless_api.cli.completion import bash_script
+SHELLS = ("bash", "zsh", "fish")
 
-    sys.stdout.write(bash_script(root))
+
+def print_completion(root: argparse.ArgumentParser, shell: str) -> int:
+    from sless_api.cli.completion import SCRIPTS
+
+    sys.stdout.write(SCRIPTS[shell](root))
     return 0
 
 
