@@ -36,10 +36,11 @@ from sless_api.rest.http import (
     serialize_error,
 )
 from sless_api.rest.openapi import OpenApiDocument
-from sless_api.rest.resources import calls, functions, jobs, namespaces, probes, secrets, triggers
+from sless_api.rest.resources import calls, functions, jobs, namespaces, probes, queues, secrets, triggers
 from sless_api.rest.resources.metrics import Metrics
 from sless_api.services.asynccalls.runner import AsyncRunner
 from sless_api.services.asynccalls.store import store_from_url as call_store_from_url
+from sless_api.services.events.tenantqueues import TenantQueues
 from sless_api.stores.code import code_store
 from sless_api.stores.invocations import InvocationLog, log_from_url
 from sless_core.errors import ValidationError
@@ -61,6 +62,8 @@ class Services:
     invoker: Invoker
     verifier: TokenVerifier | None
     async_calls: AsyncRunner
+    #: publishing to a tenant's queues and its dead letters (None: no broker configured)
+    queues: TenantQueues | None = None
     background: list[Background] = field(default_factory=list)
 
 
@@ -113,6 +116,11 @@ def build_rest(services: Services) -> falcon.asgi.App[Any, Any]:
     app.add_route(f"{base}/secrets/{{name}}", secrets.Secret(platform))
     app.add_route(f"{base}/calls", calls.Calls(services.async_calls))
     app.add_route(f"{base}/calls/{{call_id}}", calls.Call(services.async_calls))
+    app.add_route(f"{base}/queues/{{queue}}/messages", queues.Messages(services.queues, cfg.max_body_bytes))
+    app.add_route(f"{base}/queues/{{queue}}/dead-letters", queues.DeadLetters(services.queues))
+    app.add_route(f"{base}/queues/{{queue}}/dead-letters/redrive", queues.Redrive(services.queues))
+    app.add_route(f"{base}/queues/{{queue}}/dead-letters/purge", queues.Purge(services.queues))
+    app.add_route(f"{base}/queues/{{queue}}/dead-letters/{{ident}}", queues.DeadLetter(services.queues))
     return app
 
 
@@ -157,7 +165,8 @@ def build_services(config: ApiConfig) -> Services:
         raise SystemExit(f"unknown SLESS_BACKEND {config.backend!r}: use standalone or kubernetes")
     invoker = Invoker(platform.router, invocations, config.proxy_timeout_margin_sec, config.stream_max_sec)
     runner = AsyncRunner(call_store_from_url(config.database_url), invoker, config.async_calls)
-    return Services(config, platform, invocations, invoker, make_verifier(config.auth), runner)
+    tenant_queues = TenantQueues(config.rabbitmq_url, config.max_body_bytes) if config.rabbitmq_url else None
+    return Services(config, platform, invocations, invoker, make_verifier(config.auth), runner, tenant_queues)
 
 
 class SlessApp:
@@ -207,6 +216,8 @@ class SlessApp:
         for item in self.services.background:
             await item.close()
         await self.services.async_calls.close()
+        if self.services.queues is not None:
+            await self.services.queues.close()
         await self.services.invoker.close()
         await self.services.platform.close()
         if self.services.invocations is not None:

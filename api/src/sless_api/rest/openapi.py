@@ -15,6 +15,7 @@ from sless_api.domain.secrets import MAX_KEYS, MAX_SECRET_BYTES, MAX_VALUE_BYTES
 from sless_api.rest.console.resource import ASSETS
 from sless_api.rest.http import PublicResource
 from sless_api.rest.openapi_gateway import console_paths, fn_paths
+from sless_api.rest.openapi_queues import queue_paths
 from sless_core.models import (
     ENV_MAX_VARS,
     MAX_CONCURRENCY,
@@ -366,7 +367,7 @@ def document() -> dict[str, Any]:
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}],
         # the functions' calls (served by the proxy, not a REST route) and the console's page and files
-        "paths": paths() | fn_paths() | console_paths(ASSETS),
+        "paths": paths() | queue_paths("/v1/namespaces/{ns}") | fn_paths() | console_paths(ASSETS),
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
                             "scrapeToken": {"type": "http", "scheme": "bearer",

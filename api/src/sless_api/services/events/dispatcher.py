@@ -45,7 +45,16 @@ from sless_api import metrics
 from sless_api.services.events.config import EventsConfig
 from sless_api.services.events.dedup import Claim, DedupStore, State, owner_gone, process_owner
 from sless_api.services.events.message import Delivery, Malformed, encode_event, map_delivery, message_key
-from sless_api.services.events.model import CallResult, EventTarget, Invoke, ListTargets, Report, Verdict, judge
+from sless_api.services.events.model import (
+    DEAD_ID_HEADER,
+    CallResult,
+    EventTarget,
+    Invoke,
+    ListTargets,
+    Report,
+    Verdict,
+    judge,
+)
 
 log = logging.getLogger("sless.events")
 
@@ -539,7 +548,7 @@ class Dispatcher:
         headers = {**delivery.headers,
                    "x-sless-reason": reason[:REASON_MAX], "x-sless-kind": kind, "x-sless-attempts": attempts,
                    "x-sless-trigger": f"{target.namespace}/{target.trigger}", "x-sless-function": target.function,
-                   "x-sless-queue": target.broker_queue,
+                   "x-sless-queue": target.broker_queue, DEAD_ID_HEADER: uuid.uuid4().hex,
                    "x-sless-failed-at": datetime.now(UTC).isoformat().replace("+00:00", "Z")}
         if status is not None:
             headers["x-sless-status"] = status

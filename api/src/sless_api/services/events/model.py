@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 DLQ_SUFFIX = ".dlq"
+#: The header the dispatcher gives every dead letter: its own id, by which a tenant inspects, redrives or purges it.
+DEAD_ID_HEADER = "x-sless-dead-id"
 
 
 def broker_queue(namespace: str, queue: str) -> str:

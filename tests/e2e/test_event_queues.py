@@ -1,0 +1,202 @@
+"""A tenant's queues through the REST API, on `sless up` with a real broker: publish with only a token, and the
+dead letters listed, inspected, redriven (and then handled) and purged; never another tenant's."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.support.platform import SlessProcess, Tenant, start_sless
+from tests.support.poll import until
+from tests.support.rabbitmq import RabbitBroker, queue_counts
+
+pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq]
+POLL = 0.1
+#: as test_events.py: quick retries, and no sandbox so the function writes to the test's folder
+EVENT_ENV = {"SLESS_EVENT_MAX_RETRIES": "1", "SLESS_EVENT_RETRY_BACKOFF_SEC": "0.1",
+             "SLESS_EVENT_RECONNECT_MAX_SEC": "1", "SLESS_SANDBOX": "off"}
+
+#: Fails while the file "fail" is in OUT_DIR; else appends what it got to calls.jsonl.
+SWITCHABLE = """
+import json, os
+
+def handle(event):
+    if os.path.exists(os.path.join(os.environ["OUT_DIR"], "fail")):
+        raise ValueError("switched to fail")
+    line = {"id": event["id"], "type": event.get("type"), "source": event.get("source"), "data": event.get("data")}
+    with open(os.path.join(os.environ["OUT_DIR"], "calls.jsonl"), "a") as f:
+        f.write(json.dumps(line) + "\\n")
+    return {"ok": True}
+"""
+
+
+def calls(out: Path) -> list[dict[str, Any]]:
+    path = out / "calls.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture(scope="module")
+def sless_queues(tmp_path_factory: pytest.TempPathFactory, rabbitmq_url: str) -> Iterator[SlessProcess]:
+    sp = start_sless(Path(tmp_path_factory.mktemp("sless-queues")), {"SLESS_RABBITMQ_URL": rabbitmq_url,
+                                                                      **EVENT_ENV})
+    yield sp
+    assert sp.stop() == 0, sp.log_tail()
+
+
+def consumer(sp: SlessProcess, broker: RabbitBroker, sub: str, out: Path, queue: str = "inbox") -> Tenant:
+    out.mkdir(parents=True, exist_ok=True)
+    tenant = Tenant(sp.url, sub)
+    tenant.deploy("switchable", "python3.11", {"handler.py": SWITCHABLE}, http=False, timeout_sec=10,
+                  env_vars={"OUT_DIR": str(out)})
+    tenant.api("POST", "/triggers", json={"name": f"on-{queue}", "type": "event", "function": "switchable",
+                                          "queue": queue}, expect=201)
+    until("the consumer", lambda: queue_counts(broker, f"{tenant.ns}.{queue}")[1] == 1, 60, POLL)
+    return tenant
+
+
+def publish(tenant: Tenant, queue: str, body: bytes | str, expect: int = 202, **headers: str) -> dict[str, Any]:
+    resp = requests.post(f"{tenant.url}/v1/namespaces/{tenant.ns}/queues/{queue}/messages", data=body,
+                         headers={"Authorization": f"Bearer {tenant.token}", **headers}, timeout=30)
+    assert resp.status_code == expect, resp.text
+    answer: dict[str, Any] = resp.json()
+    return answer
+
+
+def test_a_published_message_calls_the_function(sless_queues: SlessProcess, rabbitmq_broker: RabbitBroker,
+                                                tmp_path: Path) -> None:
+    tenant = consumer(sless_queues, rabbitmq_broker, "queues-publish", tmp_path)
+    plain = publish(tenant, "inbox", json.dumps({"n": 1}), **{"Content-Type": "application/json",
+                                                              "X-Sless-Message-Id": "order-1"})
+    assert plain == {"queue": "inbox", "message_id": "order-1"}
+    binary = publish(tenant, "inbox", json.dumps({"n": 2}), **{
+        "Content-Type": "application/json", "ce-specversion": "1.0", "ce-id": "evt-2", "ce-source": "/shop",
+        "ce-type": "order.created"})
+    assert len(binary["message_id"]) == 32
+    structured = {"specversion": "1.0", "id": "evt-3", "source": "/shop", "type": "order.paid", "data": {"n": 3}}
+    publish(tenant, "inbox", json.dumps(structured), **{"Content-Type": "application/cloudevents+json"})
+    until("three calls", lambda: len(calls(tmp_path)) == 3, 60, POLL)
+    got = {c["data"]["n"]: c for c in calls(tmp_path)}
+    assert got[1]["id"] == "order-1"
+    assert (got[2]["id"], got[2]["type"], got[2]["source"]) == ("evt-2", "order.created", "/shop")
+    assert (got[3]["id"], got[3]["type"]) == ("evt-3", "order.paid")
+    # the same message id again: the deduplication skips it
+    publish(tenant, "inbox", json.dumps({"n": 1}), **{"Content-Type": "application/json",
+                                                      "X-Sless-Message-Id": "order-1"})
+    publish(tenant, "inbox", json.dumps({"n": 4}), **{"Content-Type": "application/json"})
+    until("the fourth call", lambda: len(calls(tmp_path)) == 4, 60, POLL)
+    assert sorted(c["data"]["n"] for c in calls(tmp_path)) == [1, 2, 3, 4]
+
+
+def test_bad_publishes_are_refused_before_the_broker(sless_queues: SlessProcess, rabbitmq_broker: RabbitBroker,
+                                                    tmp_path: Path) -> None:
+    tenant = consumer(sless_queues, rabbitmq_broker, "queues-bad", tmp_path)
+    other_tenant = Tenant(sless_queues.url, "queues-intruder")
+    json_type = {"Content-Type": "application/json"}
+    assert "no queue 'nobody'" in publish(tenant, "nobody", "{}", 404, **json_type)["error"]
+    for queue in ("inbox.dlq", "a" * 201):
+        publish(tenant, queue, "{}", 400, **json_type)
+    publish(tenant, "in*box", "{}", 404, **json_type)  # the path's one spelling: no route, nothing read
+    assert "not a valid event" in publish(tenant, "inbox", "{not json", 400, **json_type)["error"]
+    assert "not a valid event" in publish(tenant, "inbox", '{"id": "x"}', 400,
+                                          **{"Content-Type": "application/cloudevents+json"})["error"]
+    publish(tenant, "inbox", "{}", 400, **json_type, **{"X-Sless-Message-Id": "bad id with spaces"})
+    publish(tenant, "inbox", b"x" * (6 * 1024 * 1024 + 1), 413, **{"Content-Type": "application/octet-stream"})
+    url = f"{tenant.url}/v1/namespaces/{tenant.ns}/queues/inbox/messages"
+    assert requests.post(url, data="{}", headers=json_type, timeout=10).status_code == 401
+    assert requests.post(url, data="{}", headers={**json_type, "Authorization": f"Bearer {other_tenant.token}"},
+                         timeout=10).status_code == 403
+    assert calls(tmp_path) == []
+
+
+def dead_letters(tenant: Tenant, queue: str = "inbox", expect: int = 200, **params: Any) -> dict[str, Any]:
+    answer: dict[str, Any] = tenant.api("GET", f"/queues/{queue}/dead-letters", expect=expect, params=params).json()
+    return answer
+
+
+def test_dead_letters_are_listed_inspected_redriven_and_purged(
+        sless_queues: SlessProcess, rabbitmq_broker: RabbitBroker, tmp_path: Path) -> None:
+    tenant = consumer(sless_queues, rabbitmq_broker, "queues-dlq", tmp_path)
+    other_tenant = Tenant(sless_queues.url, "queues-intruder")
+    (tmp_path / "fail").touch()
+    for n in range(4):
+        publish(tenant, "inbox", json.dumps({"n": n}), **{"Content-Type": "application/json",
+                                                          "X-Sless-Message-Id": f"m-{n}"})
+    until("four dead letters", lambda: queue_counts(rabbitmq_broker, f"{tenant.ns}.inbox.dlq")[0] == 4, 60, POLL)
+    listed = dead_letters(tenant)  # in the order they were dead-lettered (retries make it any order)
+    order = [item["message_id"] for item in listed["items"]]
+    assert sorted(order) == ["m-0", "m-1", "m-2", "m-3"] and not listed["more"]
+    first = listed["items"][0]
+    assert (first["kind"], first["attempts"], first["status"], first["function"]) == ("failed", 2, 500, "switchable")
+    assert "switched to fail" in first["reason"] and "body" not in first
+    assert dead_letters(tenant, limit=2)["more"] is True
+    assert [i["message_id"] for i in dead_letters(tenant)["items"]] == order  # browsing left them in order
+    shown = tenant.api("GET", f"/queues/inbox/dead-letters/{first['id']}", expect=200).json()
+    assert json.loads(shown["body"]) == {"n": int(order[0][2:])} and shown["body_encoding"] == "utf-8"
+
+    # another tenant sees none of it: not its namespace, and its own queue of that name has no dead letters
+    other_tenant.api("POST", "/ensure", expect=(200, 201))
+    resp = requests.get(f"{tenant.url}/v1/namespaces/{tenant.ns}/queues/inbox/dead-letters",
+                        headers={"Authorization": f"Bearer {other_tenant.token}"}, timeout=10)
+    assert resp.status_code == 403
+    assert dead_letters(other_tenant, expect=404)["error"]
+    other_tenant.api("POST", "/queues/inbox/dead-letters/purge", json={"all": True}, expect=404)
+    assert queue_counts(rabbitmq_broker, f"{tenant.ns}.inbox.dlq")[0] == 4
+
+    (tmp_path / "fail").unlink()
+    redriven = tenant.api("POST", "/queues/inbox/dead-letters/redrive", json={"ids": [first["id"]]}, expect=200)
+    assert redriven.json() == {"redriven": 1, "more": False}
+    until("the redriven message handled", lambda: len(calls(tmp_path)) == 1, 60, POLL)
+    assert calls(tmp_path)[0]["data"] == {"n": int(order[0][2:])}
+    again = tenant.api("POST", "/queues/inbox/dead-letters/redrive", json={"ids": [first["id"]]}, expect=200)
+    assert again.json()["redriven"] == 0  # gone from the dead letters: nothing runs twice
+    tenant.api("GET", f"/queues/inbox/dead-letters/{first['id']}", expect=404)
+
+    second = dead_letters(tenant)["items"][0]
+    purged = tenant.api("POST", "/queues/inbox/dead-letters/purge", json={"ids": [second["id"]]}, expect=200)
+    assert purged.json() == {"purged": 1, "more": False}
+    assert [i["message_id"] for i in dead_letters(tenant)["items"]] == order[2:]
+    tenant.api("POST", "/queues/inbox/dead-letters/redrive", json={"all": True}, expect=200)
+    until("the rest handled", lambda: len(calls(tmp_path)) == 3, 60, POLL)
+    assert sorted(c["data"]["n"] for c in calls(tmp_path)) == sorted(int(m[2:]) for m in order if m != order[1])
+    assert dead_letters(tenant)["items"] == []
+
+
+def test_a_redrive_to_another_queue_and_bad_selections(sless_queues: SlessProcess, rabbitmq_broker: RabbitBroker,
+                                                        tmp_path: Path) -> None:
+    tenant = consumer(sless_queues, rabbitmq_broker, "queues-moved", tmp_path / "a")
+    (tmp_path / "a" / "fail").touch()
+    publish(tenant, "inbox", json.dumps({"n": 7}), **{"Content-Type": "application/json"})
+    until("a dead letter", lambda: queue_counts(rabbitmq_broker, f"{tenant.ns}.inbox.dlq")[0] == 1, 60, POLL)
+    tenant.api("POST", "/queues/inbox/dead-letters/redrive", json={"all": True, "to_queue": "nowhere"}, expect=404)
+    for bad in ({}, {"ids": []}, {"ids": ["x"]}, {"all": False}, {"all": True, "ids": ["0" * 32]}, {"every": True},
+                [1], {"ids": ["0" * 32] * 1001}):
+        tenant.api("POST", "/queues/inbox/dead-letters/redrive", json=bad, expect=400)
+        tenant.api("POST", "/queues/inbox/dead-letters/purge", json=bad, expect=400)
+    tenant.api("POST", "/queues/inbox/dead-letters/purge", json={"all": True, "to_queue": "x"}, expect=400)
+    tenant.api("GET", "/queues/inbox/dead-letters/not-an-id", expect=400)
+    tenant.api("GET", "/queues/inbox/dead-letters", params={"limit": 0}, expect=400)
+    # the other queue's consumer handles the copy
+    tenant.deploy("other", "python3.11", {"handler.py": SWITCHABLE}, http=False, timeout_sec=10,
+                  env_vars={"OUT_DIR": str(tmp_path / "b")})
+    (tmp_path / "b").mkdir()
+    tenant.api("POST", "/triggers", json={"name": "on-spare", "type": "event", "function": "other",
+                                          "queue": "spare"}, expect=201)
+    until("the spare consumer", lambda: queue_counts(rabbitmq_broker, f"{tenant.ns}.spare")[1] == 1, 60, POLL)
+    moved = tenant.api("POST", "/queues/inbox/dead-letters/redrive", json={"all": True, "to_queue": "spare"},
+                       expect=200)
+    assert moved.json()["redriven"] == 1
+    until("handled from the other queue", lambda: len(calls(tmp_path / "b")) == 1, 60, POLL)
+    assert calls(tmp_path / "b")[0]["data"] == {"n": 7} and calls(tmp_path / "a") == []
+
+
+def test_queues_without_a_broker_are_422(tenant: Tenant) -> None:
+    tenant.api("POST", "/ensure", expect=(200, 201))
+    body = tenant.api("POST", "/queues/inbox/messages", data="{}", headers={"Content-Type": "application/json"},
+                      expect=422).json()
+    assert "SLESS_RABBITMQ_URL" in body["error"]
+    tenant.api("GET", "/queues/inbox/dead-letters", expect=422)
