@@ -1019,11 +1019,13 @@ def test_metrics_on_give_the_token_monitors_and_a_way_through_the_network_policy
     auth = {"type": "Bearer", "credentials": {"name": "scrape", "key": "t"}}
     [monitor] = by_kind(objects, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "p"
-    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s",
-                                             "authorization": auth}]
+    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "honorLabels": True,
+                                             "interval": "30s", "authorization": auth}]
     pods = {m["metadata"]["name"]: m["spec"]["podMetricsEndpoints"][0] for m in by_kind(objects, "PodMonitor")}
     assert pods[EVENTS]["port"] == "probes" and pods[OPERATOR]["port"] == "metrics"
     assert all(endpoint["authorization"] == auth for endpoint in pods.values())
+    # the metrics' `namespace` is the tenant's: kept, not renamed exported_namespace by Prometheus
+    assert all(endpoint["honorLabels"] is True for endpoint in pods.values())
     operator = _env(one(objects, "Deployment", OPERATOR))
     assert operator["SLESS_METRICS_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "scrape", "key": "t"}
     assert (operator["SLESS_OPERATOR_METRICS_HOST"]["value"], operator["SLESS_OPERATOR_METRICS_PORT"]["value"]) == (
