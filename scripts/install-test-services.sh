@@ -3,8 +3,9 @@
 # binaries, RabbitMQ (installed but left stopped: the fixtures run their own broker),
 # wrk (benchmarks), Chromium with its driver (browser tests) and an S3 server (moto[server]) in its own virtualenv, because
 # moto's botocore pins conflict with the kubernetes client in the project's venv,
-# bubblewrap (bwrap), the sandbox `sless up` runs every tenant's function in, and passt (pasta), which gives each
-# function its own network namespace.
+# bubblewrap (bwrap), the sandbox `sless up` runs every tenant's function in, passt (pasta), which gives each
+# function its own network namespace, and promtool (Debian's prometheus package; its server is left stopped), which
+# checks and unit-tests the chart's alerting rules.
 # Idempotent and quick when everything is already there. Debian 12, as root (or sudo).
 set -euo pipefail
 TOOLS=${SLESS_TOOLS_DIR:-/var/cache/sless-tools}
@@ -22,6 +23,7 @@ have_bwrap() { command -v bwrap >/dev/null 2>&1; }
 have_pasta() { command -v pasta >/dev/null 2>&1; }
 have_chromium() { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; }
 have_buildah() { command -v buildah >/dev/null 2>&1; }
+have_promtool() { command -v promtool >/dev/null 2>&1; }
 have_moto() { [ -f "$MOTO_VENV/.complete" ] && "$MOTO_VENV/bin/python" -c 'import moto.server' 2>/dev/null; }
 
 missing=()
@@ -32,6 +34,7 @@ have_bwrap || missing+=(bubblewrap)
 have_pasta || missing+=(passt)
 have_chromium || missing+=(chromium chromium-driver)  # browser tests: a function page vs the console
 have_buildah || missing+=(buildah)  # the runtime_images role's tests build with a real builder
+have_promtool || missing+=(prometheus)  # promtool: the chart's PrometheusRule is checked and unit-tested with it
 PY=${SLESS_PYTHON:-python3}
 if ! have_moto && ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then missing+=(python3-venv); fi
 
