@@ -76,6 +76,7 @@ def test_set_unset_and_show(shown: Tenant) -> None:
     (("set", "shown", "PORT=1"), 1, "HTTP 400: environment variable 'PORT' is reserved by the platform"),
     (("set", "shown", "=x"), 1, "HTTP 400: invalid environment variable name ''"),
     (("nothing-here",), 1, "HTTP 404"),
+    (("set", "../triggers/shown", "A=1"), 1, "HTTP 404: no such route"),  # never another resource
 ])  # fmt: skip
 def test_bad_env_arguments(shown: Tenant, argv: tuple[str, ...], code: int, words: str) -> None:
     done = sless_cli(shown, "env", *argv, expect=code)

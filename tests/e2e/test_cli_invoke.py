@@ -77,6 +77,9 @@ def test_method_headers_and_bodies_from_text_a_file_and_stdin(echo: Tenant, tmp_
     (("-H", "bad name: x"), 2, "--header expects"),
     (("-H", ": empty name"), 2, "--header expects"),
     (("--callback", "https://example.com/hook"), 2, "--callback needs --async"),
+    (("--async", "--callback", "https://example.com/\u20ac"), 2, "--callback expects a URL in ASCII"),
+    (("-H", "X-Test: \u20ac"), 2, "a header's value is ISO-8859-1 text"),
+    (("-X", "GE T"), 2, "--method expects an HTTP method"),
     (("--data", "@/nonexistent/event.json"), 1, "--data @/nonexistent/event.json: cannot read"),
 ])  # fmt: skip
 def test_bad_invoke_arguments_are_refused_before_any_call(echo: Tenant, argv: tuple[str, ...], code: int,
@@ -129,6 +132,8 @@ def test_bad_call_arguments_and_another_tenants_calls(echo: Tenant, other_tenant
     assert "invalid choice: 'lost'" in unknown and "queued" in unknown
     bad_id = run(echo, "call", "not-an-id", expect=1).stderr.decode()
     assert "HTTP 400" in bad_id and "32 lowercase hex digits" in bad_id and bad_id.count("\n") == 1
+    elsewhere = run(echo, "call", "../functions/echo", expect=1).stderr.decode()
+    assert "HTTP 404: no such route" in elsewhere and elsewhere.count("\n") == 1, "never another resource"
     absent = run(echo, "call", "0" * 32, expect=1).stderr.decode()
     assert "HTTP 404" in absent and absent.count("\n") == 1
     for argv in (("calls",), ("call", "0" * 32)):

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from sless_api.cli.client import Client, emit, table
 from sless_api.cli.verbs import one_line
@@ -80,7 +81,7 @@ def result_line(result: dict[str, Any] | None) -> str:
 
 def cmd_call(args: argparse.Namespace, client: Client) -> int:
     """One call; with ``--wait``, once it has finished (or the wait is over: then as it stands)."""
-    path = client.ns_path(f"/calls/{args.id}")
+    path = client.ns_path(f"/calls/{quote(args.id, safe='')}")  # the API names a bad id, not another route
     deadline = time.monotonic() + args.wait
     while True:
         call: dict[str, Any] = client.request("GET", path)

@@ -12,6 +12,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
+from urllib.parse import quote
 
 from sless_api.cli.client import Client, emit
 
@@ -48,7 +49,7 @@ def cmd_env(args: argparse.Namespace, client: Client) -> int:
     if action and not rest:
         args.usage_error(f"env {action} {name}: give at least one {'KEY=VALUE' if action == 'set' else 'KEY'}")
     given = parse_pairs(rest, args.usage_error) if action == "set" else {}
-    path = client.ns_path(f"/functions/{name}")
+    path = client.ns_path(f"/functions/{quote(name, safe='')}")  # the API names a bad name, not another route
     record: dict[str, Any] = client.request("GET", path)
     current: dict[str, str] = dict(record.get("env_vars") or {})
     wanted = dict(current)

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import quote
 
 from sless_api.cli.client import Client, CliError, emit
 
@@ -31,6 +32,15 @@ def parse_header(text: str) -> tuple[str, str] | None:
     if not sep or not _HEADER_NAME.fullmatch(name) or any(c in value for c in "\r\n\0"):
         return None
     return name, value.strip()
+
+
+def latin1(text: str) -> bool:
+    """Whether TEXT can be a header's value on the wire (HTTP/1.1 sends them as ISO-8859-1)."""
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def read_body(data: str | None) -> tuple[bytes | None, str | None]:
@@ -58,14 +68,20 @@ def read_body(data: str | None) -> tuple[bytes | None, str | None]:
 def request_headers(args: argparse.Namespace, usage_error: Callable[[str], NoReturn]) -> dict[str, str]:
     """The headers the flags ask for; a malformed ``-H`` or a ``--callback`` without ``--async`` is a usage
     error (exit 2), named before anything is sent."""
+    if not _HEADER_NAME.fullmatch(args.method):
+        usage_error(f"--method expects an HTTP method (GET, PUT, ...), not {args.method!r}")
     headers: dict[str, str] = {}
     for text in args.header:
         parsed = parse_header(text)
         if parsed is None:
             usage_error(f"--header expects 'Name: value' (a header name, a colon, a value), not {text!r}")
+        if not latin1(parsed[1]):
+            usage_error(f"--header {parsed[0]}: a header's value is ISO-8859-1 text (percent-encode other characters)")
         headers[parsed[0]] = parsed[1]
     if args.callback is not None and not args.is_async:
         usage_error("--callback needs --async: the platform calls the URL back when a queued call finishes")
+    if args.callback is not None and (not args.callback.isascii() or parse_header(f"X: {args.callback}") is None):
+        usage_error("--callback expects a URL in ASCII on one line (percent-encode other characters)")
     if args.is_async:
         headers["Prefer"] = "respond-async"
         if args.callback is not None:
@@ -78,8 +94,8 @@ def cmd_invoke(args: argparse.Namespace, client: Client) -> int:
     body, content_type = read_body(args.data)
     if content_type and not any(k.lower() == "content-type" for k in headers):
         headers["Content-Type"] = content_type
-    resp = client.http.request(args.method.upper(), f"{client.url}/fn/{client.namespace()}/{args.name}{args.path}",
-                               data=body, headers=headers, timeout=args.timeout)
+    url = f"{client.url}/fn/{client.namespace()}/{quote(args.name, safe='')}{args.path}"
+    resp = client.http.request(args.method.upper(), url, data=body, headers=headers, timeout=args.timeout)
     if args.is_async and resp.status_code == 202:
         return print_accepted(client, resp.json(), args.output == "json")
     write_answer(resp.content, resp.headers.get("Content-Type", ""))
