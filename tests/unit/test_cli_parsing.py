@@ -36,6 +36,7 @@ def test_parse_header(text: str, parsed: tuple[str, str] | None) -> None:
 def test_read_body_from_text_a_file_and_its_content_type(tmp_path: Path) -> None:
     assert invoke.read_body(None) == (None, None)
     assert invoke.read_body("not json") == (b"not json", "application/json"), "inline data is labelled as before"
+    assert invoke.read_body("\udcff") == (b"\xff", "application/json"), "argv's bytes that are not UTF-8, as they were"
     path = tmp_path / "b"
     path.write_bytes(b"\xff\x00")
     assert invoke.read_body(f"@{path}") == (b"\xff\x00", "application/octet-stream")

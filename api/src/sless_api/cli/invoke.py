@@ -49,7 +49,7 @@ def read_body(data: str | None) -> tuple[bytes | None, str | None]:
     if data is None:
         return None, None
     if data != "-" and not data.startswith("@"):
-        return data.encode(), "application/json"
+        return data.encode("utf-8", "surrogateescape"), "application/json"  # argv's bytes as they were typed
     if data == "-":
         body = sys.stdin.buffer.read()
     else:
