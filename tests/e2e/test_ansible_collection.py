@@ -185,6 +185,10 @@ ERROR_CASES: list[tuple[dict[str, Any], str]] = [
     ({"sless.platform.sless_secret": {"name": "s"}}, "state is present but all of the following are missing: data"),
     ({"sless.platform.sless_trigger": {"name": "c", "type": "cron", "function": "f", "schedule": "nope"}},
      "is not a valid 5-field cron expression"),
+    ({"sless.platform.sless_trigger": {"name": "d", "type": "http", "function": "f", "delivery": "at_least_once"}},
+     "HTTP 400: delivery applies only to event triggers"),
+    ({"sless.platform.sless_trigger": {"name": "d", "type": "event", "function": "f", "queue": "q",
+                                       "delivery": "twice"}}, "value of delivery must be one of"),
 ]
 
 

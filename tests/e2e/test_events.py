@@ -63,14 +63,14 @@ def sless_events(tmp_path_factory: pytest.TempPathFactory, rabbitmq_url: str) ->
 
 
 def subscriber(sp: SlessProcess, sub: str, out: Path, queue: str = "inbox",
-               broker: RabbitBroker | None = None) -> Tenant:
+               broker: RabbitBroker | None = None, **trigger: str) -> Tenant:
     """A tenant with the recorder function subscribed to ``queue`` (consuming when this returns)."""
     out.mkdir(parents=True, exist_ok=True)
     tenant = Tenant(sp.url, sub)
     tenant.deploy("recorder", "python3.11", {"handler.py": RECORDER}, http=False, timeout_sec=10,
                   env_vars={"OUT_DIR": str(out)})
     tenant.api("POST", "/triggers", json={"name": "on-inbox", "type": "event", "function": "recorder",
-                                          "queue": queue}, expect=201)
+                                          "queue": queue, **trigger}, expect=201)
     if broker is not None:
         until("the consumer", lambda: queue_counts(broker, f"{tenant.ns}.{queue}")[1] == 1, 60, POLL)
     return tenant
@@ -201,6 +201,13 @@ def test_bad_event_trigger_specs(sless_events: SlessProcess) -> None:
     dup = tenant.api("POST", "/triggers", json={**base, "name": "t2", "queue": "q"}, expect=409).json()
     assert "already consumed" in dup["error"]
     tenant.api("PATCH", "/triggers/t", json={"queue": "bad queue"}, expect=400)
+    for delivery in ("exactly_once", "", 1, True):
+        body = tenant.api("PATCH", "/triggers/t", json={"delivery": delivery}, expect=400).json()
+        assert body["field"] == "delivery", body
+    assert tenant.api("PATCH", "/triggers/t", json={"delivery": "at_least_once"}, expect=200).json()["delivery"] \
+        == "at_least_once"
+    tenant.api("POST", "/triggers", json={"name": "h2", "type": "http", "function": "f",
+                                          "delivery": "at_least_once"}, expect=400)
     tenant.api("POST", "/triggers", json={**base, "name": "t3", "queue": "q2"}, expect=201)
     tenant.api("PATCH", "/triggers/t3", json={"queue": "q"}, expect=409)
     # Queue names are per tenant: another tenant may use "q" too.
@@ -268,6 +275,37 @@ def test_sigkill_mid_message_runs_the_function_once(rabbitmq_url: str, rabbitmq_
               lambda: [line["id"] for line in lines(tmp_path / "out")] == ["slow-1", "after"], for_sec=1.0,
               why="a second call of 'after' would write its line within milliseconds of the first; a re-run of "
               "slow-1 (3 s) is what its dead letter above rules out; 1 s covers a quick one")
+    finally:
+        sp.stop()
+
+
+@pytest.mark.slow
+def test_sigkill_mid_message_with_at_least_once_calls_it_again(rabbitmq_url: str, rabbitmq_broker: RabbitBroker,
+                                                               tmp_path: Path) -> None:
+    """`delivery: at_least_once`: the interrupted call is made again after the restart, nothing is dead-lettered,
+    and a message that had completed before the kill is still not run again."""
+    out = tmp_path / "out"
+    sp = start_sless(tmp_path / "data", {"SLESS_RABBITMQ_URL": rabbitmq_url, **EVENT_ENV})
+    try:
+        tenant = subscriber(sp, "events-sigkill-again", out, broker=rabbitmq_broker, delivery="at_least_once")
+        assert tenant.api("GET", "/triggers/on-inbox", expect=200).json()["delivery"] == "at_least_once"
+        queue = f"{tenant.ns}.inbox"
+        publish(rabbitmq_broker, queue, [{"n": 1}], lambda i: pika.BasicProperties(
+            message_id="done-1", content_type="application/json", delivery_mode=2))
+        until("the first message handled", lambda: len(lines(out)) == 1, 60, POLL)
+        publish(rabbitmq_broker, queue, [{"sleep": 3}], lambda i: pika.BasicProperties(
+            message_id="slow-1", content_type="application/json", delivery_mode=2))
+        until("the call to start", lambda: (out / "started-slow-1").exists(), 60, POLL)
+        (out / "started-slow-1").unlink()
+        sp = _restart(sp)
+        until("the interrupted message called again", lambda: (out / "started-slow-1").exists(), 60, POLL)
+        until("both of its calls to end", lambda: [line["id"] for line in lines(out)].count("slow-1") == 2, 60,
+              POLL)
+        publish(rabbitmq_broker, queue, [{"n": 2}], lambda i: pika.BasicProperties(
+            message_id="after", content_type="application/json", delivery_mode=2))
+        until("the next message", lambda: [line["id"] for line in lines(out)][-1:] == ["after"], 60, POLL)
+        assert [line["id"] for line in lines(out)].count("done-1") == 1  # completed: never run again
+        assert queue_counts(rabbitmq_broker, f"{queue}.dlq")[0] == 0
     finally:
         sp.stop()
 

@@ -170,7 +170,10 @@ def test_a_trigger_round_trips_with_defaults_applied() -> None:
     assert (minimal.spec.enabled, minimal.spec.auth, minimal.spec.schedule) == (True, "public", None)
     event = TriggerResource.from_cr(obj("Trigger", {"type": "event", "function": "hello", "queue": "q.1",
                                                     "enabled": False}, name="ev"))  # fmt: skip
-    assert (event.spec.queue, event.spec.enabled) == ("q.1", False)
+    assert (event.spec.queue, event.spec.enabled, event.spec.delivery) == ("q.1", False, None)
+    redone = TriggerResource.from_cr(obj("Trigger", {"type": "event", "function": "hello", "queue": "q.1",
+                                                     "delivery": "at_least_once"}, name="ev"))  # fmt: skip
+    assert redone.spec.delivery == "at_least_once" and redone.spec_to_cr()["delivery"] == "at_least_once"
 
 
 @pytest.mark.parametrize(("spec", "path", "words"), [
@@ -186,6 +189,9 @@ def test_a_trigger_round_trips_with_defaults_applied() -> None:
     ({"type": "event", "function": "hello"}, "spec.queue", "spec.queue is required"),
     ({"type": "event", "function": "hello", "queue": "a b"}, "spec.queue", "[A-Za-z0-9_.:-]"),
     ({"type": "http", "function": "hello", "queue": "q"}, "spec.queue", "only to event triggers"),
+    ({"type": "event", "function": "hello", "queue": "q", "delivery": "exactly_once"}, "spec.delivery",
+     "at_most_once or at_least_once"),
+    ({"type": "http", "function": "hello", "delivery": "at_least_once"}, "spec.delivery", "only to event triggers"),
 ])  # fmt: skip
 def test_a_malformed_trigger_is_a_clear_error(spec: object, path: str, words: str) -> None:
     with pytest.raises(InvalidResource) as err:

@@ -79,6 +79,13 @@ class JobPhase(StrEnum):
     FAILED = "Failed"
 
 
+class Delivery(StrEnum):
+    """How an event trigger treats a call a crash interrupted (its outcome unknown)."""
+
+    AT_MOST_ONCE = "at_most_once"  # dead-lettered as `interrupted`: the function never runs twice for it
+    AT_LEAST_ONCE = "at_least_once"  # called again: it may run twice, so the handler must be idempotent
+
+
 class TriggerType(StrEnum):
     HTTP = "http"
     CRON = "cron"
@@ -376,8 +383,9 @@ class TriggerSpec:
     schedule: str | None = None
     queue: str | None = None
     auth: str = "public"
+    delivery: str | None = None  # event triggers: a Delivery; None reads as at_most_once
 
-    FIELDS = frozenset({"name", "type", "function", "enabled", "schedule", "queue", "auth"})
+    FIELDS = frozenset({"name", "type", "function", "enabled", "schedule", "queue", "auth", "delivery"})
 
     @classmethod
     def from_user(cls, body: object) -> TriggerSpec:
@@ -396,7 +404,11 @@ class TriggerSpec:
             if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
                 raise ValidationError("queue is required for event triggers: 1-200 of [A-Za-z0-9_.:-]",
                                       field="queue")
-        for key, kinds in (("schedule", (TriggerType.CRON,)), ("queue", (TriggerType.EVENT,))):
+        delivery = data.get("delivery")
+        if delivery is not None and delivery not in tuple(Delivery):
+            raise ValidationError("delivery must be at_most_once or at_least_once", field="delivery")
+        for key, kinds in (("schedule", (TriggerType.CRON,)), ("queue", (TriggerType.EVENT,)),
+                           ("delivery", (TriggerType.EVENT,))):
             if data.get(key) is not None and kind not in kinds:
                 raise ValidationError(f"{key} applies only to {kinds[0].value} triggers", field=key)
         return cls(
@@ -407,6 +419,7 @@ class TriggerSpec:
             schedule=schedule,
             queue=queue,
             auth=auth,
+            delivery=delivery,
         )
 
     def patched(self, patch: object) -> TriggerSpec:

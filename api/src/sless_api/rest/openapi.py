@@ -135,6 +135,9 @@ SCHEMAS: dict[str, Any] = {
         "function": _ref("Name"), "enabled": {"type": "boolean", "default": True},
         "schedule": _nullable({"type": "string", "description": "5-field cron expression (cron triggers)"}),
         "queue": _nullable({"type": "string", "description": "queue name (event triggers)"}),
+        "delivery": _nullable({"enum": ["at_most_once", "at_least_once"],
+                               "description": "event triggers: a call a crash interrupted is dead-lettered "
+                                              "(at_most_once, the default: null) or called again (at_least_once)"}),
         "auth": {"enum": ["public", "token"], "default": "public"}}},
     "TriggerCreate": {"allOf": [_ref("TriggerFields"), {"type": "object", "required": ["name", "type", "function"],
                                                         "properties": {"name": _ref("Name"),

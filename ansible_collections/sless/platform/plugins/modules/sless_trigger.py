@@ -41,6 +41,12 @@ options:
   queue:
     description: Queue name (event triggers).
     type: str
+  delivery:
+    description: >-
+      Event triggers - whether a call a crash interrupted is dead-lettered (at_most_once, the platform's default)
+      or made again (at_least_once).
+    type: str
+    choices: [at_most_once, at_least_once]
   auth:
     description: Who may call an http trigger.
     type: str
@@ -81,7 +87,7 @@ from ansible_collections.sless.platform.plugins.module_utils.sless_api import (
     subset_differs,
 )
 
-FIELDS = ("type", "function", "enabled", "schedule", "queue", "auth")
+FIELDS = ("type", "function", "enabled", "schedule", "queue", "auth", "delivery")
 
 
 def shown(record):
@@ -99,6 +105,7 @@ def argument_spec():
         enabled=dict(type="bool"),
         schedule=dict(type="str"),
         queue=dict(type="str"),
+        delivery=dict(type="str", choices=["at_most_once", "at_least_once"]),
         auth=dict(type="str", choices=["public", "token"]),
     )
     return spec

@@ -45,7 +45,7 @@ from sless_api.services.events.dispatcher import Dispatcher
 from sless_api.services.events.model import CallResult, EventTarget
 from sless_core import crd
 from sless_core.crcodec import InvalidResource, TriggerResource, key_of
-from sless_core.models import TriggerType
+from sless_core.models import Delivery, TriggerType
 
 log = logging.getLogger("sless.events.kube")
 Key = tuple[str, str]
@@ -59,6 +59,7 @@ class EventTriggerView:
     function: str
     queue: str
     enabled: bool
+    at_least_once: bool = False
 
 
 def event_trigger_view(obj: dict[str, Any]) -> EventTriggerView | None:
@@ -69,7 +70,8 @@ def event_trigger_view(obj: dict[str, Any]) -> EventTriggerView | None:
         return None
     if spec.type != TriggerType.EVENT:
         return None
-    return EventTriggerView(function=spec.function, queue=spec.queue or "", enabled=spec.enabled)
+    return EventTriggerView(function=spec.function, queue=spec.queue or "", enabled=spec.enabled,
+                            at_least_once=spec.delivery == Delivery.AT_LEAST_ONCE)
 
 
 class EventTable(RouteTable):
@@ -149,7 +151,8 @@ class EventTable(RouteTable):
             if fn is None or not fn.deployed:
                 continue
             taken[(ns, view.queue)] = name
-            targets[(ns, name)] = EventTarget(ns, name, view.function, view.queue, fn.timeout_sec)
+            targets[(ns, name)] = EventTarget(ns, name, view.function, view.queue, fn.timeout_sec,
+                                              view.at_least_once)
         changed = targets != self._targets or blocked != self.blocked
         self._targets, self.blocked = targets, blocked
         return changed

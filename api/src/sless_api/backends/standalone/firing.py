@@ -16,7 +16,7 @@ from sless_api.backends.standalone.state import StateStore
 from sless_api.domain.records import TriggerRecord
 from sless_api.services.events.model import EventTarget
 from sless_core import contract
-from sless_core.models import Phase, TriggerType
+from sless_core.models import Delivery, Phase, TriggerType
 
 
 class TriggerFiring:
@@ -80,7 +80,7 @@ class TriggerFiring:
             if fn is None or fn.phase != Phase.READY or state.get_artifact(trig.namespace, fn.spec.name) is None:
                 continue
             out.append(EventTarget(trig.namespace, trig.spec.name, fn.spec.name, trig.spec.queue,
-                                   float(fn.spec.timeout_sec)))
+                                   float(fn.spec.timeout_sec), trig.spec.delivery == Delivery.AT_LEAST_ONCE))
         return out
 
     def event_report(self, target: EventTarget, message: str, active: bool) -> None:

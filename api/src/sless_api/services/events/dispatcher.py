@@ -532,6 +532,10 @@ class Dispatcher:
             # RUNNING under another claim: a crashed process (or a stuck one, once its lease is over).
             if claim.owner == self.owner or owner_gone(claim.owner) or time.time() > claim.lease_until:
                 self.stats["interrupted"] += 1
+                if target.at_least_once:  # the interrupted call counts as an attempt; the next claim calls again
+                    await self.store.record(target.broker_queue, key, State.FAILED, claim.attempts + 1,
+                                            f"interrupted: its dispatcher ({claim.owner}) stopped during the call")
+                    continue
                 reason = (f"a call was in flight when its dispatcher ({claim.owner}) stopped; the outcome is "
                           "unknown, so the event is not run again")
                 return await self._dead_letter(consumer, delivery, key, "interrupted", reason, claim.attempts, None)

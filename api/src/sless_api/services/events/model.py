@@ -39,6 +39,8 @@ class EventTarget:
     function: str
     queue: str  # as the user wrote it
     timeout_sec: float  # the function's timeout: bounds one call, and how long a call's claim is held
+    #: a call a crash interrupted: dead-lettered (at most once) or called again (at least once)
+    at_least_once: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -54,8 +56,8 @@ class EventTarget:
 
     def same_consumer(self, other: EventTarget) -> bool:
         """Whether a running consumer can keep going for ``other`` (only the timeout may differ)."""
-        return (self.namespace, self.trigger, self.function, self.queue) == (
-            other.namespace, other.trigger, other.function, other.queue)
+        return (self.namespace, self.trigger, self.function, self.queue, self.at_least_once) == (
+            other.namespace, other.trigger, other.function, other.queue, other.at_least_once)
 
 
 @dataclass(frozen=True)
