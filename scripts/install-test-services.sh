@@ -5,7 +5,7 @@
 # moto's botocore pins conflict with the kubernetes client in the project's venv,
 # bubblewrap (bwrap), the sandbox `sless up` runs every tenant's function in, passt (pasta), which gives each
 # function its own network namespace, and promtool (Debian's prometheus package; its server is left stopped), which
-# checks and unit-tests the chart's alerting rules.
+# checks and unit-tests the chart's alerting rules, and zsh and fish, in which the CLI's completion scripts are tested.
 # Idempotent and quick when everything is already there. Debian 12, as root (or sudo).
 set -euo pipefail
 TOOLS=${SLESS_TOOLS_DIR:-/var/cache/sless-tools}
@@ -24,6 +24,7 @@ have_pasta() { command -v pasta >/dev/null 2>&1; }
 have_chromium() { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; }
 have_buildah() { command -v buildah >/dev/null 2>&1; }
 have_promtool() { command -v promtool >/dev/null 2>&1; }
+have_shells() { command -v zsh >/dev/null 2>&1 && command -v fish >/dev/null 2>&1; }
 have_moto() { [ -f "$MOTO_VENV/.complete" ] && "$MOTO_VENV/bin/python" -c 'import moto.server' 2>/dev/null; }
 
 missing=()
@@ -35,6 +36,7 @@ have_pasta || missing+=(passt)
 have_chromium || missing+=(chromium chromium-driver)  # browser tests: a function page vs the console
 have_buildah || missing+=(buildah)  # the runtime_images role's tests build with a real builder
 have_promtool || missing+=(prometheus)  # promtool: the chart's PrometheusRule is checked and unit-tested with it
+have_shells || missing+=(zsh fish)  # the CLI's completion scripts for them are run in them
 PY=${SLESS_PYTHON:-python3}
 if ! have_moto && ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then missing+=(python3-venv); fi
 
