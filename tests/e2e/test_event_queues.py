@@ -4,6 +4,9 @@ dead letters listed, inspected, redriven (and then handled) and purged; never an
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +14,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.platform import SlessProcess, Tenant, start_sless
+from tests.support.platform import REPO, SlessProcess, Tenant, start_sless
 from tests.support.poll import until
 from tests.support.rabbitmq import RabbitBroker, queue_counts
 
@@ -200,3 +203,43 @@ def test_queues_without_a_broker_are_422(tenant: Tenant) -> None:
                       expect=422).json()
     assert "SLESS_RABBITMQ_URL" in body["error"]
     tenant.api("GET", "/queues/inbox/dead-letters", expect=422)
+
+
+def sless(tenant: Tenant, *argv: str, stdin: bytes = b"", expect: int = 0) -> str:
+    """The ``sless`` command as the tenant; asserts its exit code and that no traceback reached stderr."""
+    env = {**os.environ, "SLESS_TOKEN": tenant.token, "SLESS_URL": tenant.url}
+    done = subprocess.run([sys.executable, "-m", "sless_api", *argv], input=stdin, env=env, cwd=REPO,
+                          capture_output=True, timeout=120, check=False)
+    assert done.returncode == expect, (argv, done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    assert b"Traceback" not in done.stderr, done.stderr
+    return done.stdout.decode() + done.stderr.decode()
+
+
+def test_the_cli_publishes_and_handles_dead_letters(sless_queues: SlessProcess, rabbitmq_broker: RabbitBroker,
+                                                   tmp_path: Path) -> None:
+    tenant = consumer(sless_queues, rabbitmq_broker, "queues-cli", tmp_path / "out")
+    said = sless(tenant, "publish", "inbox", "--data", '{"n": 1}', "--ce", "type=order.created", "--ce",
+                 "source=/shop", "--ce", "id=evt-1", "--ce", "specversion=1.0", "--id", "cli-1")
+    assert "published cli-1 to inbox" in said
+    (tmp_path / "message.json").write_text('{"n": 2}')
+    sless(tenant, "publish", "inbox", "--data", f"@{tmp_path / 'message.json'}")
+    until("two calls", lambda: len(calls(tmp_path / "out")) == 2, 60, POLL)
+    assert {c["type"] for c in calls(tmp_path / "out")} == {"order.created", "dev.sless.queue.message"}
+    (tmp_path / "out" / "fail").touch()
+    sless(tenant, "publish", "inbox", "--data", "-", "--id", "cli-3", stdin=b'{"n": 3}')
+    until("a dead letter", lambda: queue_counts(rabbitmq_broker, f"{tenant.ns}.inbox.dlq")[0] == 1, 60, POLL)
+    [row] = json.loads(sless(tenant, "dlq", "ls", "inbox", "-o", "json"))["items"]
+    listed = sless(tenant, "dlq", "ls", "inbox")
+    assert listed.splitlines()[0].split()[:3] == ["ID", "MESSAGE", "ID"] and row["id"] in listed
+    assert '"n": 3' in sless(tenant, "dlq", "show", "inbox", row["id"])
+    (tmp_path / "out" / "fail").unlink()
+    assert "redriven: 1" in sless(tenant, "dlq", "redrive", "inbox", row["id"])
+    until("the redriven call", lambda: len(calls(tmp_path / "out")) == 3, 60, POLL)
+    assert "purged: 0" in sless(tenant, "dlq", "purge", "inbox", "--all")
+    # usage errors (exit 2) and the API's refusals (one line, exit 1)
+    sless(tenant, "dlq", "redrive", "inbox", expect=2)
+    sless(tenant, "dlq", "purge", "inbox", row["id"], "--all", expect=2)
+    sless(tenant, "publish", "inbox", "--ce", "no-equals-sign", expect=2)
+    assert "HTTP 404" in sless(tenant, "publish", "nobody", "--data", "{}", expect=1)
+    assert "HTTP 400" in sless(tenant, "dlq", "show", "inbox", "not-an-id", expect=1)
+    assert "HTTP 403" in sless(tenant, "dlq", "ls", "inbox", "-n", "sless-0000000000000000", expect=1)

@@ -18,6 +18,7 @@ from typing import Any
 from sless_api.cli import calls as clicalls
 from sless_api.cli import env as clienv
 from sless_api.cli import invoke as cliinvoke
+from sless_api.cli import queues as cliqueues
 from sless_api.cli import scaffold as cliscaffold
 from sless_api.cli import secrets as clisecrets
 from sless_api.cli import verbs as cliverbs
@@ -253,6 +254,7 @@ def parser(env: ClientEnv, extra: Sequence[Registrar] = ()) -> argparse.Argument
     cliversions.register(verbs, with_client)
     clicalls.register(verbs, with_client)
     clienv.register(verbs, with_client)
+    cliqueues.register(verbs, with_client)
     cliscaffold.register(verbs)
     completion = verbs.add_parser("completion", help="print a shell completion script: eval \"$(sless completion "
                                                      "bash)\", source <(sless completion zsh), sless completion "

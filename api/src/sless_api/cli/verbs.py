@@ -202,7 +202,7 @@ def cmd_trigger_ls(args: argparse.Namespace, client: Client) -> int:
 def cmd_trigger_add(args: argparse.Namespace, client: Client) -> int:
     spec: dict[str, Any] = {"name": args.name, "type": args.type, "function": args.function,
                             "enabled": not args.disabled}
-    for key in ("schedule", "queue", "auth"):
+    for key in ("schedule", "queue", "delivery", "auth"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
     created = client.request("POST", client.ns_path("/triggers"), json=spec)
@@ -338,6 +338,9 @@ def register(verbs: Any, with_client: Callable[[argparse.ArgumentParser, Verb], 
     add.add_argument("--type", choices=("http", "cron", "event"), default="http")
     add.add_argument("--schedule", help="cron: 5-field expression")
     add.add_argument("--queue", help="event: the queue name (becomes <namespace>.<queue>)")
+    add.add_argument("--delivery", choices=("at_most_once", "at_least_once"),
+                     help="event: a call a crash interrupted is dead-lettered (at_most_once, the default) or made "
+                          "again (at_least_once)")
     add.add_argument("--auth", choices=("none", "token"), help="http: require a token of this tenant")
     add.add_argument("--disabled", action="store_true", help="create it disabled")
     with_client(add, cmd_trigger_add)
