@@ -20,22 +20,26 @@ export function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-/** A failed API call: `message` is the API's `error` text (or the HTTP status when the body is not JSON). */
+/** A failed API call: `message` is the API's `error` text (or the HTTP status when the body is not JSON), `field`
+ * the request field it names (a 400's `field`), if any. */
 export class ApiError extends Error {
-  constructor(status, message) {
+  constructor(status, message, field = "") {
     super(message);
     this.status = status;
+    this.field = field;
   }
 }
 
 /** The `error` text of a failed answer, read from its JSON body. */
 export async function errorOf(resp) {
   let message = `HTTP ${resp.status}`;
+  let field = "";
   try {
     const data = await resp.json();
     if (data && typeof data.error === "string") message = data.error;
+    if (data && typeof data.field === "string") field = data.field;
   } catch { /* not JSON: the status says it */ }
-  return new ApiError(resp.status, message);
+  return new ApiError(resp.status, message, field);
 }
 
 export const authHeader = () => ({ Authorization: `Bearer ${session.token}` });

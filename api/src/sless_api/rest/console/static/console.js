@@ -1,15 +1,20 @@
-// The sless console: sign in with a tenant token, list functions, jobs and secrets, and open a function's detail
-// (scaling, triggers, invoke, upload, versions and traffic split, run as a job, recent invocations, source). Everything it
-// shows comes from the REST API and is rendered as text.
+// The sless console: sign in with a tenant token, list functions, jobs and secrets, create a function, and open a
+// function's detail (delete it, settings, triggers and their dead letters, scaling, invoke, upload, versions and
+// traffic split, run as a job, recent invocations, source). Everything it shows comes from the REST API and is
+// rendered as text.
 "use strict";
 import { $, api, el, listAll, nsPath, say, seg, session } from "./api.js";
 import { callLogNodes } from "./calllogs.js";
+import { setDeadLetterTarget } from "./deadletters.js";
+import { setDeleteTarget, setFunctionHandlers } from "./functions.js";
 import { highlight } from "./highlight.js";
 import { setInvokeTarget } from "./invoke.js";
 import { loadJobs, setJobFunction } from "./jobs.js";
 import { loadSecrets } from "./secrets.js";
 import { setUploadTarget } from "./upload.js";
 import { scaleShort, setScaleTarget } from "./scale.js";
+import { setSettingsTarget } from "./settings.js";
+import { renderTriggers, resetTriggerForm } from "./triggers.js";
 import { loadVersions, setVersionsTarget } from "./versions.js";
 
 let current = null;
@@ -42,28 +47,6 @@ async function reload() {
     const fn = fns.find((f) => f.name === current.name);
     if (fn) await showDetail(fn, byFn[fn.name] || [], false);
   }
-}
-
-function renderTriggers(fn, triggers) {
-  const list = $("trigger-list");
-  list.replaceChildren();
-  for (const t of triggers) {
-    const box = el("input", { type: "checkbox", "data-trigger": t.name });
-    box.checked = t.enabled;
-    box.addEventListener("change", async () => {
-      try {
-        await api("PATCH", nsPath(`/triggers/${seg(t.name)}`), { enabled: box.checked });
-        say($("detail-status"), `${t.name} ${box.checked ? "enabled" : "disabled"}`);
-        await reload();
-      } catch (e) {
-        box.checked = !box.checked;
-        say($("detail-status"), e.message, true);
-      }
-    });
-    list.append(el("li", {}, el("label", {}, box, ` ${t.name}: ${t.type}${t.schedule ? ` (${t.schedule})` : ""}` +
-      `${t.auth === "token" ? " (token)" : ""}`)));
-  }
-  if (!triggers.length) list.append(el("li", {}, "(no triggers)"));
 }
 
 async function renderInvocations(fn) {
@@ -105,9 +88,12 @@ async function renderSource(fn) {
 async function showDetail(fn, triggers, fresh = true) {
   const opened = !current || current.name !== fn.name || fresh;
   current = fn;
+  const reloaded = () => reload().catch((e) => say($("detail-status"), e.message, true));
   $("detail").hidden = false;
   $("detail-title").textContent = `${fn.name} (${fn.runtime}, ${fn.phase})`;
-  renderTriggers(fn, triggers);
+  renderTriggers(fn, triggers, reloaded);
+  setDeleteTarget(fn);
+  setDeadLetterTarget(fn, triggers, opened);
   if (opened) {
     say($("detail-status"), "");
     $("invocation-logs").replaceChildren();
@@ -115,11 +101,14 @@ async function showDetail(fn, triggers, fresh = true) {
     setUploadTarget(fn, () => reload().catch((e) => say($("detail-status"), e.message, true)));
     setJobFunction(fn);
     setVersionsTarget(fn, () => reload().catch((e) => say($("detail-status"), e.message, true)));
-    setScaleTarget(fn, () => reload().catch((e) => say($("detail-status"), e.message, true)));
+    setScaleTarget(fn, reloaded);
+    setSettingsTarget(fn, reloaded);
+    resetTriggerForm(fn);
     $("detail-title").focus();
   } else {
     setInvokeTarget(fn, triggers, false);
-    setScaleTarget(fn, () => reload().catch((e) => say($("detail-status"), e.message, true)), false);
+    setScaleTarget(fn, reloaded, false);
+    setSettingsTarget(fn, reloaded, false);
   }
   try {
     await Promise.all([renderInvocations(fn), renderSource(fn), loadVersions()]);
@@ -146,6 +135,17 @@ async function start() {
   loadJobs().catch((e) => say($("jobs-status"), e.message, true));
   loadSecrets().catch((e) => say($("secret-status"), e.message, true));
 }
+
+setFunctionHandlers(async (fn) => {
+  const { byFn } = await loadFunctions();
+  await showDetail(fn, byFn[fn.name] || []);
+}, async (name) => {
+  current = null;
+  $("detail").hidden = true;
+  await loadFunctions().catch((e) => say($("functions-status"), e.message, true));
+  say($("functions-status"), `function ${name} deleted`);
+  $("functions-title").focus();
+});
 
 $("login-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
