@@ -1,5 +1,5 @@
 // Jobs: the tenant's one-shot runs with their phase, run_id and result; "run again" sends the next run_id,
-// and a new job can be started for the selected function with an event.
+// "delete" removes one after asking, and a new job can be started for the selected function with an event.
 "use strict";
 import { $, api, el, listAll, nsPath, say, seg } from "./api.js";
 
@@ -20,7 +20,9 @@ export async function loadJobs() {
       el("td", { "data-field": "run_id" }, String(job.run_id)),
       el("td", { class: "message", "data-field": "message" }, job.message),
       el("td", {}, el("button", { type: "button", class: "run-again", "aria-label": `Run ${job.name} again`,
-        onclick: () => runAgain(job) }, "Run again"))));
+        onclick: () => runAgain(job) }, "Run again"), " ",
+      el("button", { type: "button", class: "job-delete", "aria-label": `Delete job ${job.name}`,
+        onclick: () => remove(job) }, "Delete"))));
   }
   $("jobs-empty").hidden = jobs.length > 0;
   if (jobs.some((j) => ACTIVE.has(j.phase))) timer = setTimeout(() => loadJobs().catch(showError), POLL_MS);
@@ -34,6 +36,19 @@ async function runAgain(job) {
     say($("jobs-status"), `${job.name}: run ${job.run_id + 1} started`);
     await loadJobs();
   } catch (e) { showError(e); }
+}
+
+async function remove(job) {
+  if (!window.confirm(`Delete job ${job.name}? Its result goes with it.`)) {
+    say($("jobs-status"), "delete cancelled");
+    return;
+  }
+  try {
+    await api("DELETE", nsPath(`/jobs/${seg(job.name)}`));
+    say($("jobs-status"), `job ${job.name} deleted`);
+    await loadJobs();
+  } catch (e) { showError(e); }
+  $("jobs-title").focus();
 }
 
 export function setJobFunction(fn) {

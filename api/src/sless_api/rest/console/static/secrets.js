@@ -1,5 +1,6 @@
 // Secrets: the tenant's secret names with their keys and versions (values are write-only and never come back),
-// and a form that sets one: every key it should hold (saving replaces the secret; its functions restart).
+// a form that sets one: every key it should hold (saving replaces the secret; its functions restart), and a
+// delete button per secret that asks first (the API refuses while a function still uses it).
 "use strict";
 import { $, api, el, listAll, nsPath, say, seg } from "./api.js";
 
@@ -9,10 +10,26 @@ export async function loadSecrets() {
   rows.replaceChildren();
   for (const s of secrets) {
     rows.append(el("tr", { "data-secret": s.name }, el("td", {}, s.name), el("td", {}, s.keys.join(", ")),
-      el("td", {}, String(s.version)), el("td", {}, s.updated_at || "")));
+      el("td", {}, String(s.version)), el("td", {}, s.updated_at || ""),
+      el("td", {}, el("button", { type: "button", class: "secret-delete", "aria-label": `Delete secret ${s.name}`,
+        onclick: () => remove(s) }, "Delete"))));
   }
   $("secrets-empty").hidden = secrets.length > 0;
   return secrets;
+}
+
+async function remove(secret) {
+  const status = $("secret-status");
+  if (!window.confirm(`Delete secret ${secret.name}? Its values are gone for good.`)) {
+    say(status, "delete cancelled");
+    return;
+  }
+  try {
+    await api("DELETE", nsPath(`/secrets/${seg(secret.name)}`));
+    say(status, `secret ${secret.name} deleted`);
+    await loadSecrets();
+  } catch (e) { say(status, e.message, true); }
+  $("secrets-title").focus();
 }
 
 function addPair() {
