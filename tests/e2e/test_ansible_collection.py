@@ -124,6 +124,23 @@ def test_deploy_is_idempotent_and_checked_before_it_writes(tenant: Tenant, tmp_p
     tenant.api("GET", "/functions/hello", expect=404)
 
 
+def test_trigger_methods_and_cors_are_idempotent_as_stated(tenant: Tenant, tmp_path: Path) -> None:
+    """The API normalises methods and fills in cors defaults: a playbook stating part of them is not changed again."""
+    tenant.api("POST", "/ensure", expect=(200, 201))
+    tenant.api("POST", "/functions", json={"name": "f", "runtime": "python3.11"}, expect=201)
+    task = {"sless.platform.sless_trigger": {"name": "web", "type": "http", "function": "f", "methods": ["post", "GET"],
+                                            "cors": {"origins": ["https://app.example.com"], "headers": ["X-Token"]}}}
+    first = play(tenant, tmp_path, [task])
+    assert first.returncode == 0 and recap(first)["changed"] == 1, first.stdout[-3000:]
+    made = tenant.api("GET", "/triggers/web", expect=200).json()
+    assert made["methods"] == ["GET", "POST"]
+    assert made["cors"]["headers"] == ["x-token"] and made["cors"]["max_age"] == 600
+    assert recap(play(tenant, tmp_path, [task]))["changed"] == 0
+    task["sless.platform.sless_trigger"]["cors"]["max_age"] = 60
+    assert recap(play(tenant, tmp_path, [task]))["changed"] == 1
+    assert tenant.api("GET", "/triggers/web", expect=200).json()["cors"]["max_age"] == 60
+
+
 def test_check_mode_changes_nothing_and_reports_the_change(tenant: Tenant, tmp_path: Path) -> None:
     tenant.api("POST", "/ensure", expect=(200, 201))
     tenant.api("POST", "/functions", json={"name": "fn", "runtime": "python3.11", "memory_mb": 128}, expect=201)

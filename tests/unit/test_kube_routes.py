@@ -65,6 +65,20 @@ def test_a_url_needs_a_token_when_any_enabled_trigger_says_so() -> None:
     assert table.lookup(NS, "a") == Route(NS, "a", 30.0, "token")
 
 
+def test_a_triggers_methods_and_cors_reach_the_route() -> None:
+    table = RouteTable()
+    table.apply(FUNCTIONS, "ADDED", fn("a"))
+    web = trg("web", "a")
+    web["spec"] |= {"methods": ["POST"], "cors": {"origins": ["https://app.example.com"]}}
+    table.apply(TRIGGERS, "ADDED", web)
+    route = table.lookup(NS, "a")
+    assert route is not None and route.policy is not None
+    assert route.policy.allows("POST") and not route.policy.allows("GET")
+    assert route.policy.cors is not None and route.policy.cors.allowed_origin("https://app.example.com")
+    table.apply(TRIGGERS, "MODIFIED", trg("web", "a"))
+    assert table.lookup(NS, "a") == Route(NS, "a", 30.0, "public")  # no rules: no policy to check per call
+
+
 def test_route_auth_is_public_only_when_every_trigger_is() -> None:
     assert route_auth(["public"]) == route_auth(["public", "public"]) == "public"
     assert route_auth(["public", "token"]) == route_auth(["token", "public"]) == route_auth(["token"]) == "token"

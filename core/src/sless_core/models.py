@@ -15,6 +15,7 @@ from typing import Any
 from croniter import croniter
 
 from sless_core.errors import ValidationError
+from sless_core.httproutes import validate_cors, validate_methods
 from sless_core.naming import validate_name
 
 RUNTIMES = ("python3.11", "nodejs20", "go1.23")
@@ -384,8 +385,11 @@ class TriggerSpec:
     queue: str | None = None
     auth: str = "public"
     delivery: str | None = None  # event triggers: a Delivery; None reads as at_most_once
+    methods: list[str] | None = None  # http triggers: the methods that reach the function; None: all
+    cors: dict[str, Any] | None = None  # http triggers: CORS settings (sless_core.httproutes), answered by the proxy
 
-    FIELDS = frozenset({"name", "type", "function", "enabled", "schedule", "queue", "auth", "delivery"})
+    FIELDS = frozenset({"name", "type", "function", "enabled", "schedule", "queue", "auth", "delivery", "methods",
+                        "cors"})
 
     @classmethod
     def from_user(cls, body: object) -> TriggerSpec:
@@ -407,8 +411,11 @@ class TriggerSpec:
         delivery = data.get("delivery")
         if delivery is not None and delivery not in tuple(Delivery):
             raise ValidationError("delivery must be at_most_once or at_least_once", field="delivery")
+        methods = validate_methods(data["methods"]) if data.get("methods") is not None else None
+        cors = validate_cors(data["cors"]) if data.get("cors") is not None else None
         for key, kinds in (("schedule", (TriggerType.CRON,)), ("queue", (TriggerType.EVENT,)),
-                           ("delivery", (TriggerType.EVENT,))):
+                           ("delivery", (TriggerType.EVENT,)), ("methods", (TriggerType.HTTP,)),
+                           ("cors", (TriggerType.HTTP,))):
             if data.get(key) is not None and kind not in kinds:
                 raise ValidationError(f"{key} applies only to {kinds[0].value} triggers", field=key)
         return cls(
@@ -420,6 +427,8 @@ class TriggerSpec:
             queue=queue,
             auth=auth,
             delivery=delivery,
+            methods=methods,
+            cors=cors,
         )
 
     def patched(self, patch: object) -> TriggerSpec:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from sless_api.domain.httppolicy import HttpPolicy
 from sless_core.traffic import WeightedRoundRobin
 
 
@@ -35,6 +36,8 @@ class Route:
     #: calls one pod takes at once from this process (a scaled function's max_concurrency; then
     #: ``max_concurrency`` is 0, as the limit follows the pods); 0: none
     pod_concurrency: int = 0
+    #: the http trigger's methods and CORS settings; None: every method, no CORS (nothing to check per call)
+    policy: HttpPolicy | None = None
     #: a traffic split: each call takes one of its routes (``served``); None: this route serves every call
     split: RouteSplit | None = field(default=None, compare=False, repr=False)
 

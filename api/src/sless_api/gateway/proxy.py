@@ -21,6 +21,7 @@ from typing import Protocol
 from sless_api import metrics
 from sless_api.auth import AuthError, TokenVerifier, bearer_token
 from sless_api.domain.errors import CallbackRefused, PlatformError
+from sless_api.domain.httppolicy import HttpPolicy
 from sless_api.domain.routing import Route
 from sless_api.gateway.accesslog import log_access
 from sless_api.gateway.admission import Admission, Throttled
@@ -93,9 +94,19 @@ class ProxyApp:
         req_bytes, status, error, resp_bytes = 0, 500, None, 0
         timing: CallTiming | None = None
         version: int | None = None
+        # the trigger's CORS headers for this caller's origin, on any answer; None: the trigger sets no CORS
+        cors: list[tuple[bytes, bytes]] | None = None
+        platform_answered = False  # a CORS preflight: the function is not called, and no call is recorded
         try:
             route = (await self.invoker.platform.route(ns, name)).served()
             version = route.version
+            if route.policy is not None:
+                cors = self._cors(route.policy, method, raw)
+                if not route.policy.allows(method):
+                    refused = error_body(405, f"{method} is not allowed: the function's http trigger allows "
+                                              f"{route.policy.allow_header()}")
+                    refused.headers.append(("allow", route.policy.allow_header()))
+                    raise _Reply(refused)
             declared, framed, asks = scan_request_head(raw)
             # Decoded headers only where something reads them by name: a token to check, an async wish, a callback.
             headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw] \
@@ -120,22 +131,43 @@ class ProxyApp:
                                                  "(Prefer: respond-async or X-Sless-Async: 1)"))
             async with self.admission.admit(ns, name, route.max_concurrency):
                 status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, reply,
-                                                                receive, timing, answer_id)
+                                                                receive, timing, answer_id, cors)
         except _Reply as refused:
             status, error = refused.result.status, refused.result.error
-            await self._answer(reply, refused.result, answer_id)
+            platform_answered = refused.platform_answered
+            await self._answer(reply, refused.result, answer_id, cors)
         except PlatformError as exc:
             status, error = exc.status, exc.message
-            await self._answer(reply, error_reply(exc), answer_id)
+            await self._answer(reply, error_reply(exc), answer_id, cors)
         except Throttled as exc:
             status, error = 429, exc.message
             metrics.THROTTLED.labels(ns, name).inc()
             throttled = error_body(429, exc.message)
             throttled.headers.append(("retry-after", str(exc.retry_after)))
-            await self._answer(reply, throttled, answer_id)
+            await self._answer(reply, throttled, answer_id, cors)
+        if platform_answered:
+            return
         if status != 404 or error is None:
             self.invoker.record(ns, name, method, sub, status, started, req_bytes, resp_bytes, "http", error,
                                 request_id, timing, version)
+
+    @staticmethod
+    def _cors(policy: HttpPolicy, method: str, raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]] | None:
+        """The http trigger's CORS, before anything else of the call: a preflight is answered here (204, or 403 for
+        an origin, method or header the trigger does not allow; raised: the platform's own answer). Gives the CORS
+        headers of the answer to this caller's origin; None when the trigger sets no CORS."""
+        cors: list[tuple[bytes, bytes]] | None = None if policy.cors is None else []
+        origin = _header(raw, b"origin")
+        if policy.cors is not None and origin is not None:
+            asked = _header(raw, b"access-control-request-method")
+            if method == "OPTIONS" and asked is not None:
+                allowed = policy.cors.preflight(origin, asked, _header(raw, b"access-control-request-headers") or "")
+                if allowed is None:
+                    raise _Reply(error_body(403, "CORS preflight refused: this origin, method or header is not "
+                                                 "allowed by the function's http trigger"))
+                raise _Reply(InvokeResult(204, allowed, b""), platform_answered=True)
+            cors = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in policy.cors.answer_headers(origin)]
+        return cors
 
     async def _accept(self, ns: str, name: str, method: str, path_qs: str, forwarded: list[tuple[str, str]],
                       body: bytes, request_id: str, headers: list[tuple[str, str]],
@@ -192,10 +224,13 @@ class ProxyApp:
 
     async def _forward(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]] | bytes,
                        body: bytes, reply: Reply, receive: Receive, timing: CallTiming,
-                       answer_id: tuple[bytes, bytes]) -> tuple[int, int, str | None]:
+                       answer_id: tuple[bytes, bytes],
+                       cors: list[tuple[bytes, bytes]] | None) -> tuple[int, int, str | None]:
         try:
             async with self.invoker.request(route, method, path_qs, headers, body, timing) as resp:
                 out, length = caller_head(resp.raw_headers)
+                if cors is not None:  # the trigger's CORS settings, not the function's own, answer the browser
+                    out = [(k, v) for k, v in out if not k.startswith(b"access-control-")] + cors
                 out.extend(self.csp)
                 out.append(answer_id)
                 if length is not None:
@@ -243,10 +278,14 @@ class ProxyApp:
             gone.cancel()
 
     @staticmethod
-    async def _answer(reply: Reply, result: InvokeResult, answer_id: tuple[bytes, bytes]) -> None:
+    async def _answer(reply: Reply, result: InvokeResult, answer_id: tuple[bytes, bytes],
+                      cors: list[tuple[bytes, bytes]] | None = None) -> None:
         headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in result.headers]
-        headers.append((b"content-length", str(len(result.body)).encode()))
+        if result.status != 204:  # a 204 has no Content-Length (RFC 9110)
+            headers.append((b"content-length", str(len(result.body)).encode()))
         headers.append(answer_id)
+        if cors and result.status != 204:  # a preflight's 204 has its CORS headers already
+            headers.extend(cors)
         await reply.start(result.status, headers, result.body)
 
 
@@ -258,6 +297,12 @@ class AsyncQueue(Protocol):
 
 
 class _Reply(Exception):
-    def __init__(self, result: InvokeResult) -> None:
+    def __init__(self, result: InvokeResult, platform_answered: bool = False) -> None:
         super().__init__(result.error)
         self.result = result
+        self.platform_answered = platform_answered
+
+
+def _header(raw: list[tuple[bytes, bytes]], name: bytes) -> str | None:
+    """The first value of header NAME (lower case, as servers give names) in an ASGI head."""
+    return next((v.decode("latin-1") for k, v in raw if k == name), None)

@@ -26,6 +26,7 @@ from sless_api.gateway.admission import Throttled
 from sless_api.gateway.asgi import Receive, Scope, Send
 from sless_api.gateway.calltiming import CallTiming
 from sless_api.gateway.headers import upstream_headers
+from sless_api.gateway.invoker import error_body
 from sless_api.gateway.pathguard import raw_path, reaches_runtime_internals, split_invoke
 from sless_api.gateway.proxy import ProxyApp, _Reply
 from sless_api.gateway.requestid import scope_request_id
@@ -70,6 +71,9 @@ class WsProxy:
         try:
             route = (await invoker.platform.route(ns, name)).served()
             version = route.version
+            if route.policy is not None and not route.policy.allows("GET"):  # a WebSocket opens with a GET
+                raise _Reply(error_body(405, "GET is not allowed: the function's http trigger allows "
+                                             f"{route.policy.allow_header()}"))
             caller = await self.proxy.authorize(route, headers) if route.auth == "token" else None
             kept = [(k, v) for k, v in headers if k.lower() not in HANDSHAKE]
             forwarded = upstream_headers(kept, (scope.get("client") or [None])[0],

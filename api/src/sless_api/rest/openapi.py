@@ -16,6 +16,7 @@ from sless_api.rest.console.resource import ASSETS
 from sless_api.rest.http import PublicResource
 from sless_api.rest.openapi_gateway import console_paths, fn_paths
 from sless_api.rest.openapi_queues import queue_paths
+from sless_core.httproutes import METHODS as HTTP_METHODS
 from sless_core.models import (
     ENV_MAX_VARS,
     MAX_CONCURRENCY,
@@ -138,6 +139,19 @@ SCHEMAS: dict[str, Any] = {
         "delivery": _nullable({"enum": ["at_most_once", "at_least_once"],
                                "description": "event triggers: a call a crash interrupted is dead-lettered "
                                               "(at_most_once, the default: null) or called again (at_least_once)"}),
+        "methods": _nullable({"type": "array", "minItems": 1, "maxItems": 7, "uniqueItems": True,
+                              "items": {"enum": list(HTTP_METHODS)},
+                              "description": "http triggers: the methods that reach the function (others: 405 "
+                                             "with Allow); null: all"}),
+        "cors": _nullable({"type": "object", "required": ["origins"], "additionalProperties": False,
+                           "description": "http triggers: CORS, answered by the platform (preflights included)",
+                           "properties": {
+                               "origins": {"type": "array", "maxItems": 50, "items": {"type": "string"},
+                                           "description": "exact origins (https://app.example.com) or [\"*\"]"},
+                               "methods": {"type": "array", "items": {"enum": list(HTTP_METHODS)}},
+                               "headers": {"type": "array", "maxItems": 50, "items": {"type": "string"}},
+                               "credentials": {"type": "boolean", "default": False},
+                               "max_age": {"type": "integer", "minimum": 0, "maximum": 86400, "default": 600}}}),
         "auth": {"enum": ["public", "token"], "default": "public"}}},
     "TriggerCreate": {"allOf": [_ref("TriggerFields"), {"type": "object", "required": ["name", "type", "function"],
                                                         "properties": {"name": _ref("Name"),

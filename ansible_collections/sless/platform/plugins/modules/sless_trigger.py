@@ -47,6 +47,15 @@ options:
       or made again (at_least_once).
     type: str
     choices: [at_most_once, at_least_once]
+  methods:
+    description: Http triggers - the HTTP methods that reach the function (others are answered 405).
+    type: list
+    elements: str
+  cors:
+    description: >-
+      Http triggers - CORS settings the platform answers with (origins, and optionally methods, headers,
+      credentials, max_age), as the REST API takes them.
+    type: dict
   auth:
     description: Who may call an http trigger.
     type: str
@@ -87,7 +96,7 @@ from ansible_collections.sless.platform.plugins.module_utils.sless_api import (
     subset_differs,
 )
 
-FIELDS = ("type", "function", "enabled", "schedule", "queue", "auth", "delivery")
+FIELDS = ("type", "function", "enabled", "schedule", "queue", "auth", "delivery", "methods", "cors")
 
 
 def shown(record):
@@ -106,9 +115,28 @@ def argument_spec():
         schedule=dict(type="str"),
         queue=dict(type="str"),
         delivery=dict(type="str", choices=["at_most_once", "at_least_once"]),
+        methods=dict(type="list", elements="str"),
+        cors=dict(type="dict"),
         auth=dict(type="str", choices=["public", "token"]),
     )
     return spec
+
+
+def same_setting(key, wanted, current):
+    """Whether a stated setting already holds as the API keeps it: methods in any order and case, and of cors
+    only the sub-keys stated (the API fills in the others' defaults; header names in lower case)."""
+    if key == "methods":
+        return isinstance(current, list) and sorted(m.upper() for m in wanted) == sorted(current)
+    if key == "cors" and isinstance(wanted, dict) and isinstance(current, dict):
+        for sub, value in wanted.items():
+            if sub in ("methods", "headers") and isinstance(value, list):
+                stated = sorted(v.upper() if sub == "methods" else v.lower() for v in value)
+                if sorted(current.get(sub) or []) != stated:
+                    return False
+            elif current.get(sub) != value:
+                return False
+        return True
+    return False
 
 
 def main():
@@ -143,7 +171,7 @@ def main():
             result["trigger"] = client.call("POST", client.ns_path("/triggers"), dict(desired, name=params["name"]))
         module.exit_json(**result)
 
-    differs = subset_differs(desired, current)
+    differs = [k for k in subset_differs(desired, current) if not same_setting(k, desired[k], current.get(k))]
     result["trigger"] = current
     if differs:
         after = dict(shown(current), **dict((k, desired[k]) for k in differs))

@@ -15,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from sless_api.domain.httppolicy import route_policy
 from sless_api.domain.routing import Route, RouteSplit, route_auth
 from sless_core.crcodec import FunctionResource, InvalidResource, TriggerResource, key_of
 from sless_core.models import TIMEOUT_DEFAULT_SEC, Phase, TriggerType
@@ -58,6 +59,8 @@ class TriggerView:
     type: str
     enabled: bool
     auth: str
+    methods: tuple[str, ...] | None = None
+    cors: dict[str, Any] | None = field(default=None, compare=True, hash=False)
 
 
 def function_view(obj: dict[str, Any]) -> FunctionView:
@@ -99,7 +102,8 @@ def trigger_view(obj: dict[str, Any]) -> TriggerView | None:
         spec = TriggerResource.from_cr(obj).spec
     except InvalidResource:
         return None
-    return TriggerView(function=spec.function, type=spec.type, enabled=spec.enabled, auth=spec.auth)
+    return TriggerView(function=spec.function, type=spec.type, enabled=spec.enabled, auth=spec.auth,
+                       methods=tuple(spec.methods) if spec.methods is not None else None, cors=spec.cors)
 
 
 class RouteTable:
@@ -199,7 +203,7 @@ class RouteTable:
         auth = route_auth(t.auth for t in http)
         max_concurrency, pod_concurrency = concurrency(fn)
         route = Route(ns, name, fn.timeout_sec, auth, max_concurrency, fn.version, scaled=fn.scaled,
-                      pod_concurrency=pod_concurrency)
+                      pod_concurrency=pod_concurrency, policy=route_policy((t.methods, t.cors) for t in http))
         if fn.split is not None:
             (_, weight), (other, other_weight, timeout) = fn.split
             # a split's other version runs fixed replicas (the operator scales only the function's own Deployment)
