@@ -3,10 +3,14 @@ platform (never reaching the function), CORS headers on every answer to an allow
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import requests
 
-from tests.support.platform import Tenant
+from tests.support.platform import REPO, Tenant
 
 pytestmark = pytest.mark.e2e
 APP = "https://app.example.com"
@@ -90,3 +94,20 @@ def test_bad_route_settings_are_400_naming_the_field(tenant: Tenant) -> None:
     cron = {"name": "c", "type": "cron", "function": "plain", "schedule": "* * * * *"}
     tenant.api("POST", "/triggers", json={**cron, "methods": ["GET"]}, expect=400)
     tenant.api("POST", "/triggers", json={**cron, "cors": {"origins": [APP]}}, expect=400)
+
+
+def test_the_cli_sets_methods_and_cors_origins(tenant: Tenant) -> None:
+    tenant.deploy("from-cli", "python3.11", {"handler.py": COUNTER}, http=False)
+    env = {**os.environ, "SLESS_TOKEN": tenant.token, "SLESS_URL": tenant.url}
+    done = subprocess.run([sys.executable, "-m", "sless_api", "trigger", "add", "from-cli", "--function", "from-cli",
+                           "--methods", "post,PUT", "--cors-origin", APP, "-o", "json"], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert tenant.api("GET", "/triggers/from-cli", expect=200).json()["methods"] == ["POST", "PUT"]
+    assert requests.get(tenant.fn_url("from-cli"), timeout=30).status_code == 405
+    answer = requests.post(tenant.fn_url("from-cli"), headers={"Origin": APP}, timeout=30)
+    assert answer.headers["Access-Control-Allow-Origin"] == APP
+    bad = subprocess.run([sys.executable, "-m", "sless_api", "trigger", "add", "bad", "--function", "from-cli",
+                          "--methods", "FETCH"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert bad.returncode == 1 and "HTTP 400" in bad.stderr and "Traceback" not in bad.stderr

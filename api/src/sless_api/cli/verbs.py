@@ -205,6 +205,10 @@ def cmd_trigger_add(args: argparse.Namespace, client: Client) -> int:
     for key in ("schedule", "queue", "delivery", "auth"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
+    if args.methods is not None:
+        spec["methods"] = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if args.cors_origins:
+        spec["cors"] = {"origins": args.cors_origins}
     created = client.request("POST", client.ns_path("/triggers"), json=spec)
     emit(created, args.output == "json", triggers_table([created]))
     return 0
@@ -342,6 +346,10 @@ def register(verbs: Any, with_client: Callable[[argparse.ArgumentParser, Verb], 
                      help="event: a call a crash interrupted is dead-lettered (at_most_once, the default) or made "
                           "again (at_least_once)")
     add.add_argument("--auth", choices=("none", "token"), help="http: require a token of this tenant")
+    add.add_argument("--methods", help="http: only these methods reach the function, e.g. GET,POST (others: 405)")
+    add.add_argument("--cors-origin", action="append", dest="cors_origins", metavar="ORIGIN",
+                     help="http: a browser origin allowed by CORS (https://app.example.com, or *), repeatable; "
+                          "the other CORS settings through the API")
     add.add_argument("--disabled", action="store_true", help="create it disabled")
     with_client(add, cmd_trigger_add)
     for verb, enabled in (("enable", True), ("disable", False)):
