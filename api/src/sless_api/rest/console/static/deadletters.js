@@ -40,16 +40,21 @@ function makePanel(trigger) {
   const node = el("section", { class: "dead-letters", "data-queue": queue, "aria-labelledby": `${ids}-title` },
     title, refresh, status, table, view);
 
+  let reads = 0;  // a listing answered after a later one was asked for is not shown
+
   async function load() {
+    const read = ++reads;
     say(status, "loading…");
     try {
       const listing = await api("GET", queuePath(queue, `?limit=${LIMIT}`));
+      if (read !== reads) return;
       rows.replaceChildren();
       for (const d of listing.items) rows.append(row(d));
       table.hidden = listing.items.length === 0;
       say(status, listing.items.length === 0 ? "no dead letters"
         : `${listing.items.length} dead letter(s)${listing.more ? ", and more after them" : ""}`);
     } catch (e) {
+      if (read !== reads) return;
       rows.replaceChildren();
       table.hidden = true;
       say(status, e.message, true);
