@@ -45,6 +45,12 @@ if [ "${SLESS_TESTBED_EXISTING:-0}" != 1 ]; then
   bash tests/testbed/build-keda.sh >"$keda_log" 2>&1 &
   keda_build=$!
 fi
+# The OpenTelemetry Collector behind the `otlp_receiver` fixture (OTLP receiver, file exporter) builds the same way.
+otelcol_log=$(mktemp)
+log "OpenTelemetry Collector for the otlp_receiver fixture: building in the background (once per version)"
+t_otelcol=$SECONDS
+bash tests/testbed/build-otelcol.sh >"$otelcol_log" 2>&1 &
+otelcol_build=$!
 if [ "${SLESS_TESTBED_EXISTING:-0}" != 1 ]; then
   log "Kubernetes test bed binaries (cold build happens once per version; timings follow)"
   t=$SECONDS; tests/testbed/build.sh >/dev/null; log "test bed binaries ready in $((SECONDS - t))s"
@@ -65,6 +71,10 @@ if [ -n "$keda_build" ]; then
   log "KEDA ready $((SECONDS - t_keda))s after its build started"
 fi
 rm -f "$keda_log"
+if ! wait "$otelcol_build"; then cat "$otelcol_log" >&2; log "the OpenTelemetry Collector build failed"; exit 1; fi
+grep -v '^/' "$otelcol_log" >&2 || true  # its timings (the last line is the binary's path)
+log "otelcol ready $((SECONDS - t_otelcol))s after its build started"
+rm -f "$otelcol_log"
 set +e
 log "lint: ruff, mypy, import-linter"
 lint=0
