@@ -12,7 +12,6 @@ import base64
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,45 +21,13 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.support.browser import headless_chromium
+from tests.support.console import WAIT, accept_dialog, browser, fill, open_function, sign_in, text, until
 from tests.support.platform import SlessProcess, Tenant, make_zip
 
 pytestmark = pytest.mark.e2e
-
-WAIT = 60
+__all__ = ["browser"]  # the module's fixture, from tests.support.console
 HELLO = "def handle(event):\n    return {'hello': event.get('name')}\n"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[webdriver.Chrome]:
-    with headless_chromium() as driver:
-        yield driver
-
-
-def until(driver: webdriver.Chrome, check: Callable[[webdriver.Chrome], Any], wait: float = WAIT) -> Any:
-    return WebDriverWait(driver, wait, poll_frequency=0.1).until(check)
-
-
-def text(driver: webdriver.Chrome, element_id: str) -> str:
-    return str(driver.find_element(By.ID, element_id).text)
-
-
-def sign_in(driver: webdriver.Chrome, sless: SlessProcess, tenant: Tenant) -> None:
-    driver.get(f"{sless.url}/console")
-    driver.execute_script("sessionStorage.clear();")
-    driver.get(f"{sless.url}/console")
-    driver.find_element(By.ID, "token").send_keys(tenant.token)
-    driver.find_element(By.CSS_SELECTOR, "#login-form button[type=submit]").click()
-    until(driver, lambda d: tenant.ns in text(d, "who"))
-
-
-def open_function(driver: webdriver.Chrome, name: str) -> None:
-    button = until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f"tr[data-function='{name}'] button.link"))[0]
-    button.send_keys(Keys.ENTER)  # keyboard, not a mouse click: the list works without a pointer
-    until(driver, lambda d: text(d, "detail-title").startswith(f"{name} ("))
-    until(driver, lambda d: d.find_element(By.ID, "detail-title") == d.switch_to.active_element)
 
 
 def records(tenant: Tenant, name: str) -> list[dict[str, Any]]:
@@ -527,25 +494,8 @@ def test_versions_split_and_rollback(browser: webdriver.Chrome, sless: SlessProc
     assert browser.find_element(By.CSS_SELECTOR, "tr[data-version='2'] button.rollback").is_enabled()
 
 
-def accept_dialog(driver: webdriver.Chrome, expected: str, accept: bool = True) -> None:
-    dialog = until(driver, lambda d: d.switch_to.alert)
-    assert expected in dialog.text, dialog.text
-    if accept:
-        dialog.accept()
-    else:
-        dialog.dismiss()
-
-
 def active_id(driver: webdriver.Chrome) -> str:
     return str(driver.switch_to.active_element.get_attribute("id"))
-
-
-def fill(driver: webdriver.Chrome, element_id: str, value: str) -> WebElement:
-    box = driver.find_element(By.ID, element_id)
-    box.clear()
-    if value:
-        box.send_keys(value)
-    return box
 
 
 def clear_status(driver: webdriver.Chrome, *element_ids: str) -> None:

@@ -14,8 +14,8 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
-from tests.e2e.test_console_browser import accept_dialog, browser, fill, open_function, sign_in, text, until
-from tests.e2e.test_event_queues import SWITCHABLE, calls, publish, sless_queues
+from tests.support.console import accept_dialog, browser, fill, open_function, sign_in, text, until
+from tests.support.eventqueues import SWITCHABLE, calls, publish, sless_queues
 from tests.support.platform import SlessProcess, Tenant
 from tests.support.rabbitmq import RabbitBroker, queue_counts
 

@@ -1,0 +1,66 @@
+"""The console's browser tests' shared steps: a headless Chromium per module, bounded waits on what the page
+shows, signing in, opening a function, answering a confirm dialog, filling a field."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.support.browser import headless_chromium
+from tests.support.platform import SlessProcess, Tenant
+
+WAIT = 60
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[webdriver.Chrome]:
+    with headless_chromium() as driver:
+        yield driver
+
+
+def until(driver: webdriver.Chrome, check: Callable[[webdriver.Chrome], Any], wait: float = WAIT) -> Any:
+    return WebDriverWait(driver, wait, poll_frequency=0.1).until(check)
+
+
+def text(driver: webdriver.Chrome, element_id: str) -> str:
+    return str(driver.find_element(By.ID, element_id).text)
+
+
+def sign_in(driver: webdriver.Chrome, sless: SlessProcess, tenant: Tenant) -> None:
+    driver.get(f"{sless.url}/console")
+    driver.execute_script("sessionStorage.clear();")
+    driver.get(f"{sless.url}/console")
+    driver.find_element(By.ID, "token").send_keys(tenant.token)
+    driver.find_element(By.CSS_SELECTOR, "#login-form button[type=submit]").click()
+    until(driver, lambda d: tenant.ns in text(d, "who"))
+
+
+def open_function(driver: webdriver.Chrome, name: str) -> None:
+    button = until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f"tr[data-function='{name}'] button.link"))[0]
+    button.send_keys(Keys.ENTER)  # keyboard, not a mouse click: the list works without a pointer
+    until(driver, lambda d: text(d, "detail-title").startswith(f"{name} ("))
+    until(driver, lambda d: d.find_element(By.ID, "detail-title") == d.switch_to.active_element)
+
+
+def accept_dialog(driver: webdriver.Chrome, expected: str, accept: bool = True) -> None:
+    dialog = until(driver, lambda d: d.switch_to.alert)
+    assert expected in dialog.text, dialog.text
+    if accept:
+        dialog.accept()
+    else:
+        dialog.dismiss()
+
+
+def fill(driver: webdriver.Chrome, element_id: str, value: str) -> WebElement:
+    box = driver.find_element(By.ID, element_id)
+    box.clear()
+    if value:
+        box.send_keys(value)
+    return box
