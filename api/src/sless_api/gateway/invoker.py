@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from sless_api import metrics
+from sless_api import metrics, tracing
 from sless_api.domain.errors import PlatformError
 from sless_api.domain.ports import Router
 from sless_api.domain.routing import Route
@@ -155,6 +155,17 @@ class Invoker:
         ``waited_sec``: how long the call already waited in the platform before this attempt (an async call in its
         queue), counted in its ``queue`` phase.
         """
+        if tracing.enabled():  # the context HEADERS carry (the queued request's, the message's) is continued
+            with tracing.span(f"{trigger} {route.namespace}/{route.function}", "consumer", headers,
+                              sless_trigger=trigger, sless_request_id=request_id) as current:
+                result = await self._call(route, method, path_qs, tracing.with_context(headers), body, trigger,
+                                          request_id, waited_sec)
+                tracing.record_status(current, result.status)
+                return result
+        return await self._call(route, method, path_qs, headers, body, trigger, request_id, waited_sec)
+
+    async def _call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]], body: bytes,
+                    trigger: str, request_id: str | None, waited_sec: float) -> InvokeResult:
         started = time.monotonic()
         route = route.served()
         request_id = request_id or new_request_id()

@@ -18,7 +18,7 @@ import logging
 import time
 from typing import Protocol
 
-from sless_api import metrics
+from sless_api import metrics, tracing
 from sless_api.auth import AuthError, TokenVerifier, bearer_token
 from sless_api.domain.errors import CallbackRefused, PlatformError
 from sless_api.domain.httppolicy import HttpPolicy
@@ -70,13 +70,27 @@ class ProxyApp:
         scope[SCOPE_KEY] = request_id
         token = current_request_id.set(request_id)
         try:
-            await self._serve(scope, receive, reply, started, request_id)
+            if tracing.enabled():
+                await self._traced(scope, receive, reply, started, request_id)
+            else:
+                await self._serve(scope, receive, reply, started, request_id)
         finally:
             metrics.count_request("fn", reply.status)
             client = scope.get("client")
             log_access(method, scope.get("path", ""), reply.status, reply.sent, started,
                        client[0] if client else None, request_id)
             current_request_id.reset(token)
+
+    async def _traced(self, scope: Scope, receive: Receive, reply: Reply, started: float, request_id: str) -> None:
+        """The call inside its server span, which continues the caller's ``traceparent`` (``tracing``)."""
+        target = split_invoke(raw_path(scope))
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        name = f"fn {target.namespace}/{target.function}" if target is not None else "fn"
+        with tracing.span(name, "server", headers, http_request_method=scope["method"], sless_request_id=request_id,
+                          sless_namespace=target.namespace if target else None,
+                          sless_function=target.function if target else None) as current:
+            await self._serve(scope, receive, reply, started, request_id)
+            tracing.record_status(current, reply.status)
 
     async def _serve(self, scope: Scope, receive: Receive, reply: Reply, started: float, request_id: str) -> None:
         method: str = scope["method"]
@@ -109,8 +123,9 @@ class ProxyApp:
                     raise _Reply(refused)
             declared, framed, asks = scan_request_head(raw)
             # Decoded headers only where something reads them by name: a token to check, an async wish, a callback.
+            traced = tracing.enabled()
             headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw] \
-                if asks or route.auth == "token" else None
+                if asks or route.auth == "token" or traced else None
             caller = await self.authorize(route, headers or []) if route.auth == "token" else None
             body = await self._read_body(receive, declared) if framed else b""  # neither header: no body (RFC 9112)
             req_bytes = len(body)
@@ -122,6 +137,8 @@ class ProxyApp:
                 host = next((v for k, v in headers if k == "host"), None)
                 forwarded = upstream_headers(headers, client, scheme, host, caller, request_id)
                 callback = next((v for k, v in headers if k == CALLBACK_HEADER), None)
+                if traced:  # an async call continues this request's trace when it runs
+                    forwarded = tracing.with_context(forwarded)
                 if self.queue is not None and wants_async(headers):
                     await self._answer(reply, await self._accept(ns, name, method, path_qs, forwarded, body,
                                                                  request_id, headers, callback), answer_id)
@@ -130,8 +147,12 @@ class ProxyApp:
                     raise _Reply(error_body(400, "X-Sless-Callback-Url needs an asynchronous call "
                                                  "(Prefer: respond-async or X-Sless-Async: 1)"))
             async with self.admission.admit(ns, name, route.max_concurrency):
-                status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, reply,
-                                                                receive, timing, answer_id, cors)
+                if traced:
+                    status, resp_bytes, error = await self._traced_forward(
+                        route, method, path_qs, forwarded, body, reply, receive, timing, answer_id, cors)
+                else:
+                    status, resp_bytes, error = await self._forward(route, method, path_qs, forwarded, body, reply,
+                                                                    receive, timing, answer_id, cors)
         except _Reply as refused:
             status, error = refused.result.status, refused.result.error
             platform_answered = refused.platform_answered
@@ -255,6 +276,20 @@ class ProxyApp:
             # (a short body, or a stream without its final chunk), never a clean end.
             reply.abort()
             return exc.status, reply.sent, exc.message
+
+    async def _traced_forward(self, route: Route, method: str, path_qs: str,
+                              headers: list[tuple[str, str]] | bytes, body: bytes, reply: Reply, receive: Receive,
+                              timing: CallTiming, answer_id: tuple[bytes, bytes],
+                              cors: list[tuple[bytes, bytes]] | None) -> tuple[int, int, str | None]:
+        """``_forward`` in a client span whose context the function gets, with the runtime's phases under it."""
+        began = tracing.now_ns()
+        with tracing.span("upstream", "client", sless_version=route.version) as current:
+            sent = tracing.with_context(headers if isinstance(headers, list) else [])
+            result = await self._forward(route, method, path_qs, sent, body, reply, receive, timing, answer_id, cors)
+            tracing.phases(began, None if timing.queue_sec is None else timing.queue_sec * 1000,
+                           timing.start_sec * 1000 if timing.cold else None, timing.handler_ms, timing.cold)
+            tracing.record_status(current, result[0])
+            return result
 
     @staticmethod
     async def _relay(resp: Answer, reply: Reply, receive: Receive) -> tuple[int, int, str | None]:

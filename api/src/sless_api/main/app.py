@@ -17,6 +17,7 @@ from typing import Any, cast
 import falcon
 import falcon.asgi
 
+from sless_api import tracing
 from sless_api.auth import AuthConfig, TokenVerifier
 from sless_api.domain.errors import PlatformError
 from sless_api.domain.ports import Background, Platform
@@ -202,6 +203,7 @@ class SlessApp:
             await self.rest(cast(dict[str, Any], scope), receive, send)
 
     async def startup(self) -> None:
+        tracing.configure("sless-api")  # in each worker, after gunicorn's fork: the exporter's thread is its own
         services = self.services
         removed = functions.clean_interrupted_uploads(upload_spool(services.config))
         if removed:
@@ -222,6 +224,7 @@ class SlessApp:
         await self.services.platform.close()
         if self.services.invocations is not None:
             self.services.invocations.close(5.0)
+        tracing.shutdown()
         flush_access_lines()
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:

@@ -34,6 +34,7 @@ import signal
 import sys
 from dataclasses import dataclass
 
+from sless_api import tracing
 from sless_api.backends.kube.client import KubeClient
 from sless_api.backends.kube.events import KubeEvents, event_router
 from sless_api.backends.settings import KubeSettings
@@ -119,7 +120,11 @@ def main() -> int:
         return EXIT_CONFIG
     assert config.events is not None  # SLESS_RABBITMQ_URL is set
     configure_logging(config.logging)
-    return asyncio.run(serve(settings, config, config.events, config.kube))
+    tracing.configure("sless-events")
+    try:
+        return asyncio.run(serve(settings, config, config.events, config.kube))
+    finally:
+        tracing.shutdown()
 
 
 if __name__ == "__main__":
