@@ -101,3 +101,16 @@ def test_an_event_continues_its_messages_trace(traced: SlessProcess, otlp_receiv
     delivered = spans[f"event {tenant.ns}/echo"]
     assert delivered["parent_span_id"] == publisher_span
     assert delivered["attributes"]["http.response.status_code"] == 200
+
+
+def test_a_job_run_is_a_span_whose_context_the_runner_gets(traced: SlessProcess, otlp_receiver: OtlpReceiver) -> None:
+    tenant = Tenant(traced.url, "traced-jobs")
+    code = "import os\n\ndef handle(event):\n    return {'traceparent': os.environ.get('TRACEPARENT')}\n"
+    tenant.deploy("worker", "python3.11", {"handler.py": code}, http=False)
+    tenant.api("POST", "/jobs", json={"name": "once", "function": "worker", "event": {}}, expect=201)
+    done = tenant.wait_job("once")
+    assert done["phase"] == "Succeeded", done
+    _, trace_id, span_id, _ = json.loads(done["message"])["traceparent"].split("-")
+    spans = of_trace(otlp_receiver, trace_id, {f"job {tenant.ns}/worker"})
+    run = spans[f"job {tenant.ns}/worker"]
+    assert run["span_id"] == span_id and run["parent_span_id"] == "" and run["attributes"]["sless.trigger"] == "job"

@@ -61,7 +61,7 @@ class TriggerFiring:
             message = f"last run failed: function {trigger.spec.function!r} is not ready (phase {phase})"
         else:
             started = time.monotonic()
-            result = await self.oneshot.run(namespace, fn, artifact, event)
+            result = await self.oneshot.run(namespace, fn, artifact, event, trigger="cron")
             self.oneshot.record(namespace, fn.spec.name, f"/triggers/{name}", "cron", event, result, started,
                                 current_version(self.state, fn))
             message = "last run: succeeded" if result.ok else f"last run failed: {result.output[-300:]}"

@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any
 
-from sless_api import metrics
+from sless_api import metrics, tracing
 from sless_api.backends.settings import SandboxSettings
 from sless_api.backends.standalone.host.calllogs import CallLogStore
 from sless_api.backends.standalone.host.sandbox import Limits, Sandbox
@@ -37,15 +37,25 @@ class OneShot:
         self.call_logs = call_logs
 
     async def run(self, namespace: str, fn: FunctionRecord, artifact: dict[str, Any],
-                  event: dict[str, Any]) -> RunResult:
-        """One run of FN's runner with EVENT, in the function's sandbox (jobs and cron firings)."""
+                  event: dict[str, Any], trigger: str = "job") -> RunResult:
+        """One run of FN's runner with EVENT, in the function's sandbox (jobs and cron firings). Traced, the run is
+        a span ``<trigger> <namespace>/<function>`` whose context the runner gets as ``TRACEPARENT`` (the
+        OpenTelemetry convention for a process's environment)."""
         built = artifact_from_dict(artifact)
         cpu = int(fn.spec.timeout_sec + KILL_MARGIN_SEC) + 1
         limits = Limits.for_function(fn.spec.memory_mb, fn.spec.runtime, cpu_sec=cpu, host=self.host)
         secrets = await deliver(self.secrets, namespace, fn.spec.name, fn.spec.secrets)
         jail = dataclasses.replace(built.jail(namespace, limits), files=secrets.files)
-        return await asyncio.to_thread(run_once, built, event, float(fn.spec.timeout_sec),
-                                       env={**fn.spec.env_vars, **secrets.env}, sandbox=self.sandbox, jail=jail)
+        env = {**fn.spec.env_vars, **secrets.env}
+        if not tracing.enabled():
+            return await asyncio.to_thread(run_once, built, event, float(fn.spec.timeout_sec), env=env,
+                                           sandbox=self.sandbox, jail=jail)
+        with tracing.span(f"{trigger} {namespace}/{fn.spec.name}", "internal", sless_trigger=trigger) as current:
+            env.update({name.upper(): value for name, value in tracing.with_context([])})
+            result = await asyncio.to_thread(run_once, built, event, float(fn.spec.timeout_sec), env=env,
+                                             sandbox=self.sandbox, jail=jail)
+            tracing.record_status(current, 200 if result.ok else 500)
+            return result
 
     def record(self, namespace: str, function: str, path: str, trigger: str, event: dict[str, Any],
                result: RunResult, started: float, version: int | None = None) -> None:
