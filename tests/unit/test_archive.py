@@ -8,7 +8,7 @@ import os
 import zipfile
 from pathlib import Path
 
-from sless_api.cli.commands import zip_folder
+from sless_api.cli.folders import zip_folder
 from sless_api.domain.archive import FIXED_DATE_TIME, zip_bytes
 
 ENTRIES = [("handler.py", "def handle(e):\n    return 1\n", False), ("run.sh", b"#!/bin/sh\n", True)]

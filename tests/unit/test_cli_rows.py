@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from sless_api.cli.client import CliError, table
-from sless_api.cli.commands import ls_row, read_manifest
+from sless_api.cli.commands import ls_row
+from sless_api.cli.folders import read_manifest
 from sless_api.cli.verbs import function_details, scale_short, scale_text, write_source
 
 

@@ -8,7 +8,6 @@ import json
 import os
 import secrets
 import sys
-import time
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,13 +20,14 @@ from sless_api.cli import invoke as cliinvoke
 from sless_api.cli import queues as cliqueues
 from sless_api.cli import scaffold as cliscaffold
 from sless_api.cli import secrets as clisecrets
+from sless_api.cli import stack as clistack
 from sless_api.cli import verbs as cliverbs
 from sless_api.cli import versions as cliversions
 from sless_api.cli.client import Client, CliError, emit, table
+from sless_api.cli.folders import read_manifest, wait_for_build, zip_folder
 from sless_core.release import platform_version
 
 DEFAULT_URL = "http://127.0.0.1:8090"
-TERMINAL_PHASES = ("Ready", "Failed")
 
 
 @dataclass(frozen=True)
@@ -95,45 +95,6 @@ def client_from(args: argparse.Namespace) -> Client:
     return Client(args.url, token, args.namespace)
 
 
-def zip_folder(folder: Path) -> bytes:
-    """The folder's files as a zip that is the same bytes for the same content (an unchanged folder is no rebuild)."""
-    from sless_api.domain.archive import zip_bytes
-
-    files = [(path, path.relative_to(folder)) for path in sorted(folder.rglob("*"))]
-    return zip_bytes((rel.as_posix(), path.read_bytes(), os.access(path, os.X_OK)) for path, rel in files
-                     if path.is_file() and not any(p in ("node_modules", "__pycache__", ".git") for p in rel.parts))
-
-
-def read_manifest(folder: Path) -> dict[str, Any]:
-    """The function's settings from ``sless.json`` (any field of the API's, ``scale`` included, plus ``trigger``);
-    the runtime, when it does not name one (or there is no ``sless.json``), guessed from the files."""
-    manifest = folder / "sless.json"
-    if not manifest.exists():
-        return {"runtime": guess_runtime(folder)}
-    try:
-        data = json.loads(manifest.read_bytes())
-    except ValueError as exc:  # not JSON, or not UTF-8
-        raise CliError(f"{manifest} is not JSON: {exc}") from None
-    except OSError as exc:  # a folder of that name, no permission, ...
-        raise CliError(f"cannot read {manifest}: {exc.strerror or exc}") from None
-    if not isinstance(data, dict):
-        raise CliError(f"{manifest} must hold a JSON object (name, runtime, scale, ...)")
-    if "scale" in data and data["scale"] is not None and not isinstance(data["scale"], dict):
-        raise CliError(f'{manifest}: "scale" must be an object {{min, max, target, idle_sec}} or null')
-    if data.get("runtime") is None:
-        data["runtime"] = guess_runtime(folder)
-    return data
-
-
-def guess_runtime(folder: Path) -> str:
-    """The runtime a folder's files suggest: Go files or go.mod, then handler.js or package.json, else Python."""
-    if (folder / "go.mod").exists() or list(folder.glob("*.go")):
-        return "go1.23"
-    if (folder / "handler.js").exists() or (folder / "package.json").exists():
-        return "nodejs20"
-    return "python3.11"
-
-
 def cmd_deploy(args: argparse.Namespace) -> int:
     folder = Path(args.folder)
     if not folder.is_dir():
@@ -164,19 +125,6 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     else:
         print(f"{name}: {record['phase']}: {record['message']}")
     return 0 if record["phase"] == "Ready" else 1
-
-
-def wait_for_build(client: Client, name: str, timeout: float) -> dict[str, Any]:
-    deadline, last = time.monotonic() + timeout, ""
-    while True:
-        record: dict[str, Any] = client.request("GET", client.ns_path(f"/functions/{name}"))
-        line = f"{record['phase']}: {record['message']}"
-        if line != last:
-            print(f"  {line}", file=sys.stderr)
-            last = line
-        if record["phase"] in TERMINAL_PHASES or time.monotonic() > deadline:
-            return record
-        time.sleep(0.3)
 
 
 LS_HEADER = ("NAME", "RUNTIME", "PHASE", "SCALE", "MESSAGE")
@@ -255,6 +203,7 @@ def parser(env: ClientEnv, extra: Sequence[Registrar] = ()) -> argparse.Argument
     clicalls.register(verbs, with_client)
     clienv.register(verbs, with_client)
     cliqueues.register(verbs, with_client)
+    clistack.register(verbs, with_client)
     cliscaffold.register(verbs)
     completion = verbs.add_parser("completion", help="print a shell completion script: eval \"$(sless completion "
                                                      "bash)\", source <(sless completion zsh), sless completion "
