@@ -10,9 +10,17 @@ export function clearFieldErrors(prefix) {
   for (const node of document.querySelectorAll(`[id^="${prefix}-"][aria-invalid]`)) node.removeAttribute("aria-invalid");
 }
 
-/** Show ERR next to its field (`scale.min` and `env_vars[X]` belong to their top-level field), else in STATUS. */
+/** The slot of FIELD in the form: its own when the form has one (`cors.max_age`: `<prefix>-cors-max_age`), else
+ * its top-level field's (`scale.min` and `env_vars[X]` belong to `scale` and `env_vars`). */
+function slotOf(prefix, field) {
+  const own = field.replaceAll(".", "-");
+  return own && $(`${prefix}-${own}-error`) ? own : field.split(/[.[]/)[0];
+}
+
+/** Show ERR next to its field, else in STATUS. A field that is a group of checkboxes (a fieldset) has them all
+ * marked invalid and its first one focused. */
 export function showFieldError(prefix, err, status) {
-  const field = String(err.field || "").split(/[.[]/)[0];
+  const field = slotOf(prefix, String(err.field || ""));
   const slot = field && $(`${prefix}-${field}-error`);
   if (!slot) {
     say(status, err.message, true);
@@ -21,9 +29,10 @@ export function showFieldError(prefix, err, status) {
   say(status, "");
   say(slot, err.message, true);
   const input = $(`${prefix}-${field}`);
-  if (input) {
-    input.setAttribute("aria-invalid", "true");
-    input.focus();
+  const inputs = input && input.tagName === "FIELDSET" ? [...input.querySelectorAll("input")] : [input];
+  if (inputs[0]) {
+    for (const one of inputs) one.setAttribute("aria-invalid", "true");
+    inputs[0].focus();
   } else {
     slot.setAttribute("tabindex", "-1");
     slot.focus();
