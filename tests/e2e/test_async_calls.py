@@ -77,13 +77,17 @@ def test_the_x_sless_async_header_works_too_and_plain_calls_stay_synchronous(own
 
 
 def test_failing_calls_are_retried_then_dead_lettered(owner: Tenant) -> None:
-    call_id = submit(owner, "broken", {}).json()["id"]
+    accepted = submit(owner, "broken", {}).json()
+    call_id = accepted["id"]
     call = wait_call(owner, call_id)
     assert (call["state"], call["attempts"]) == ("dead", 3)  # the first attempt and SLESS_ASYNC_MAX_RETRIES=2
     assert call["error"].startswith("after 3 attempt(s)") and call["result"]["status"] == 500
     dead = owner.api("GET", "/calls?state=dead&function=broken", expect=200).json()["items"]
     assert call_id in [c["id"] for c in dead]
     assert wait_records(owner, "broken", lambda r: r["trigger"] == "async" and r["status"] == 500, count=3)
+    records = owner.api("GET", "/functions/broken/invocations", expect=200).json()["items"]
+    tries = sorted(r["attempt"] for r in records if r["request_id"] == accepted["request_id"])
+    assert tries == [1, 2, 3]  # each try's record says which it was
 
 
 def test_calls_are_listed_newest_first_and_paged(owner: Tenant) -> None:

@@ -53,6 +53,12 @@ def lines(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def event_attempts(tenant: Tenant) -> list[int]:
+    """The ``attempt`` of each of the recorder's event invocation records."""
+    return [i["attempt"] for i in tenant.api("GET", "/functions/recorder/invocations", expect=200).json()["items"]
+            if i["trigger"] == "event"]
+
+
 @pytest.fixture(scope="module")
 def sless_events(tmp_path_factory: pytest.TempPathFactory, rabbitmq_url: str) -> Iterator[SlessProcess]:
     sp = start_sless(Path(tmp_path_factory.mktemp("sless-events")), {"SLESS_RABBITMQ_URL": rabbitmq_url,
@@ -120,9 +126,12 @@ def test_a_failing_function_is_retried_then_dead_lettered(sless_events: SlessPro
     assert "ValueError" in dead["bad-1"]["x-sless-reason"] and "asked to fail" in dead["bad-1"]["x-sless-reason"]
     assert dead["poison-1"]["x-sless-kind"] == "malformed"
     assert lines(tmp_path) == []
-    until("three failed event invocations recorded",
-          lambda: len([i for i in tenant.api("GET", "/functions/recorder/invocations").json()["items"]
-                       if i["trigger"] == "event" and i["status"] == 500]) == 3, 30, POLL)
+
+    def failed() -> list[dict[str, Any]]:
+        return [i for i in tenant.api("GET", "/functions/recorder/invocations").json()["items"]
+                if i["trigger"] == "event" and i["status"] == 500]
+    until("three failed event invocations recorded", lambda: len(failed()) == 3, 30, POLL)
+    assert sorted(i["attempt"] for i in failed()) == [1, 2, 3]  # each record says which delivery it was
 
 
 def test_disable_enable_and_delete(sless_events: SlessProcess, rabbitmq_broker: RabbitBroker, tmp_path: Path) -> None:
@@ -306,6 +315,11 @@ def test_sigkill_mid_message_with_at_least_once_calls_it_again(rabbitmq_url: str
         until("the next message", lambda: [line["id"] for line in lines(out)][-1:] == ["after"], 60, POLL)
         assert [line["id"] for line in lines(out)].count("done-1") == 1  # completed: never run again
         assert queue_counts(rabbitmq_broker, f"{queue}.dlq")[0] == 0
+        # The call made again is recorded as the message's second delivery (the first one's record died with the
+        # process); a message delivered once is attempt 1.
+        restarted = Tenant(sp.url, tenant.sub)  # the restarted process listens on another port
+        until("the second delivery recorded as attempt 2", lambda: 2 in event_attempts(restarted), 30, POLL)
+        assert set(event_attempts(restarted)) == {1, 2}
     finally:
         sp.stop()
 

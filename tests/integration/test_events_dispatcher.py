@@ -50,6 +50,7 @@ class Harness:
         self.targets: list[EventTarget] = [self.target]
         self.handler = handler
         self.calls: list[dict[str, Any]] = []
+        self.attempts: list[int] = []  # the attempt number each call was made as
         self.active = 0
         self.max_active = 0
         self.delay = 0.0
@@ -77,10 +78,11 @@ class Harness:
     async def _targets(self) -> list[EventTarget]:
         return list(self.targets)
 
-    async def _invoke(self, target: EventTarget, body: bytes) -> CallResult:
+    async def _invoke(self, target: EventTarget, body: bytes, attempt: int) -> CallResult:
         event = json.loads(body)
         with self.lock:
             self.calls.append(event)
+            self.attempts.append(attempt)
             self.active += 1
             self.max_active = max(self.max_active, self.active)
         try:
@@ -187,6 +189,7 @@ def test_retries_then_dead_letter_with_reason(harness_factory: Callable[..., Har
                                            headers={"tenant-tag": "keep-me"}, correlation_id="corr-1"))
     [(props, body)] = drain(rabbitmq_broker, h.target.dlq, 1)
     assert h.ids() == ["doomed"] * 3  # the first call and max_retries=2 retries
+    assert h.attempts == [1, 2, 3]
     assert json.loads(body) == {"n": 1}
     assert props.message_id == "doomed" and props.correlation_id == "corr-1" and props.delivery_mode == 2
     headers = props.headers
@@ -348,6 +351,7 @@ def test_failed_attempts_survive_a_dispatcher_restart(harness_factory: Callable[
         [(props, _)] = drain(rabbitmq_broker, first.target.dlq, 1)
         assert props.headers["x-sless-attempts"] == 4
         assert len(second.calls) == 3
+        assert (first.attempts, second.attempts) == ([1], [2, 3, 4])  # counted on across the restart
     finally:
         second.close()
 

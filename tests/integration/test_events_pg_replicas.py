@@ -61,7 +61,7 @@ class Replicas:
     async def _targets(self) -> list[EventTarget]:
         return [self.target]
 
-    async def _invoke(self, target: EventTarget, body: bytes) -> CallResult:
+    async def _invoke(self, target: EventTarget, body: bytes, attempt: int) -> CallResult:
         event = json.loads(body)
         with self.lock:
             self.calls[event["id"]] += 1

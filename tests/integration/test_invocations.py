@@ -180,6 +180,21 @@ def test_the_serving_version_round_trips_and_stays_null_when_unknown(inv_log: In
     assert by_path["/p/1"].to_dict()["version"] == 7
 
 
+def test_the_attempt_round_trips_and_stays_null_for_a_call_made_once(inv_log: InvocationLog) -> None:
+    second = inv(1, fn="retried")
+    second.attempt = 2
+    odd = inv(2, fn="retried")
+    odd.attempt = -4  # out of column range: clamped, never a failed batch
+    inv_log.record(second)
+    inv_log.record(odd)
+    inv_log.record(inv(3, fn="retried"))
+    assert inv_log.flush(30), inv_log.last_error
+    page, _ = inv_log.list("ns", "retried", limit=10)
+    by_path = {r.path: r for r in page}
+    assert [by_path[f"/p/{i}"].attempt for i in (1, 2, 3)] == [2, 0, None]
+    assert by_path["/p/1"].to_dict()["attempt"] == 2 and by_path["/p/3"].to_dict()["attempt"] is None
+
+
 def test_get_finds_a_record_only_under_its_own_function(inv_log: InvocationLog) -> None:
     inv_log.record(inv(1, fn="mine"))
     inv_log.record(inv(2, ns="tenant-b", fn="mine"))

@@ -11,7 +11,7 @@ import pytest
 from sless_api.stores.invocations.model import MAX_ERROR_CHARS, MAX_PATH_CHARS, Invocation, sanitized_row
 
 PLAIN = Invocation("sless-0123456789abcdef", "hello", "GET", "/a/b", 200, 1.25, 0, 2, "http", None, 1.7e9,
-                   "0123456789abcdef0123456789abcdef", False, 0.01, 0.0, 0.5, 3)
+                   "0123456789abcdef0123456789abcdef", False, 0.01, 0.0, 0.5, 3, 2)
 
 
 def test_a_plain_record_is_its_row() -> None:
@@ -36,6 +36,8 @@ def test_a_plain_record_is_its_row() -> None:
     ("cold", 1, True),
     ("queue_ms", float("nan"), 0.0),
     ("version", -1, 0),
+    ("attempt", -1, 0),
+    ("attempt", "2", 2),
 ])
 def test_one_odd_value_is_sanitized(field: str, odd: Any, stored: Any) -> None:
     row = sanitized_row(dataclasses.replace(PLAIN, **{field: odd}))

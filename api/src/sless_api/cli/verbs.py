@@ -141,7 +141,7 @@ def cmd_logs(args: argparse.Namespace, client: Client) -> int:
 
 
 #: ``sless logs``' columns: fixed widths, since --follow prints rows as they come (no widths known in advance)
-INVOCATION_ROW = "{:>8} {:20} {:6} {:6} {:>6} {:>4} {:>11} {:4} {:32} {} {}"
+INVOCATION_ROW = "{:>8} {:20} {:8} {:6} {:>6} {:>4} {:>11} {:4} {:32} {} {}"
 INVOCATION_HEADER = INVOCATION_ROW.format("ID", "STARTED", "VIA", "METHOD", "STATUS", "VER", "DURATION", "COLD",
                                           "REQUEST ID", "PATH", "ERROR").rstrip()
 
@@ -157,7 +157,8 @@ def print_invocation(item: dict[str, Any], as_json: bool, headed: bool = True) -
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(item["started_at"])))
     cold = "-" if item.get("cold") is None else "cold" if item["cold"] else "warm"
     version = f"v{item['version']}" if item.get("version") is not None else "-"
-    print(INVOCATION_ROW.format(item.get("id") or "-", at, item["trigger"], item["method"], item["status"], version,
+    via = item["trigger"] if item.get("attempt") is None else f"{item['trigger']}#{item['attempt']}"  # event#2
+    print(INVOCATION_ROW.format(item.get("id") or "-", at, via, item["method"], item["status"], version,
                                 f"{item['duration_ms']:.1f}ms", cold, item.get("request_id") or "-",
                                 one_line(item["path"], 40), one_line(item.get("error"), 60) or "").rstrip())
     return True

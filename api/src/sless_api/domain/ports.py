@@ -78,7 +78,7 @@ class CallInvoker(Protocol):
     a backend hands out services without importing the proxy."""
 
     async def call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]], body: bytes,
-                   trigger: str) -> CallOutcome: ...
+                   trigger: str, *, attempt: int | None = None) -> CallOutcome: ...
 
 
 class FunctionBackend(Protocol):

@@ -99,7 +99,7 @@ class Invoker:
 
     def record(self, route_ns: str, name: str, method: str, path: str, status: int, started: float,
                req_bytes: int, resp_bytes: int, trigger: str, error: str | None, request_id: str | None,
-               timing: CallTiming | None = None, version: int | None = None) -> None:
+               timing: CallTiming | None = None, version: int | None = None, attempt: int | None = None) -> None:
         duration = time.monotonic() - started
         metrics.observe_invocation(route_ns, name, trigger, status, duration)
         if self.invocations is None:
@@ -113,7 +113,7 @@ class Invoker:
             queue_ms=None if timing is None or timing.queue_sec is None else timing.queue_sec * 1000,
             start_ms=timing.start_sec * 1000 if timing is not None and reached else None,
             handler_ms=timing.handler_ms if timing is not None else None,
-            version=version if reached else None))
+            version=version if reached else None, attempt=attempt))
 
     def request(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]] | bytes,
                 body: bytes, timing: CallTiming | None = None) -> Exchange:
@@ -148,24 +148,26 @@ class Invoker:
         raise UpstreamRefused(f"{refused} ({tries} tries in {elapsed:.1f}s)", refused.refused) from None
 
     async def call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]],
-                   body: bytes, trigger: str, request_id: str | None = None, waited_sec: float = 0.0) -> InvokeResult:
+                   body: bytes, trigger: str, request_id: str | None = None, waited_sec: float = 0.0,
+                   attempt: int | None = None) -> InvokeResult:
         """One buffered invocation (cron, events, async calls); recorded like a proxied call, with a request id of
         its own unless the caller gave one (an async call keeps the id its caller was answered with).
 
         ``waited_sec``: how long the call already waited in the platform before this attempt (an async call in its
-        queue), counted in its ``queue`` phase.
+        queue), counted in its ``queue`` phase. ``attempt``: which try at the same work this is (an event's
+        delivery, an async call's retry), kept in the record.
         """
         if tracing.enabled():  # the context HEADERS carry (the queued request's, the message's) is continued
             with tracing.span(f"{trigger} {route.namespace}/{route.function}", "consumer", headers,
                               sless_trigger=trigger, sless_request_id=request_id) as current:
                 result = await self._call(route, method, path_qs, tracing.with_context(headers), body, trigger,
-                                          request_id, waited_sec)
+                                          request_id, waited_sec, attempt)
                 tracing.record_status(current, result.status)
                 return result
-        return await self._call(route, method, path_qs, headers, body, trigger, request_id, waited_sec)
+        return await self._call(route, method, path_qs, headers, body, trigger, request_id, waited_sec, attempt)
 
     async def _call(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]], body: bytes,
-                    trigger: str, request_id: str | None, waited_sec: float) -> InvokeResult:
+                    trigger: str, request_id: str | None, waited_sec: float, attempt: int | None) -> InvokeResult:
         started = time.monotonic()
         route = route.served()
         request_id = request_id or new_request_id()
@@ -181,7 +183,7 @@ class Invoker:
         except PlatformError as exc:
             result = error_reply(exc)
         self.record(route.namespace, route.function, method, path_qs.split("?", 1)[0], result.status, started,
-                    len(body), len(result.body), trigger, result.error, request_id, timing, route.version)
+                    len(body), len(result.body), trigger, result.error, request_id, timing, route.version, attempt)
         return result
 
 

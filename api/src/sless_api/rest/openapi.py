@@ -198,6 +198,10 @@ SCHEMAS: dict[str, Any] = {
         "error": _nullable({"type": "string"}), "started_at": {"type": "number"},
         "request_id": _nullable({"type": "string"}),
         "version": _nullable({"type": "integer", "description": "the function's version that answered"}),
+        "attempt": _nullable({"type": "integer", "minimum": 1, "description": (
+            "which attempt at the same work this was: an event's delivery, counted across redeliveries and "
+            "restarts (an at-least-once trigger's call made again after a crash is attempt 2), or an asynchronous "
+            "call's try; null for a call made once")}),
         "cold": _nullable({"type": "boolean", "description": "a function process had to start for this call"}),
         "phases_ms": {"type": "object", "required": ["queue", "start", "handler"], "properties": {
             "queue": _nullable({"type": "number", "description": "waiting in the platform, without a start"}),

@@ -233,9 +233,9 @@ class KubeEvents:
             del self._last_active[gone]  # a trigger that stopped: forget its throttle
         return targets
 
-    async def invoke(self, target: EventTarget, body: bytes) -> CallResult:
+    async def invoke(self, target: EventTarget, body: bytes, attempt: int) -> CallResult:
         """One call through the same path as HTTP and cron, recorded with trigger type ``event``."""
-        return await call_function(self.router, self.invoker, target, body)
+        return await call_function(self.router, self.invoker, target, body, attempt)
 
     async def report(self, target: EventTarget, message: str, active: bool) -> None:
         """Consumer state changes are written at once; activity (counters, ``lastFiredAt``) at most every

@@ -153,7 +153,8 @@ class AsyncRunner:
         headers = [*((k, v) for k, v in call.headers if k.lower() != "x-request-id"),
                    ("X-Request-Id", call.request_id)]
         result = await self.invoker.call(route, call.method, call.path, headers, call.body, trigger="async",
-                                         request_id=call.request_id, waited_sec=time.time() - call.created_at)
+                                         request_id=call.request_id, waited_sec=time.time() - call.created_at,
+                                         attempt=call.attempts)
         return result.status, result.headers, result.body, result.error
 
     async def _settle(self, call: AsyncCall, outcome: tuple[int | None, list[tuple[str, str]], bytes, str | None]

@@ -13,9 +13,11 @@ from sless_api.domain.ports import CallInvoker, Router
 from sless_api.services.events.model import CallResult, EventTarget
 
 
-async def call_function(router: Router, invoker: CallInvoker, target: EventTarget, body: bytes) -> CallResult:
-    """Deliver BODY to TARGET's function. A function that is gone or not ready is the platform's refusal, as is a
-    4xx that carries ``error`` (the platform answered, not the function): the dispatcher tells them apart."""
+async def call_function(router: Router, invoker: CallInvoker, target: EventTarget, body: bytes,
+                        attempt: int) -> CallResult:
+    """Deliver BODY to TARGET's function, recorded as delivery ATTEMPT. A function that is gone or not ready is the
+    platform's refusal, as is a 4xx that carries ``error`` (the platform answered, not the function): the
+    dispatcher tells them apart."""
     try:
         route = await router.event_route(target.namespace, target.function)
     except PlatformError as exc:
@@ -23,7 +25,7 @@ async def call_function(router: Router, invoker: CallInvoker, target: EventTarge
     headers = [("Content-Type", "application/json"), ("X-Sless-Trigger", target.trigger)]
     if tracing.enabled():
         headers.extend(trace_context(body))
-    result = await invoker.call(route, "POST", "/", headers, body, trigger="event")
+    result = await invoker.call(route, "POST", "/", headers, body, trigger="event", attempt=attempt)
     platform_error = 400 <= result.status < 500 and result.error is not None
     return CallResult(result.status, result.error, platform_error=platform_error)
 

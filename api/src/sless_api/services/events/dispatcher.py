@@ -471,8 +471,8 @@ class Dispatcher:
                 if key is not None:
                     await self.store.record(target.broker_queue, key, State.FAILED, attempts, last_reason)
                 return Final.REQUEUE
-            result = await self._call(target, body)
             attempts += 1
+            result = await self._call(target, body, attempts)
             verdict = judge(result)
             if verdict == Verdict.OK:
                 if key is not None:
@@ -508,9 +508,9 @@ class Dispatcher:
                 w.cancel()
         return consumer.stopping.is_set() or self._closing.is_set()
 
-    async def _call(self, target: EventTarget, body: bytes) -> CallResult:
+    async def _call(self, target: EventTarget, body: bytes, attempt: int) -> CallResult:
         try:
-            return await self.invoke(target, body)
+            return await self.invoke(target, body, attempt)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -63,9 +63,9 @@ class InProcessEvents:
     async def targets(self) -> list[EventTarget]:
         return self.source.event_targets()
 
-    async def invoke(self, target: EventTarget, body: bytes) -> CallResult:
+    async def invoke(self, target: EventTarget, body: bytes, attempt: int) -> CallResult:
         """One call through the same path as HTTP and cron, recorded with trigger type ``event``."""
-        return await call_function(self.router, self.invoker, target, body)
+        return await call_function(self.router, self.invoker, target, body, attempt)
 
     async def report(self, target: EventTarget, message: str, active: bool) -> None:
         self.source.event_report(target, message, active)

@@ -87,6 +87,7 @@ def judge(result: CallResult) -> Verdict:
 
 
 ListTargets = Callable[[], Awaitable[list[EventTarget]]]
-Invoke = Callable[[EventTarget, bytes], Awaitable[CallResult]]
+#: Call the target with the event; the third argument is which attempt this is (from 1, across redeliveries).
+Invoke = Callable[[EventTarget, bytes, int], Awaitable[CallResult]]
 #: (target, status message, whether messages were handled since the last report)
 Report = Callable[[EventTarget, str, bool], Awaitable[None]]

@@ -39,6 +39,9 @@ class Invocation:
     handler_ms: float | None = None
     #: The function's version that answered (a traffic split shares calls between two); None where unknown.
     version: int | None = None
+    #: Which attempt at the same work this was, from 1: an event's delivery (counted across redeliveries and
+    #: restarts) or an asynchronous call's try; None for a call made once (HTTP, cron, a job).
+    attempt: int | None = None
     id: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -51,7 +54,7 @@ class Invocation:
 
 #: A record as stored: the values of sink.COLUMNS in order, each within its column's range.
 Row = tuple[str, str, str, str, int, float, int, int, str, str | None, float, str | None,
-            bool | None, float | None, float | None, float | None, int | None]
+            bool | None, float | None, float | None, float | None, int | None, int | None]
 
 
 def _text(value: object, limit: int) -> str:
@@ -112,6 +115,7 @@ def sanitized_row(inv: Invocation) -> Row:
         _optional_ms(inv.start_ms),
         _optional_ms(inv.handler_ms),
         None if inv.version is None else _int(inv.version, 0, _INT32),
+        None if inv.attempt is None else _int(inv.attempt, 0, _INT32),
     )
 
 
@@ -135,11 +139,12 @@ def _plain_row(inv: Invocation) -> Row | None:
                      and (inv.cold is None or type(inv.cold) is bool)
                      and all(v is None or (type(v) is float and 0.0 <= v <= 1e12)
                              for v in (inv.queue_ms, inv.start_ms, inv.handler_ms))
-                     and (inv.version is None or (type(inv.version) is int and 0 <= inv.version <= _INT32)))
+                     and all(v is None or (type(v) is int and 0 <= v <= _INT32) for v in (inv.version, inv.attempt)))
     if not numbers_plain:
         return None
     return (namespace, function, method, path, status, duration, inv.request_bytes, inv.response_bytes, trigger,
-            error, started, request_id, inv.cold, inv.queue_ms, inv.start_ms, inv.handler_ms, inv.version)
+            error, started, request_id, inv.cold, inv.queue_ms, inv.start_ms, inv.handler_ms, inv.version,
+            inv.attempt)
 
 
 def _optional_ms(value: object) -> float | None:
@@ -149,7 +154,7 @@ def _optional_ms(value: object) -> float | None:
 def from_row(row: Sequence[Any]) -> Invocation:
     """An Invocation from a database row ``(id, *COLUMNS)``."""
     (ident, namespace, function, method, path, status, duration_ms, request_bytes, response_bytes,
-     trigger, error, started_at, request_id, cold, queue_ms, start_ms, handler_ms, version) = row  # fmt: skip
+     trigger, error, started_at, request_id, cold, queue_ms, start_ms, handler_ms, version, attempt) = row  # fmt: skip
     return Invocation(
         namespace=namespace,
         function=function,
@@ -168,5 +173,6 @@ def from_row(row: Sequence[Any]) -> Invocation:
         start_ms=None if start_ms is None else float(start_ms),
         handler_ms=None if handler_ms is None else float(handler_ms),
         version=None if version is None else int(version),
+        attempt=None if attempt is None else int(attempt),
         id=int(ident),
     )

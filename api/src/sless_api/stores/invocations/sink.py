@@ -25,6 +25,7 @@ COLUMNS = (
     "start_ms",
     "handler_ms",
     "version",
+    "attempt",
 )
 
 
