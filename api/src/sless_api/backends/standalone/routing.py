@@ -73,6 +73,9 @@ class StandaloneRouter:
         self.sandbox = sandbox
         self._routes: dict[tuple[str, str], Route] = {}
         self._split_keys: dict[tuple[str, str], str] = {}  # (ns, name) -> the key of its split's other version
+        #: (ns, name) -> (the state's generation it was read at, its route, record and artifact): an event storm
+        #: reads the function's three rows once, not per event.
+        self._event_routes: dict[tuple[str, str], tuple[int, Route, FunctionRecord, dict[str, Any]]] = {}
         self._listeners = ChangeListeners()
 
     # the change feed
@@ -194,6 +197,7 @@ class StandaloneRouter:
     async def forget(self, namespace: str, name: str) -> None:
         """A deleted function: no route, no process; the listeners hear its triggers went with it."""
         self._routes.pop((namespace, name), None)
+        self._event_routes.pop((namespace, name), None)
         self.changed()
         await self.supervisor.remove(process_key(namespace, name))
         await self._remove_split(namespace, name)
@@ -234,16 +238,26 @@ class StandaloneRouter:
 
     async def event_route(self, namespace: str, name: str) -> Route:
         """Event triggers call a Ready function whether or not it has an http trigger."""
-        rec = self.state.get_function(namespace, name)
-        if rec is None:
-            raise NotFound(f"function {name!r} not found")
-        artifact = self.state.get_artifact(namespace, name)
-        if rec.phase != Phase.READY or artifact is None:
-            raise Unavailable(f"function {name!r} is not ready (phase {rec.phase})")
+        generation = self.state.generation()  # before reading: a write during the read makes the entry stale
+        cached = self._event_routes.get((namespace, name))
+        if cached is not None and cached[0] == generation:
+            _, route, rec, artifact = cached
+        else:
+            found = self.state.get_function(namespace, name)
+            if found is None:
+                raise NotFound(f"function {name!r} not found")
+            rec = found
+            stored = self.state.get_artifact(namespace, name)
+            if rec.phase != Phase.READY or stored is None:
+                raise Unavailable(f"function {name!r} is not ready (phase {rec.phase})")
+            artifact = stored
+            route = Route(namespace, name, float(rec.spec.timeout_sec), "public",
+                          version=current_version(self.state, rec))
+            self._event_routes[(namespace, name)] = (generation, route, rec, artifact)
         key = process_key(namespace, name)
         if self.process_state(key) == "absent":
             await self.supervisor.deploy(key, await self.process_spec(rec, artifact_from_dict(artifact)))
-        return Route(namespace, name, float(rec.spec.timeout_sec), "public", version=current_version(self.state, rec))
+        return route
 
     def upstream(self, route: Route) -> _Upstream:
         return _Upstream(self.supervisor.lease(route.target or process_key(route.namespace, route.function)), route)

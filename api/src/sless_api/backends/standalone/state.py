@@ -111,6 +111,12 @@ class StateStore:
                 raise
             self._db.execute("COMMIT")
 
+    def generation(self) -> int:
+        """A number that changes whenever anything in the store does: the rows this connection (the only
+        writer: `sless up` is one process) has inserted, updated or deleted. What is read per call (an event's
+        route) is kept while it stays the same."""
+        return self._db.total_changes
+
     def _rows(self, sql: str, *args: Any) -> list[sqlite3.Row]:
         with self._lock:
             return list(self._db.execute(sql, args))

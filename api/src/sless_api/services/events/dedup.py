@@ -24,10 +24,13 @@ import socket
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+from sless_api.services.events.batching import ClaimWrite, RecordWrite, Write, WriteBatcher
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS event_deliveries (
@@ -93,7 +96,8 @@ def owner_gone(owner: str) -> bool:
 
 
 class SqliteDedupStore:
-    """The store on SQLite: short transactions on the caller's thread (microseconds on a local file)."""
+    """The store on SQLite: short transactions on the caller's thread (microseconds on a local file), the writes
+    asked for in one turn of the event loop in one transaction (:mod:`.batching`)."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,44 +106,60 @@ class SqliteDedupStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
         self._lock = threading.Lock()
+        self.batcher = WriteBatcher(self._execute)
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
     async def claim(self, queue: str, key: str, owner: str, lease_until: float) -> Claim:
+        claim: Claim = await self.batcher.submit(ClaimWrite(queue, key, owner, lease_until))
+        return claim
+
+    async def record(self, queue: str, key: str, state: State, attempts: int, reason: str = "") -> None:
+        await self.batcher.submit(RecordWrite(queue, key, state, attempts, reason))
+
+    async def _execute(self, writes: Sequence[Write]) -> list[Any]:
+        """The batch in one transaction, on the loop's thread (it is a local file: no wait worth a thread)."""
         now = time.time()
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                row = self._db.execute(
-                    "SELECT state, attempts, owner, lease_until, reason FROM event_deliveries "
-                    "WHERE queue = ? AND message_key = ?", (queue, key)).fetchone()
-                if row is None or row[0] == State.FAILED:
-                    attempts = 0 if row is None else int(row[1])
-                    self._db.execute(
-                        "INSERT INTO event_deliveries VALUES (?, ?, ?, ?, ?, ?, '', ?) "
-                        "ON CONFLICT (queue, message_key) DO UPDATE SET state = excluded.state, "
-                        "owner = excluded.owner, lease_until = excluded.lease_until, updated_at = excluded.updated_at",
-                        (queue, key, State.RUNNING.value, attempts, owner, lease_until, now))
-                    claim = Claim(True, None if row is None else State.FAILED, attempts, owner, lease_until,
-                                  "" if row is None else str(row[4]))
-                else:
-                    claim = Claim(False, State(row[0]), int(row[1]), str(row[2]), float(row[3]), str(row[4]))
+                results: list[Any] = []
+                for w in writes:
+                    if isinstance(w, ClaimWrite):
+                        results.append(self._claim(w, now))
+                    else:
+                        self._record(w, now)
+                        results.append(None)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-        return claim
+        return results
 
-    async def record(self, queue: str, key: str, state: State, attempts: int, reason: str = "") -> None:
-        with self._lock:
+    def _claim(self, w: ClaimWrite, now: float) -> Claim:
+        row = self._db.execute(
+            "SELECT state, attempts, owner, lease_until, reason FROM event_deliveries "
+            "WHERE queue = ? AND message_key = ?", (w.queue, w.key)).fetchone()
+        if row is None or row[0] == State.FAILED:
+            attempts = 0 if row is None else int(row[1])
             self._db.execute(
-                "INSERT INTO event_deliveries VALUES (?, ?, ?, ?, '', 0, ?, ?) "
+                "INSERT INTO event_deliveries VALUES (?, ?, ?, ?, ?, ?, '', ?) "
                 "ON CONFLICT (queue, message_key) DO UPDATE SET state = excluded.state, "
-                "attempts = excluded.attempts, reason = excluded.reason, lease_until = 0, "
-                "updated_at = excluded.updated_at",
-                (queue, key, state.value, attempts, reason[:2000], time.time()))
+                "owner = excluded.owner, lease_until = excluded.lease_until, updated_at = excluded.updated_at",
+                (w.queue, w.key, State.RUNNING.value, attempts, w.owner, w.lease_until, now))
+            return Claim(True, None if row is None else State.FAILED, attempts, w.owner, w.lease_until,
+                         "" if row is None else str(row[4]))
+        return Claim(False, State(row[0]), int(row[1]), str(row[2]), float(row[3]), str(row[4]))
+
+    def _record(self, w: RecordWrite, now: float) -> None:
+        self._db.execute(
+            "INSERT INTO event_deliveries VALUES (?, ?, ?, ?, '', 0, ?, ?) "
+            "ON CONFLICT (queue, message_key) DO UPDATE SET state = excluded.state, "
+            "attempts = excluded.attempts, reason = excluded.reason, lease_until = 0, "
+            "updated_at = excluded.updated_at",
+            (w.queue, w.key, str(w.state), w.attempts, w.reason[:2000], now))
 
     async def purge(self, older_than: float) -> int:
         """Forget rows unchanged since ``older_than``, in batches so writers never wait long."""

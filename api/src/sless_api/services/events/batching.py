@@ -1,0 +1,91 @@
+"""One transaction for the store's writes asked for together: the claims and records that every message in a
+prefetch window needs arrive in the same turn of the event loop, and each of them alone would be a transaction
+(a commit, and in PostgreSQL a round trip and a WAL flush) of its own.
+
+``WriteBatcher.submit`` queues one write and returns its result; the writes queued before the loop's next turn
+run as one batch through the store's ``execute``, in the order they came (two writes of one message keep their
+order). The store keeps the locking rules of one write per transaction: a batch only groups what was asked for
+at once, it never holds a row across a function call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: At most this many writes in one transaction: a bound on how long one holds the store.
+MAX_BATCH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimWrite:
+    """Take a message for a call (see :meth:`DedupStore.claim`)."""
+
+    queue: str
+    key: str
+    owner: str
+    lease_until: float
+
+
+@dataclass(frozen=True, slots=True)
+class RecordWrite:
+    """Write where a message's handling stands (see :meth:`DedupStore.record`)."""
+
+    queue: str
+    key: str
+    state: str  # a dedup.State (a string enum; the stores import this module, not the other way round)
+    attempts: int
+    reason: str
+
+
+Write = ClaimWrite | RecordWrite
+#: Runs writes in one transaction and gives one result each (a Claim for a claim, None for a record).
+Execute = Callable[[Sequence[Write]], Awaitable[list[Any]]]
+
+
+class WriteBatcher:
+    """Coalesces the writes submitted in one turn of the event loop into one call of ``execute``."""
+
+    def __init__(self, execute: Execute, max_batch: int = MAX_BATCH) -> None:
+        self._execute = execute
+        self._max_batch = max_batch
+        self._pending: list[tuple[Write, asyncio.Future[Any]]] = []
+        self._scheduled = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.batches = 0  # for tests and diagnostics: how many transactions ran
+        self.writes = 0
+
+    async def submit(self, write: Write) -> Any:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        self._pending.append((write, done))
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._flush)
+        return await done
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        pending, self._pending = self._pending, []
+        for start in range(0, len(pending), self._max_batch):
+            task = asyncio.ensure_future(self._run(pending[start:start + self._max_batch]))
+            self._tasks.add(task)  # held until it ends: the loop keeps only weak references to tasks
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, batch: list[tuple[Write, asyncio.Future[Any]]]) -> None:
+        self.batches += 1
+        self.writes += len(batch)
+        try:
+            results = await self._execute([write for write, _ in batch])
+        except BaseException as exc:  # every write of the batch failed with it; each caller sees the error
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, done), result in zip(batch, results, strict=True):
+            if not done.done():
+                done.set_result(result)

@@ -1,0 +1,92 @@
+"""The event store's write batcher: writes asked for in one turn of the loop are one transaction, in order, each
+caller gets its own result, and a failed transaction fails every write in it (none is silently dropped)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sless_api.services.events.batching import ClaimWrite, RecordWrite, Write, WriteBatcher
+from sless_api.services.events.dedup import SqliteDedupStore, State
+
+
+def test_writes_of_one_turn_are_one_batch_in_order() -> None:
+    seen: list[list[Write]] = []
+
+    async def execute(writes: Sequence[Write]) -> list[Any]:
+        seen.append(list(writes))
+        return [w.key for w in writes]
+
+    async def main() -> list[Any]:
+        batcher = WriteBatcher(execute)
+        writes = [ClaimWrite("q", f"k{i}", "me", 1.0) if i % 2 else RecordWrite("q", f"k{i}", "done", 1, "")
+                  for i in range(10)]
+        results = await asyncio.gather(*(batcher.submit(w) for w in writes))
+        later = await batcher.submit(RecordWrite("q", "late", "done", 1, ""))
+        return [*results, later, batcher.batches]
+
+    *results, late, batches = asyncio.run(main())
+    assert results == [f"k{i}" for i in range(10)] and late == "late"
+    assert batches == 2 and [len(b) for b in seen] == [10, 1]
+    assert [w.key for w in seen[0]] == [f"k{i}" for i in range(10)]
+
+
+def test_a_batch_is_capped() -> None:
+    async def execute(writes: Sequence[Write]) -> list[Any]:
+        return [len(writes)] * len(writes)
+
+    async def main() -> list[Any]:
+        batcher = WriteBatcher(execute, max_batch=4)
+        return await asyncio.gather(*(batcher.submit(RecordWrite("q", str(i), "done", 1, "")) for i in range(10)))
+
+    assert asyncio.run(main()) == [4] * 8 + [2] * 2
+
+
+def test_a_failed_transaction_fails_every_write_in_it() -> None:
+    async def execute(writes: Sequence[Write]) -> list[Any]:
+        raise OSError("disk full")
+
+    async def main() -> list[Any]:
+        batcher = WriteBatcher(execute)
+        return await asyncio.gather(*(batcher.submit(RecordWrite("q", str(i), "done", 1, "")) for i in range(3)),
+                                    return_exceptions=True)
+
+    outcomes = asyncio.run(main())
+    assert len(outcomes) == 3 and all(isinstance(o, OSError) for o in outcomes)
+
+
+def test_the_sqlite_store_claims_a_window_in_one_transaction(tmp_path: Path) -> None:
+    """Eight messages' claims and records in one turn: two transactions, and the rules of one claim each hold
+    (a second claim of a running message is refused, a done one is answered as done)."""
+    store = SqliteDedupStore(tmp_path / "dedup.db")
+
+    async def main() -> tuple[list[Any], list[Any], int]:
+        first = await asyncio.gather(*(store.claim("q", f"m{i}", "me", 9e9) for i in range(8)))
+        await asyncio.gather(*(store.record("q", f"m{i}", State.DONE, 1) for i in range(4)))
+        again = await asyncio.gather(*(store.claim("q", f"m{i}", "other", 9e9) for i in range(8)))
+        return first, again, store.batcher.batches
+
+    try:
+        first, again, batches = asyncio.run(main())
+    finally:
+        store.close()
+    assert all(c.granted and c.state is None for c in first)
+    assert [c.state for c in again] == [State.DONE] * 4 + [State.RUNNING] * 4
+    assert not any(c.granted for c in again) and {c.owner for c in again[4:]} == {"me"}
+    assert batches == 3
+
+
+def test_a_failed_message_is_claimed_again_with_its_attempts(tmp_path: Path) -> None:
+    store = SqliteDedupStore(tmp_path / "dedup.db")
+
+    async def main() -> Any:
+        await store.record("q", "m", State.FAILED, 2, "HTTP 500")
+        return await store.claim("q", "m", "me", 9e9)
+
+    try:
+        claim = asyncio.run(main())
+    finally:
+        store.close()
+    assert (claim.granted, claim.state, claim.attempts, claim.reason) == (True, State.FAILED, 2, "HTTP 500")
