@@ -113,6 +113,27 @@ def test_messages_call_the_function_and_are_recorded_as_event_invocations(
     assert queue_counts(rabbitmq_broker, queue) == (0, 1)
 
 
+def test_an_event_after_a_new_version_is_served_and_recorded_by_it(
+        sless_events: SlessProcess, rabbitmq_broker: RabbitBroker, tmp_path: Path) -> None:
+    """The event path keeps a function's route between events: a change of the function must still reach the
+    next event at once (its new configuration, its new version number)."""
+    tenant = subscriber(sless_events, "events-versions", tmp_path, broker=rabbitmq_broker)
+    queue = f"{tenant.ns}.inbox"
+    publish(rabbitmq_broker, queue, [{"n": 1}], lambda i: pika.BasicProperties(message_id="before"))
+    until("the first event", lambda: len(lines(tmp_path)) == 1, 60, POLL)
+    tenant.api("PATCH", "/functions/recorder", json={"env_vars": {"OUT_DIR": str(tmp_path), "MARK": "two"}},
+               expect=200)
+    tenant.wait_phase("recorder", ("Ready",), 120)
+    publish(rabbitmq_broker, queue, [{"n": 2}], lambda i: pika.BasicProperties(message_id="after"))
+    until("the second event", lambda: len(lines(tmp_path)) == 2, 60, POLL)
+
+    def versions() -> list[int]:
+        return sorted(i["version"] for i in tenant.api("GET", "/functions/recorder/invocations", expect=200)
+                      .json()["items"] if i["trigger"] == "event")
+    until("both events recorded", lambda: len(versions()) == 2, 30, POLL)
+    assert versions() == [1, 2]
+
+
 def test_a_failing_function_is_retried_then_dead_lettered(sless_events: SlessProcess, rabbitmq_broker: RabbitBroker,
                                                           tmp_path: Path) -> None:
     tenant = subscriber(sless_events, "events-failing", tmp_path, broker=rabbitmq_broker)
