@@ -177,17 +177,19 @@ def measure(table: Table, broker: RabbitBroker, workdir: Path, prefetch: int, co
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="500 messages, prefetch 8 only")
+    parser.add_argument("--quick", action="store_true", help="500 messages, the first prefetch only")
+    parser.add_argument("--prefetch", default="", help="comma list of SLESS_EVENT_PREFETCH values (default 8,1)")
     parser.add_argument("--count", type=int, default=None, help="backlog size (max 20000)")
-    parser.add_argument("--rate", type=float, default=50.0, help="paced publish rate, msg/s (max 500)")
+    parser.add_argument("--rate", type=float, default=1000.0, help="paced publish rate, msg/s (max 2000)")
     parser.add_argument("--seconds", type=float, default=None, help="paced phase length (max 30)")
     args = parser.parse_args()
     count = min(args.count or (500 if args.quick else 2000), 20000)
-    rate = min(args.rate, 500.0)
+    rate = min(args.rate, 2000.0)
     seconds = min(args.seconds or (3.0 if args.quick else 6.0), 30.0)
     table = Table("Event triggers (RabbitMQ -> dispatcher -> python3.11 runtime)")
     with tempfile.TemporaryDirectory(prefix="sless-bench-events-") as tmp, rabbitmq_server() as broker:
-        for prefetch in ((8,) if args.quick else (8, 1)):
+        prefetches = [max(1, min(int(p), 1000)) for p in args.prefetch.split(",") if p.strip()] or [8, 1]
+        for prefetch in (prefetches[:1] if args.quick else prefetches):
             measure(table, broker, Path(tmp), prefetch, count, rate, seconds)
     table.print()
 

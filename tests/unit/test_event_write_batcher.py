@@ -90,3 +90,30 @@ def test_a_failed_message_is_claimed_again_with_its_attempts(tmp_path: Path) -> 
     finally:
         store.close()
     assert (claim.granted, claim.state, claim.attempts, claim.reason) == (True, State.FAILED, 2, "HTTP 500")
+
+
+def test_records_wait_for_company_and_a_claim_takes_them_along() -> None:
+    """Records coming within the linger share a transaction; a claim goes out in the next turn and takes the
+    records waiting with it (timers run in the order they are due, so this does not depend on the machine)."""
+    seen: list[list[str]] = []
+
+    async def execute(writes: Sequence[Write]) -> list[Any]:
+        seen.append([w.key for w in writes])
+        return [None] * len(writes)
+
+    async def later(batcher: WriteBatcher, delay: float, write: Write) -> Any:
+        await asyncio.sleep(delay)
+        return await batcher.submit(write)
+
+    async def main(linger: float) -> None:
+        batcher = WriteBatcher(execute, linger_sec=linger)
+        await asyncio.gather(batcher.submit(RecordWrite("q", "r1", "done", 1, "")),
+                             later(batcher, 0.01, RecordWrite("q", "r2", "done", 1, "")))
+        await asyncio.gather(batcher.submit(RecordWrite("q", "r3", "done", 1, "")),
+                             later(batcher, 0.01, ClaimWrite("q", "c1", "me", 1.0)))
+
+    asyncio.run(main(0.2))
+    assert seen == [["r1", "r2"], ["r3", "c1"]]
+    seen.clear()
+    asyncio.run(main(0.0))
+    assert seen == [["r1"], ["r2"], ["r3"], ["c1"]]

@@ -1,11 +1,14 @@
-"""One transaction for the store's writes asked for together: the claims and records that every message in a
-prefetch window needs arrive in the same turn of the event loop, and each of them alone would be a transaction
-(a commit, and in PostgreSQL a round trip and a WAL flush) of its own.
+"""One transaction for the store's writes asked for together: the claims and records that every message in a prefetch
+window needs arrive in the same turn of the event loop, and each of them alone would be a transaction (a commit, and
+in PostgreSQL a round trip and a WAL flush) of its own.
 
-``WriteBatcher.submit`` queues one write and returns its result; the writes queued before the loop's next turn
-run as one batch through the store's ``execute``, in the order they came (two writes of one message keep their
-order). The store keeps the locking rules of one write per transaction: a batch only groups what was asked for
-at once, it never holds a row across a function call.
+``WriteBatcher.submit`` queues one write and returns its result; the writes queued before the loop's next turn run
+as one batch through the store's ``execute``, in the order they came (two writes of one message keep their order). A
+claim goes out in the next turn (a call waits for it); a record may wait up to ``RECORD_LINGER_SEC`` for others to
+share its transaction (only the message's ack waits for it, and calls end one by one: without the wait most records
+would be a transaction each), and goes with the next claim's batch if one comes first. The store keeps the locking
+rules of one write per transaction: a batch only groups what was asked for at once, it never holds a row across a
+function call.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 
 #: At most this many writes in one transaction: a bound on how long one holds the store.
 MAX_BATCH = 256
+#: How long a record may wait for company (a group commit); what it delays is the message's ack, not a call.
+RECORD_LINGER_SEC = 0.002
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +53,13 @@ Execute = Callable[[Sequence[Write]], Awaitable[list[Any]]]
 class WriteBatcher:
     """Coalesces the writes submitted in one turn of the event loop into one call of ``execute``."""
 
-    def __init__(self, execute: Execute, max_batch: int = MAX_BATCH) -> None:
+    def __init__(self, execute: Execute, max_batch: int = MAX_BATCH, linger_sec: float = RECORD_LINGER_SEC) -> None:
         self._execute = execute
         self._max_batch = max_batch
+        self._linger = linger_sec
         self._pending: list[tuple[Write, asyncio.Future[Any]]] = []
-        self._scheduled = False
+        self._flush_at: float | None = None  # the loop time the pending writes go out
+        self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.batches = 0  # for tests and diagnostics: how many transactions ran
         self.writes = 0
@@ -61,13 +68,17 @@ class WriteBatcher:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
         self._pending.append((write, done))
-        if not self._scheduled:
-            self._scheduled = True
-            loop.call_soon(self._flush)
+        wait = self._linger if isinstance(write, RecordWrite) and len(self._pending) < self._max_batch else 0.0
+        due = loop.time() + wait
+        if self._flush_at is None or due < self._flush_at:  # the soonest any pending write must go decides
+            if self._timer is not None:
+                self._timer.cancel()
+            self._flush_at = due
+            self._timer = loop.call_later(wait, self._flush) if wait else loop.call_soon(self._flush)
         return await done
 
     def _flush(self) -> None:
-        self._scheduled = False
+        self._flush_at, self._timer = None, None
         pending, self._pending = self._pending, []
         for start in range(0, len(pending), self._max_batch):
             task = asyncio.ensure_future(self._run(pending[start:start + self._max_batch]))

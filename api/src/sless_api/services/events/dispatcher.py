@@ -39,9 +39,9 @@ from typing import Any
 import aio_pika
 import aio_pika.abc
 import aio_pika.exceptions
-import aiormq.exceptions
 
 from sless_api import metrics
+from sless_api.services.events.acks import AMQP_ERRORS, AckBatcher
 from sless_api.services.events.config import EventsConfig
 from sless_api.services.events.dedup import Claim, DedupStore, State, owner_gone, process_owner
 from sless_api.services.events.message import Delivery, Malformed, encode_event, map_delivery, message_key
@@ -65,8 +65,6 @@ CLAIM_POLL_SEC = 1.0
 PURGE_EVERY_SEC = 600.0
 REPORT_EVERY_SEC = 2.0
 REASON_MAX = 1000
-AMQP_ERRORS = (aio_pika.exceptions.AMQPError, aiormq.exceptions.AMQPError, ConnectionError, OSError,
-               RuntimeError, asyncio.TimeoutError)
 
 
 class Final(StrEnum):
@@ -103,6 +101,7 @@ class _Consumer:
         self.stats: Counter[str] = Counter()
         self.reported: Counter[str] = Counter()
         self.queue_note = ""
+        self.acks = AckBatcher()  # this consumer's channel's (start() opens the one channel it has)
 
     async def start(self, connection: aio_pika.abc.AbstractConnection) -> None:
         cfg = self.dispatcher.config
@@ -133,6 +132,7 @@ class _Consumer:
             self.dispatcher.refresh()
 
     async def _on_message(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        self.acks.delivered(message)  # first: a batched ack may only cover deliveries known here
         self.active += 1
         self.idle.clear()
         try:
@@ -142,11 +142,19 @@ class _Consumer:
         except Exception:
             log.exception("event handling failed for %s; the message goes back to the queue", self.target.key)
             await asyncio.sleep(1.0)
-            await _settle(message, Final.REQUEUE)
+            await self.settle(message, Final.REQUEUE)
         finally:
             self.active -= 1
             if self.active == 0:
                 self.idle.set()
+
+    async def settle(self, message: aio_pika.abc.AbstractIncomingMessage, final: Final) -> None:
+        """Ack (with the others finishing now: :mod:`.acks`) or give back at once."""
+        if final == Final.REQUEUE:
+            self.acks.given_back(message)
+            await _give_back(message)
+        else:
+            await self.acks.ack(message)
 
     async def stop(self, drain_sec: float) -> None:
         """Stop taking messages now; messages in hand finish (or go back), then the channel closes."""
@@ -177,13 +185,10 @@ async def _declare(connection: aio_pika.abc.AbstractConnection, channel: aio_pik
         return channel, queue, f"{name} exists with other settings ({exc}); used as it is"
 
 
-async def _settle(message: aio_pika.abc.AbstractIncomingMessage, final: Final) -> None:
-    """Ack or give back; on a closed channel the broker redelivers and the store settles it then."""
+async def _give_back(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+    """Nack with requeue; on a closed channel the broker redelivers and the store settles it then."""
     try:
-        if final == Final.REQUEUE:
-            await message.nack(requeue=True)
-        else:
-            await message.ack()
+        await message.nack(requeue=True)
     except (*AMQP_ERRORS, aio_pika.exceptions.MessageProcessError) as exc:
         log.debug("could not settle a delivery (%s): the broker will redeliver it", exc)
 
@@ -422,7 +427,7 @@ class Dispatcher:
         delivery (and cancels its callback) never cuts a call short; its redelivery joins that task."""
         target = consumer.target
         if consumer.stopping.is_set() or self._closing.is_set():
-            await _settle(message, Final.REQUEUE)  # delivered just before the cancel took effect
+            await consumer.settle(message, Final.REQUEUE)  # delivered just before the cancel took effect
             return
         delivery = _delivery(message)
         self.stats["delivered"] += 1
@@ -450,7 +455,7 @@ class Dispatcher:
             final = await asyncio.shield(task)
             if joined:  # a second delivery of a message being handled: settled by the first one's outcome
                 self._count(consumer, "duplicate")
-        await _settle(message, final)
+        await consumer.settle(message, final)
 
     async def _process(self, consumer: _Consumer, delivery: Delivery, key: str | None, body: bytes) -> Final:
         target = consumer.target
