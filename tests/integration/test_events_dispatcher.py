@@ -177,6 +177,21 @@ def test_prefetch_one_keeps_queue_order_through_retries(harness_factory: Callabl
     assert h.max_active == 1
 
 
+def test_a_function_limit_bounds_the_messages_taken_at_once(harness_factory: Callable[..., Harness],
+                                                              rabbitmq_broker: RabbitBroker) -> None:
+    """Prefetch 4, but the function runs at most 2 calls at once: the trigger takes 2 messages at a time (more
+    would only wait in the dispatcher's hands), and all are handled."""
+    ns = "sless-" + uuid.uuid4().hex[:16]
+    h = harness_factory(target=EventTarget(ns, "trig", "fn", "jobs", timeout_sec=5.0, concurrency=2), prefetch=4)
+    h.delay = 0.2
+    h.wait_consuming(rabbitmq_broker)
+    publish(rabbitmq_broker, h.target.broker_queue, [{"n": i} for i in range(8)])
+    until("8 calls", lambda: len(h.calls) >= 8, 30, POLL)
+    assert h.max_active == 2
+    assert EventTarget(ns, "t", "f", "q", 5.0).prefetch(8) == 8  # no limit: the platform's setting
+    assert EventTarget(ns, "t", "f", "q", 5.0, concurrency=100).prefetch(8) == 8
+
+
 # ------------------------------------------------------------------------------- failures and the DLQ
 
 

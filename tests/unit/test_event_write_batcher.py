@@ -117,3 +117,32 @@ def test_records_wait_for_company_and_a_claim_takes_them_along() -> None:
     seen.clear()
     asyncio.run(main(0.0))
     assert seen == [["r1"], ["r2"], ["r3"], ["c1"]]
+
+
+def test_one_batch_at_a_time_and_what_comes_meanwhile_is_the_next() -> None:
+    """A group commit: while a transaction runs, the writes asked for gather into the next one."""
+    seen: list[list[str]] = []
+
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def execute(writes: Sequence[Write]) -> list[Any]:
+            seen.append([w.key for w in writes])
+            if len(seen) == 1:
+                await release.wait()
+            return [None] * len(writes)
+
+        batcher = WriteBatcher(execute, linger_sec=0.0)
+        first = asyncio.ensure_future(batcher.submit(ClaimWrite("q", "a", "me", 1.0)))
+        for _ in range(20):  # a few turns of the loop: the submit, the flush, the batch's task
+            await asyncio.sleep(0)
+        assert seen == [["a"]]
+        rest = [asyncio.ensure_future(batcher.submit(ClaimWrite("q", k, "me", 1.0))) for k in "bcd"]
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert seen == [["a"]]  # not started while the first runs
+        release.set()
+        await asyncio.gather(first, *rest)
+
+    asyncio.run(main())
+    assert seen == [["a"], ["b", "c", "d"]]

@@ -18,7 +18,6 @@ CloudEvents distributed-tracing extension). The function gets the context of the
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -43,9 +42,9 @@ def wanted(env: Mapping[str, str]) -> bool:
     return bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 
 
-def configure(service_name: str, env: Mapping[str, str] | None = None) -> bool:
-    """Install the SDK's tracer provider when the environment asks for traces; whether it did."""
-    env = os.environ if env is None else env
+def configure(service_name: str, env: Mapping[str, str]) -> bool:
+    """Install the SDK's tracer provider when ENV (the process's environment, which the SDK's exporter and
+    sampler read themselves) asks for traces; whether it did."""
     if enabled() or not wanted(env):
         return enabled()
     from opentelemetry import trace

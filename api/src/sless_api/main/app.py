@@ -203,7 +203,8 @@ class SlessApp:
             await self.rest(cast(dict[str, Any], scope), receive, send)
 
     async def startup(self) -> None:
-        tracing.configure("sless-api")  # in each worker, after gunicorn's fork: the exporter's thread is its own
+        # In each worker, after gunicorn's fork: the exporter's thread is its own.
+        tracing.configure("sless-api", os.environ)
         services = self.services
         removed = functions.clean_interrupted_uploads(upload_spool(services.config))
         if removed:

@@ -120,7 +120,7 @@ def main() -> int:
         return EXIT_CONFIG
     assert config.events is not None  # SLESS_RABBITMQ_URL is set
     configure_logging(config.logging)
-    tracing.configure("sless-events")
+    tracing.configure("sless-events", os.environ)
     try:
         return asyncio.run(serve(settings, config, config.events, config.kube))
     finally:

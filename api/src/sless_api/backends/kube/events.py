@@ -33,7 +33,7 @@ from typing import Any
 
 from sless_api.backends.kube.client import KubeClient
 from sless_api.backends.kube.router import KubeRouter
-from sless_api.backends.kube.routes import FUNCTIONS, TRIGGERS, FunctionView, RouteTable, function_view
+from sless_api.backends.kube.routes import FUNCTIONS, TRIGGERS, FunctionView, RouteTable, concurrency, function_view
 from sless_api.backends.settings import KubeSettings
 from sless_api.domain.changes import ChangeListeners
 from sless_api.domain.ports import CallInvoker
@@ -152,7 +152,7 @@ class EventTable(RouteTable):
                 continue
             taken[(ns, view.queue)] = name
             targets[(ns, name)] = EventTarget(ns, name, view.function, view.queue, fn.timeout_sec,
-                                              view.at_least_once)
+                                              view.at_least_once, concurrency(fn)[0])
         changed = targets != self._targets or blocked != self.blocked
         self._targets, self.blocked = targets, blocked
         return changed

@@ -80,7 +80,8 @@ class TriggerFiring:
             if fn is None or fn.phase != Phase.READY or state.get_artifact(trig.namespace, fn.spec.name) is None:
                 continue
             out.append(EventTarget(trig.namespace, trig.spec.name, fn.spec.name, trig.spec.queue,
-                                   float(fn.spec.timeout_sec), trig.spec.delivery == Delivery.AT_LEAST_ONCE))
+                                   float(fn.spec.timeout_sec), trig.spec.delivery == Delivery.AT_LEAST_ONCE,
+                                   StandaloneRouter.function_limit(fn.spec)))
         return out
 
     def event_report(self, target: EventTarget, message: str, active: bool) -> None:

@@ -2,13 +2,13 @@
 window needs arrive in the same turn of the event loop, and each of them alone would be a transaction (a commit, and
 in PostgreSQL a round trip and a WAL flush) of its own.
 
-``WriteBatcher.submit`` queues one write and returns its result; the writes queued before the loop's next turn run
-as one batch through the store's ``execute``, in the order they came (two writes of one message keep their order). A
-claim goes out in the next turn (a call waits for it); a record may wait up to ``RECORD_LINGER_SEC`` for others to
-share its transaction (only the message's ack waits for it, and calls end one by one: without the wait most records
-would be a transaction each), and goes with the next claim's batch if one comes first. The store keeps the locking
-rules of one write per transaction: a batch only groups what was asked for at once, it never holds a row across a
-function call.
+``WriteBatcher.submit`` queues one write and returns its result; one batch runs at a time, and the writes queued
+before the loop's next turn, or while the previous batch ran (a group commit), run as one batch through the store's
+``execute``, in the order they came (two writes of one message keep their order). A claim goes out in the next turn
+(a call waits for it); a record may wait up to ``RECORD_LINGER_SEC`` for others to share its transaction (only the
+message's ack waits for it, and calls end one by one: without the wait most records would be a transaction each),
+and goes with the next claim's batch if one comes first. The store keeps the locking rules of one write per
+transaction: a batch only groups what was asked for at once, it never holds a row across a function call.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class WriteBatcher:
         self._pending: list[tuple[Write, asyncio.Future[Any]]] = []
         self._flush_at: float | None = None  # the loop time the pending writes go out
         self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._running: asyncio.Task[None] | None = None  # one batch at a time: what comes meanwhile forms the next
+        self._due_after_run = False  # writes fell due while a batch ran: they go as soon as it ends
         self.batches = 0  # for tests and diagnostics: how many transactions ran
         self.writes = 0
 
@@ -79,11 +80,24 @@ class WriteBatcher:
 
     def _flush(self) -> None:
         self._flush_at, self._timer = None, None
-        pending, self._pending = self._pending, []
-        for start in range(0, len(pending), self._max_batch):
-            task = asyncio.ensure_future(self._run(pending[start:start + self._max_batch]))
-            self._tasks.add(task)  # held until it ends: the loop keeps only weak references to tasks
-            task.add_done_callback(self._tasks.discard)
+        if self._running is not None:
+            self._due_after_run = True
+            return
+        batch, self._pending = self._pending[:self._max_batch], self._pending[self._max_batch:]
+        if batch:
+            self._running = asyncio.ensure_future(self._run(batch))
+            self._running.add_done_callback(self._ran)
+
+    def _ran(self, _task: asyncio.Task[None]) -> None:
+        """A batch ended: the writes that fell due meanwhile (or are over the cap) go now, the rest at their time."""
+        self._running = None
+        if self._pending and (self._due_after_run or self._timer is None):
+            self._due_after_run = False
+            if self._timer is not None:
+                self._timer.cancel()
+            loop = asyncio.get_running_loop()
+            self._flush_at = loop.time()
+            self._timer = loop.call_soon(self._flush)
 
     async def _run(self, batch: list[tuple[Write, asyncio.Future[Any]]]) -> None:
         self.batches += 1

@@ -18,7 +18,7 @@ class EventsConfig:
 
     url: str
     #: Unacknowledged messages per trigger (= calls in flight per trigger). 1 keeps queue order.
-    prefetch: int = 8
+    prefetch: int = 32
     #: Retries after the first failed call; the message is dead-lettered after the last one.
     max_retries: int = 3
     #: First retry delay; doubles per retry (with +-20 % jitter) up to ``retry_backoff_max_sec``.
@@ -41,7 +41,7 @@ class EventsConfig:
         reader = EnvReader(env)
         return cls(
             url=url,
-            prefetch=reader.integer("SLESS_EVENT_PREFETCH", 8, 1, 1000),
+            prefetch=reader.integer("SLESS_EVENT_PREFETCH", 32, 1, 1000),
             max_retries=reader.integer("SLESS_EVENT_MAX_RETRIES", 3, 0, 100),
             retry_backoff_sec=reader.number("SLESS_EVENT_RETRY_BACKOFF_SEC", 1.0, 0, 3600),
             retry_backoff_max_sec=reader.number("SLESS_EVENT_RETRY_BACKOFF_MAX_SEC", 30.0, 0, 3600),

@@ -19,6 +19,7 @@ implementation (:mod:`.pgdedup`) serves `sless-events`, the Kubernetes backend's
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import sqlite3
@@ -120,7 +121,11 @@ class SqliteDedupStore:
         await self.batcher.submit(RecordWrite(queue, key, state, attempts, reason))
 
     async def _execute(self, writes: Sequence[Write]) -> list[Any]:
-        """The batch in one transaction, on the loop's thread (it is a local file: no wait worth a thread)."""
+        """The batch in one transaction, in a worker thread: a commit that has to checkpoint the WAL (an fsync of
+        the database, slow on a busy disk) must not stop the event loop."""
+        return await asyncio.to_thread(self._execute_sync, writes)
+
+    def _execute_sync(self, writes: Sequence[Write]) -> list[Any]:
         now = time.time()
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")

@@ -110,7 +110,7 @@ class _Consumer:
         channel, self.queue, note = await _declare(connection, channel, target.broker_queue)
         channel, _, dlq_note = await _declare(connection, channel, target.dlq)
         self.queue_note = "; ".join(n for n in (note, dlq_note) if n)
-        await channel.set_qos(prefetch_count=cfg.prefetch)
+        await channel.set_qos(prefetch_count=target.prefetch(cfg.prefetch))
         self.channel = channel
         channel.close_callbacks.add(self._on_channel_close)
         underlay = await channel.get_underlay_channel()

@@ -41,6 +41,8 @@ class EventTarget:
     timeout_sec: float  # the function's timeout: bounds one call, and how long a call's claim is held
     #: a call a crash interrupted: dead-lettered (at most once) or called again (at least once)
     at_least_once: bool = False
+    #: the function's limit of calls in flight (0: none); the trigger takes at most this many messages at once
+    concurrency: int = 0
 
     @property
     def key(self) -> tuple[str, str]:
@@ -56,8 +58,14 @@ class EventTarget:
 
     def same_consumer(self, other: EventTarget) -> bool:
         """Whether a running consumer can keep going for ``other`` (only the timeout may differ)."""
-        return (self.namespace, self.trigger, self.function, self.queue, self.at_least_once) == (
-            other.namespace, other.trigger, other.function, other.queue, other.at_least_once)
+        return (self.namespace, self.trigger, self.function, self.queue, self.at_least_once,
+                self.concurrency) == (other.namespace, other.trigger, other.function, other.queue,
+                                      other.at_least_once, other.concurrency)
+
+    def prefetch(self, default: int) -> int:
+        """Messages to take at once: the platform's setting, never more than the function can run at once (more
+        would only wait in the dispatcher's hands, holding the broker's redelivery back)."""
+        return min(default, self.concurrency) if self.concurrency > 0 else default
 
 
 @dataclass(frozen=True)
