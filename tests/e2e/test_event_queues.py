@@ -40,6 +40,9 @@ def test_dead_letters_are_listed_inspected_redriven_and_purged(
     first = listed["items"][0]
     assert (first["kind"], first["attempts"], first["status"], first["function"]) == ("failed", 2, 500, "switchable")
     assert "switched to fail" in first["reason"] and "body" not in first
+    # first seen at its first delivery, last seen when dead-lettered after its retries (ISO 8601 UTC, same form)
+    assert first["first_seen_at"].endswith("Z") and first["failed_at"].endswith("Z")
+    assert first["first_seen_at"] < first["failed_at"]
     assert dead_letters(tenant, limit=2)["more"] is True
     assert [i["message_id"] for i in dead_letters(tenant)["items"]] == order  # browsing left them in order
     shown = tenant.api("GET", f"/queues/inbox/dead-letters/{first['id']}", expect=200).json()

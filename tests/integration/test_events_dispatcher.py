@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -359,6 +360,7 @@ def test_failed_attempts_survive_a_dispatcher_restart(harness_factory: Callable[
             lambda i: pika.BasicProperties(message_id="stubborn", content_type="application/json"))
     until("the first attempt", lambda: len(first.calls) == 1, 30, POLL)
     first.close()  # during the 30 s backoff: the message goes back to the queue
+    restarted_at = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
     assert queue_counts(rabbitmq_broker, first.target.broker_queue)[0] == 1
     second = Harness(rabbitmq_broker.url, first.db_path, lambda e: CallResult(500, "still down"),
                      target=first.target, max_retries=3)
@@ -366,6 +368,8 @@ def test_failed_attempts_survive_a_dispatcher_restart(harness_factory: Callable[
         [(props, _)] = drain(rabbitmq_broker, first.target.dlq, 1)
         assert props.headers["x-sless-attempts"] == 4
         assert len(second.calls) == 3
+        # first seen by the dispatcher before the restart, as its store kept it
+        assert props.headers["x-sless-first-seen"] < restarted_at < props.headers["x-sless-failed-at"]
         assert (first.attempts, second.attempts) == ([1], [2, 3, 4])  # counted on across the restart
     finally:
         second.close()

@@ -4,6 +4,8 @@ caller gets its own result, and a failed transaction fails every write in it (no
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -146,3 +148,26 @@ def test_one_batch_at_a_time_and_what_comes_meanwhile_is_the_next() -> None:
 
     asyncio.run(main())
     assert seen == [["a"], ["b", "c", "d"]]
+
+
+def test_a_store_from_before_first_seen_gains_the_column(tmp_path: Path) -> None:
+    """A state database written before ``first_seen`` existed: opened, the column is added; its old rows read
+    None, new ones the time of their first claim."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE event_deliveries (queue TEXT NOT NULL, message_key TEXT NOT NULL, state TEXT NOT "
+                   "NULL, attempts INTEGER NOT NULL, owner TEXT NOT NULL, lease_until REAL NOT NULL, reason TEXT NOT "
+                   "NULL DEFAULT '', updated_at REAL NOT NULL, PRIMARY KEY (queue, message_key))")
+        db.execute("INSERT INTO event_deliveries VALUES ('q', 'old', 'failed', 1, '', 0, 'HTTP 500', 1.0)")
+    store = SqliteDedupStore(path)
+
+    async def main() -> tuple[Any, Any]:
+        return await store.claim("q", "old", "me", 9e9), await store.claim("q", "new", "me", 9e9)
+
+    try:
+        before = time.time()
+        old, new = asyncio.run(main())
+    finally:
+        store.close()
+    assert (old.granted, old.attempts, old.first_seen) == (True, 1, None)
+    assert new.granted and new.first_seen is not None and new.first_seen >= before

@@ -57,7 +57,7 @@ def cmd_dlq_ls(args: argparse.Namespace, client: Client) -> int:
 def cmd_dlq_show(args: argparse.Namespace, client: Client) -> int:
     letter = client.request("GET", queue_path(client, args.queue, f"/dead-letters/{quote(args.id, safe='')}"))
     keys = ("id", "message_id", "kind", "reason", "attempts", "status", "function", "trigger", "published_at",
-            "failed_at", "content_type", "size")
+            "first_seen_at", "failed_at", "content_type", "size")
     text = "\n".join(f"{key + ':':14} {letter.get(key) if letter.get(key) is not None else '-'}" for key in keys)
     if letter.get("headers"):
         text += f"\n{'headers:':14} {json.dumps(letter['headers'])}"

@@ -21,7 +21,10 @@ DEAD_LETTER_SUMMARY: dict[str, Any] = {
         "status": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
         "function": {"type": "string"}, "trigger": {"type": "string"},
         "published_at": {"anyOf": [{"type": "string"}, {"type": "null"}]},
-        "failed_at": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        "first_seen_at": {"anyOf": [{"type": "string"}, {"type": "null"}],
+                          "description": "when the platform first took the message (its first delivery)"},
+        "failed_at": {"anyOf": [{"type": "string"}, {"type": "null"}],
+                      "description": "when it was dead-lettered, after its last attempt"},
         "redelivered": {"type": "boolean"}, "content_type": {"anyOf": [{"type": "string"}, {"type": "null"}]},
         "size": {"type": "integer"}}}
 DEAD_LETTER: dict[str, Any] = {**DEAD_LETTER_SUMMARY, "required": [*DEAD_LETTER_SUMMARY["required"], "body"],

@@ -37,7 +37,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS event_deliveries (
   queue TEXT NOT NULL, message_key TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL,
   owner TEXT NOT NULL, lease_until REAL NOT NULL, reason TEXT NOT NULL DEFAULT '', updated_at REAL NOT NULL,
-  PRIMARY KEY (queue, message_key));
+  first_seen REAL, PRIMARY KEY (queue, message_key));
 CREATE INDEX IF NOT EXISTS event_deliveries_updated ON event_deliveries (updated_at);
 """
 PURGE_BATCH = 5000
@@ -61,6 +61,8 @@ class Claim:
     owner: str = ""
     lease_until: float = 0.0
     reason: str = ""
+    #: when the platform first took the message (seconds since the epoch; None: a row from before it was kept)
+    first_seen: float | None = None
 
 
 class DedupStore(Protocol):
@@ -68,6 +70,10 @@ class DedupStore(Protocol):
     async def record(self, queue: str, key: str, state: State, attempts: int, reason: str = "") -> None: ...
     async def purge(self, older_than: float) -> int: ...
     def close(self) -> None: ...
+
+
+def _seen(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
 
 
 def process_owner() -> str:
@@ -106,6 +112,9 @@ class SqliteDedupStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(event_deliveries)")}
+        if "first_seen" not in columns:  # a state database from before the column
+            self._db.execute("ALTER TABLE event_deliveries ADD COLUMN first_seen REAL")
         self._lock = threading.Lock()
         self.batcher = WriteBatcher(self._execute)
 
@@ -145,26 +154,29 @@ class SqliteDedupStore:
 
     def _claim(self, w: ClaimWrite, now: float) -> Claim:
         row = self._db.execute(
-            "SELECT state, attempts, owner, lease_until, reason FROM event_deliveries "
+            "SELECT state, attempts, owner, lease_until, reason, first_seen FROM event_deliveries "
             "WHERE queue = ? AND message_key = ?", (w.queue, w.key)).fetchone()
         if row is None or row[0] == State.FAILED:
             attempts = 0 if row is None else int(row[1])
             self._db.execute(
-                "INSERT INTO event_deliveries VALUES (?, ?, ?, ?, ?, ?, '', ?) "
+                "INSERT INTO event_deliveries (queue, message_key, state, attempts, owner, lease_until, reason, "
+                "updated_at, first_seen) VALUES (?, ?, ?, ?, ?, ?, '', ?, ?) "
                 "ON CONFLICT (queue, message_key) DO UPDATE SET state = excluded.state, "
                 "owner = excluded.owner, lease_until = excluded.lease_until, updated_at = excluded.updated_at",
-                (w.queue, w.key, State.RUNNING.value, attempts, w.owner, w.lease_until, now))
-            return Claim(True, None if row is None else State.FAILED, attempts, w.owner, w.lease_until,
-                         "" if row is None else str(row[4]))
-        return Claim(False, State(row[0]), int(row[1]), str(row[2]), float(row[3]), str(row[4]))
+                (w.queue, w.key, State.RUNNING.value, attempts, w.owner, w.lease_until, now, now))
+            if row is None:
+                return Claim(True, None, 0, w.owner, w.lease_until, "", now)
+            return Claim(True, State.FAILED, attempts, w.owner, w.lease_until, str(row[4]), _seen(row[5]))
+        return Claim(False, State(row[0]), int(row[1]), str(row[2]), float(row[3]), str(row[4]), _seen(row[5]))
 
     def _record(self, w: RecordWrite, now: float) -> None:
         self._db.execute(
-            "INSERT INTO event_deliveries VALUES (?, ?, ?, ?, '', 0, ?, ?) "
+            "INSERT INTO event_deliveries (queue, message_key, state, attempts, owner, lease_until, reason, "
+            "updated_at, first_seen) VALUES (?, ?, ?, ?, '', 0, ?, ?, ?) "
             "ON CONFLICT (queue, message_key) DO UPDATE SET state = excluded.state, "
             "attempts = excluded.attempts, reason = excluded.reason, lease_until = 0, "
             "updated_at = excluded.updated_at",
-            (w.queue, w.key, str(w.state), w.attempts, w.reason[:2000], now))
+            (w.queue, w.key, str(w.state), w.attempts, w.reason[:2000], now, now))
 
     async def purge(self, older_than: float) -> int:
         """Forget rows unchanged since ``older_than``, in batches so writers never wait long."""

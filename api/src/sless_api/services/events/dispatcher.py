@@ -79,6 +79,11 @@ def _set_event(event: asyncio.Event, *_: Any) -> None:
     event.set()
 
 
+def _iso(seconds: float) -> str:
+    """An instant as the dead-letter headers give it: UTC, ISO 8601 with a Z."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 def _jitter(delay: float) -> float:
     return delay * random.uniform(0.8, 1.2)
 
@@ -460,18 +465,21 @@ class Dispatcher:
     async def _process(self, consumer: _Consumer, delivery: Delivery, key: str | None, body: bytes) -> Final:
         target = consumer.target
         attempts, last_reason, last_status = 0, "", None
+        seen = time.time()  # when the platform first took the message: this delivery, or the store's first one
         if key is not None:
             claim = await self._claim(consumer, delivery, key)
             if isinstance(claim, Final):
                 return claim
+            seen = claim.first_seen or seen
             if claim.state == State.DLQ:  # a crash came between deciding to dead-letter and doing it
                 kind, _, reason = claim.reason.partition(": ")
                 return await self._dead_letter(consumer, delivery, key, kind or "failed", reason, claim.attempts,
-                                               None)
+                                               None, first_seen=seen)
             attempts, last_reason = claim.attempts, claim.reason
         while True:
             if attempts > self.config.max_retries:
-                return await self._dead_letter(consumer, delivery, key, "failed", last_reason, attempts, last_status)
+                return await self._dead_letter(consumer, delivery, key, "failed", last_reason, attempts, last_status,
+                                               first_seen=seen)
             if consumer.stopping.is_set() or self._closing.is_set():
                 if key is not None:
                     await self.store.record(target.broker_queue, key, State.FAILED, attempts, last_reason)
@@ -487,9 +495,11 @@ class Dispatcher:
             last_status = result.status
             last_reason = f"HTTP {result.status}: {result.error or 'no detail'}"[:REASON_MAX]
             if verdict == Verdict.REJECT:
-                return await self._dead_letter(consumer, delivery, key, "rejected", last_reason, attempts, last_status)
+                return await self._dead_letter(consumer, delivery, key, "rejected", last_reason, attempts, last_status,
+                                               first_seen=seen)
             if attempts > self.config.max_retries:
-                return await self._dead_letter(consumer, delivery, key, "failed", last_reason, attempts, last_status)
+                return await self._dead_letter(consumer, delivery, key, "failed", last_reason, attempts, last_status,
+                                               first_seen=seen)
             if key is not None:
                 await self.store.record(target.broker_queue, key, State.FAILED, attempts, last_reason)
             self._count(consumer, "retried")
@@ -543,12 +553,13 @@ class Dispatcher:
                     continue
                 reason = (f"a call was in flight when its dispatcher ({claim.owner}) stopped; the outcome is "
                           "unknown, so the event is not run again")
-                return await self._dead_letter(consumer, delivery, key, "interrupted", reason, claim.attempts, None)
+                return await self._dead_letter(consumer, delivery, key, "interrupted", reason, claim.attempts, None,
+                                               first_seen=claim.first_seen)
             if await self._wait_or_stop(consumer, CLAIM_POLL_SEC):
                 return Final.REQUEUE
 
     async def _dead_letter(self, consumer: _Consumer, delivery: Delivery, key: str | None, kind: str, reason: str,
-                           attempts: int, status: int | None) -> Final:
+                           attempts: int, status: int | None, first_seen: float | None = None) -> Final:
         """Publish to ``<queue>.dlq`` (confirmed) with why, then record ``dead``. A crash in between
         leaves ``dlq`` in the store, so the redelivery finishes the job instead of calling again."""
         target = consumer.target
@@ -558,7 +569,8 @@ class Dispatcher:
                    "x-sless-reason": reason[:REASON_MAX], "x-sless-kind": kind, "x-sless-attempts": attempts,
                    "x-sless-trigger": f"{target.namespace}/{target.trigger}", "x-sless-function": target.function,
                    "x-sless-queue": target.broker_queue, DEAD_ID_HEADER: uuid.uuid4().hex,
-                   "x-sless-failed-at": datetime.now(UTC).isoformat().replace("+00:00", "Z")}
+                   "x-sless-first-seen": _iso(first_seen if first_seen is not None else time.time()),
+                   "x-sless-failed-at": _iso(time.time())}
         if status is not None:
             headers["x-sless-status"] = status
         message = aio_pika.Message(

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import decimal
 import hashlib
 import logging
 import threading
@@ -66,16 +67,16 @@ KEY_MAX = 400
 REASON_MAX = 2000
 
 _INSERT_NEW = (
-    "INSERT INTO event_deliveries (queue, message_key, state, attempts, owner, lease_until, reason, updated_at) "
-    "VALUES (%s, %s, 'running', 0, %s, %s, '', clock_timestamp()) "
-    "ON CONFLICT (queue, message_key) DO NOTHING RETURNING attempts")
-_LOCK_ROW = ("SELECT state, attempts, owner, lease_until, reason FROM event_deliveries "
+    "INSERT INTO event_deliveries (queue, message_key, state, attempts, owner, lease_until, reason, updated_at, "
+    "first_seen) VALUES (%s, %s, 'running', 0, %s, %s, '', clock_timestamp(), EXTRACT(EPOCH FROM clock_timestamp())) "
+    "ON CONFLICT (queue, message_key) DO NOTHING RETURNING first_seen")
+_LOCK_ROW = ("SELECT state, attempts, owner, lease_until, reason, first_seen FROM event_deliveries "
              "WHERE queue = %s AND message_key = %s FOR UPDATE")
 _TAKE_FAILED = ("UPDATE event_deliveries SET state = 'running', owner = %s, lease_until = %s, "
                 "updated_at = clock_timestamp() WHERE queue = %s AND message_key = %s")
 _RECORD = (
-    "INSERT INTO event_deliveries (queue, message_key, state, attempts, owner, lease_until, reason, updated_at) "
-    "VALUES (%s, %s, %s, %s, '', 0, %s, clock_timestamp()) "
+    "INSERT INTO event_deliveries (queue, message_key, state, attempts, owner, lease_until, reason, updated_at, "
+    "first_seen) VALUES (%s, %s, %s, %s, '', 0, %s, clock_timestamp(), EXTRACT(EPOCH FROM clock_timestamp())) "
     "ON CONFLICT (queue, message_key) DO UPDATE SET state = EXCLUDED.state, attempts = EXCLUDED.attempts, "
     "reason = EXCLUDED.reason, lease_until = 0, updated_at = EXCLUDED.updated_at")
 _PURGE = (
@@ -103,22 +104,28 @@ def _claim_in(cur: psycopg2.extensions.cursor, w: ClaimWrite) -> Claim:
     """One claim inside the caller's transaction (its row stays locked until that commits)."""
     for _ in range(5):  # the row may be purged between the conflict and the lock: insert again
         cur.execute(_INSERT_NEW, (w.queue, w.key, w.owner, w.lease_until))
-        if cur.fetchone() is not None:
-            return Claim(True, None, 0, w.owner, w.lease_until)
+        new = cur.fetchone()
+        if new is not None:
+            return Claim(True, None, 0, w.owner, w.lease_until, "", _seen(new[0]))
         cur.execute(_LOCK_ROW, (w.queue, w.key))
         row = cur.fetchone()
         if row is None:
             continue
         state, attempts, row_owner, row_lease, reason = State(row[0]), int(row[1]), str(row[2]), float(row[3]), \
             str(row[4])
+        seen = _seen(row[5])
         if state == State.FAILED:
             cur.execute(_TAKE_FAILED, (w.owner, w.lease_until, w.queue, w.key))
-            return Claim(True, State.FAILED, attempts, w.owner, w.lease_until, reason)
+            return Claim(True, State.FAILED, attempts, w.owner, w.lease_until, reason, seen)
         if state == State.RUNNING and row_owner == w.owner and row_lease == w.lease_until:
             # our own claim, committed by an attempt whose answer the connection lost
-            return Claim(True, State.FAILED if attempts else None, attempts, w.owner, w.lease_until, reason)
-        return Claim(False, state, attempts, row_owner, row_lease, reason)
+            return Claim(True, State.FAILED if attempts else None, attempts, w.owner, w.lease_until, reason, seen)
+        return Claim(False, state, attempts, row_owner, row_lease, reason, seen)
     raise RuntimeError(f"could not claim {w.key!r} in {w.queue}: the row kept disappearing")
+
+
+def _seen(value: decimal.Decimal | float | None) -> float | None:
+    return float(value) if value is not None else None  # NUMERIC from EXTRACT comes as a Decimal
 
 
 def _record_in(cur: psycopg2.extensions.cursor, w: RecordWrite) -> None:

@@ -74,7 +74,8 @@ class DeadLetter:
     function: str
     trigger: str
     published_at: str | None  # the message's timestamp: when it was first published (when the publisher says)
-    failed_at: str | None  # when it was dead-lettered
+    first_seen_at: str | None  # when the platform first took it (its first delivery to the trigger)
+    failed_at: str | None  # when it was dead-lettered: the last time it was seen
     redelivered: bool
     content_type: str | None
     headers: dict[str, Any]
@@ -109,6 +110,7 @@ def describe(message: aio_pika.abc.AbstractIncomingMessage) -> DeadLetter:
         status=int(status) if isinstance(status, int) else None,
         function=_text(headers.get("x-sless-function", "")), trigger=_text(headers.get("x-sless-trigger", "")),
         published_at=message.timestamp.isoformat() if isinstance(message.timestamp, datetime) else None,
+        first_seen_at=_text(headers["x-sless-first-seen"]) if "x-sless-first-seen" in headers else None,
         failed_at=_text(headers["x-sless-failed-at"]) if "x-sless-failed-at" in headers else None,
         redelivered=bool(message.redelivered), content_type=message.content_type,
         headers={k: jsonable(v) for k, v in headers.items() if not k.startswith(PLATFORM_HEADER_PREFIX)},

@@ -79,11 +79,15 @@ function makePanel(trigger) {
     view.replaceChildren(el("h4", {}, `Dead letter ${d.message_id || d.id}`));
     try {
       const one = await api("GET", queuePath(queue, `/${seg(d.id)}`));
+      const seen = el("dl", { class: "record dl-seen" },
+        el("dt", {}, "first seen"), el("dd", {}, one.first_seen_at || "-"),
+        el("dt", {}, "last seen (dead-lettered)"), el("dd", {}, one.failed_at || "-"),
+        el("dt", {}, "attempts"), el("dd", {}, String(one.attempts ?? "-")));
       const headers = el("dl", { class: "record dl-headers" });
       for (const [k, v] of Object.entries(one.headers || {})) {
         headers.append(el("dt", {}, k), el("dd", {}, v !== null && typeof v === "object" ? JSON.stringify(v) : String(v)));
       }
-      view.append(el("h5", {}, "Headers"), headers,
+      view.append(seen, el("h5", {}, "Headers"), headers,
         el("h5", {}, `Body (${one.body_encoding || "utf-8"})`), el("pre", { class: "answer dl-body" }, one.body ?? ""));
     } catch (e) {
       const note = el("p", {});
