@@ -87,6 +87,8 @@ def test_dead_letters_are_listed_shown_redriven_and_purged(
     shown = tenant.api("GET", f"/queues/inbox/dead-letters/{first['id']}", expect=200).json()
     headers = browser.find_element(By.CSS_SELECTOR, f"{view} dl.dl-headers").text
     assert all(name in headers for name in shown["headers"]), (headers, shown["headers"])
+    seen = browser.find_element(By.CSS_SELECTOR, f"{view} dl.dl-seen").text
+    assert shown["first_seen_at"] in seen and shown["failed_at"] in seen  # first and last seen
     assert browser.switch_to.active_element == browser.find_element(By.CSS_SELECTOR, view)
 
     (tmp_path / "fail").unlink()
