@@ -1,10 +1,11 @@
 // The sless console: sign in with a tenant token, list functions, jobs and secrets, create a function, and open a
 // function's detail (delete it, settings, triggers and their dead letters, scaling, invoke, upload, versions and
-// traffic split, run as a job, recent invocations, source). Everything it shows comes from the REST API and is
-// rendered as text.
+// traffic split, run as a job, charts of its recent calls, recent invocations, source). Everything it shows comes
+// from the REST API and is rendered as text.
 "use strict";
 import { $, api, el, listAll, nsPath, say, seg, session } from "./api.js";
 import { callLogNodes } from "./calllogs.js";
+import { setChartsTarget } from "./charts.js";
 import { setDeadLetterTarget } from "./deadletters.js";
 import { setDeleteTarget, setFunctionHandlers } from "./functions.js";
 import { highlight } from "./highlight.js";
@@ -111,7 +112,7 @@ async function showDetail(fn, triggers, fresh = true) {
     setSettingsTarget(fn, reloaded, false);
   }
   try {
-    await Promise.all([renderInvocations(fn), renderSource(fn), loadVersions()]);
+    await Promise.all([renderInvocations(fn), renderSource(fn), loadVersions(), setChartsTarget(fn, opened)]);
   } catch (e) {
     say($("detail-status"), e.message, true);
   }
