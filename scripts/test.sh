@@ -94,7 +94,7 @@ SCENARIOS=${SLESS_MOLECULE_SCENARIOS:-default e2e stress functions}
 # restore round trips (a bed, Vault, S3 and PostgreSQL of their own) that lane A, the longest lane, can do without
 LANE_B_TESTS=(tests/runtimes tests/k8s/test_keda_bed.py tests/k8s/test_keda_scaling.py tests/k8s/test_operator_scale.py
               tests/install/test_keda_install.py tests/k8s/test_operator_leader.py tests/e2e/test_console_browser.py
-              tests/e2e/test_console_queues.py tests/e2e/test_console_routes.py
+              tests/e2e/test_console_queues.py tests/e2e/test_console_routes.py tests/e2e/test_console_charts.py
               tests/e2e/test_openapi_conformance.py tests/e2e/test_standalone_scale.py
               tests/install/test_backup_restore.py)
 # Run in lane B under the real node's lock, before its tests: their iptables chains (the port guard of a sandbox
