@@ -20,9 +20,57 @@ from tests.support.rabbitmq import RabbitBroker, queue_counts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq]
 __all__ = ["sless_queues"]  # the module's fixture, from tests.support.eventqueues
+
+
 def dead_letters(tenant: Tenant, queue: str = "inbox", expect: int = 200, **params: Any) -> dict[str, Any]:
     answer: dict[str, Any] = tenant.api("GET", f"/queues/{queue}/dead-letters", expect=expect, params=params).json()
     return answer
+
+
+def test_a_published_message_calls_the_function(sless_queues: SlessProcess, rabbitmq_broker: RabbitBroker,
+                                                tmp_path: Path) -> None:
+    tenant = consumer(sless_queues, rabbitmq_broker, "queues-publish", tmp_path)
+    plain = publish(tenant, "inbox", json.dumps({"n": 1}), **{"Content-Type": "application/json",
+                                                              "X-Sless-Message-Id": "order-1"})
+    assert plain == {"queue": "inbox", "message_id": "order-1"}
+    binary = publish(tenant, "inbox", json.dumps({"n": 2}), **{
+        "Content-Type": "application/json", "ce-specversion": "1.0", "ce-id": "evt-2", "ce-source": "/shop",
+        "ce-type": "order.created"})
+    assert len(binary["message_id"]) == 32
+    structured = {"specversion": "1.0", "id": "evt-3", "source": "/shop", "type": "order.paid", "data": {"n": 3}}
+    publish(tenant, "inbox", json.dumps(structured), **{"Content-Type": "application/cloudevents+json"})
+    until("three calls", lambda: len(calls(tmp_path)) == 3, 60, POLL)
+    got = {c["data"]["n"]: c for c in calls(tmp_path)}
+    assert got[1]["id"] == "order-1"
+    assert (got[2]["id"], got[2]["type"], got[2]["source"]) == ("evt-2", "order.created", "/shop")
+    assert (got[3]["id"], got[3]["type"]) == ("evt-3", "order.paid")
+    # the same message id again: the deduplication skips it
+    publish(tenant, "inbox", json.dumps({"n": 1}), **{"Content-Type": "application/json",
+                                                      "X-Sless-Message-Id": "order-1"})
+    publish(tenant, "inbox", json.dumps({"n": 4}), **{"Content-Type": "application/json"})
+    until("the fourth call", lambda: len(calls(tmp_path)) == 4, 60, POLL)
+    assert sorted(c["data"]["n"] for c in calls(tmp_path)) == [1, 2, 3, 4]
+
+
+def test_bad_publishes_are_refused_before_the_broker(sless_queues: SlessProcess, rabbitmq_broker: RabbitBroker,
+                                                    tmp_path: Path) -> None:
+    tenant = consumer(sless_queues, rabbitmq_broker, "queues-bad", tmp_path)
+    other_tenant = Tenant(sless_queues.url, "queues-intruder")
+    json_type = {"Content-Type": "application/json"}
+    assert "no queue 'nobody'" in publish(tenant, "nobody", "{}", 404, **json_type)["error"]
+    for queue in ("inbox.dlq", "a" * 201):
+        publish(tenant, queue, "{}", 400, **json_type)
+    publish(tenant, "in*box", "{}", 404, **json_type)  # the path's one spelling: no route, nothing read
+    assert "not a valid event" in publish(tenant, "inbox", "{not json", 400, **json_type)["error"]
+    assert "not a valid event" in publish(tenant, "inbox", '{"id": "x"}', 400,
+                                          **{"Content-Type": "application/cloudevents+json"})["error"]
+    publish(tenant, "inbox", "{}", 400, **json_type, **{"X-Sless-Message-Id": "bad id with spaces"})
+    publish(tenant, "inbox", b"x" * (6 * 1024 * 1024 + 1), 413, **{"Content-Type": "application/octet-stream"})
+    url = f"{tenant.url}/v1/namespaces/{tenant.ns}/queues/inbox/messages"
+    assert requests.post(url, data="{}", headers=json_type, timeout=10).status_code == 401
+    assert requests.post(url, data="{}", headers={**json_type, "Authorization": f"Bearer {other_tenant.token}"},
+                         timeout=10).status_code == 403
+    assert calls(tmp_path) == []
 
 
 def test_dead_letters_are_listed_inspected_redriven_and_purged(
