@@ -32,7 +32,7 @@ FUNCTION_FIELDS = {"name", "runtime", "entrypoint", "memory_mb", "timeout_sec", 
                    "max_concurrency", "sandbox", "scale", "namespace", "phase", "message", "code_hash", "image",
                    "created_at", "last_built_at"}
 TRIGGER_FIELDS = {"name", "type", "function", "enabled", "schedule", "queue", "auth", "namespace", "created_at",
-                  "last_fired_at", "message"}
+                  "last_fired_at", "message", "delivery", "methods", "cors"}
 JOB_FIELDS = {"name", "function", "event", "run_id", "namespace", "phase", "message", "started_at",
               "completed_at", "created_at"}
 

@@ -22,7 +22,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 
-from tests.support.console import WAIT, accept_dialog, browser, fill, open_function, sign_in, text, until
+from tests.support.console import WAIT, accept_dialog, browser, fill, open_function, sign_in, submit_login, text, until
 from tests.support.platform import SlessProcess, Tenant, make_zip
 
 pytestmark = pytest.mark.e2e
@@ -40,7 +40,7 @@ def test_sign_in_list_detail_and_toggle_a_trigger(browser: webdriver.Chrome, sle
     browser.get(f"{sless.url}/console")
     browser.execute_script("sessionStorage.clear();")
     browser.find_element(By.ID, "token").send_keys("not-a-token")
-    browser.find_element(By.CSS_SELECTOR, "#login-form button[type=submit]").click()
+    submit_login(browser)
     api_error = requests.get(f"{sless.url}/v1/whoami", headers={"Authorization": "Bearer not-a-token"},
                              timeout=30).json()["error"]
     until(browser, lambda d: text(d, "login-error") == api_error)

@@ -38,8 +38,15 @@ def sign_in(driver: webdriver.Chrome, sless: SlessProcess, tenant: Tenant) -> No
     driver.execute_script("sessionStorage.clear();")
     driver.get(f"{sless.url}/console")
     driver.find_element(By.ID, "token").send_keys(tenant.token)
-    driver.find_element(By.CSS_SELECTOR, "#login-form button[type=submit]").click()
+    submit_login(driver)
     until(driver, lambda d: tenant.ns in text(d, "who"))
+
+
+def submit_login(driver: webdriver.Chrome) -> None:
+    """Press "Open console" once the page's script has enabled it (it is disabled until the script handles it)."""
+    button = until(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#login-form button[type=submit]").is_enabled()
+                   and d.find_element(By.CSS_SELECTOR, "#login-form button[type=submit]"))
+    button.click()
 
 
 def open_function(driver: webdriver.Chrome, name: str) -> None:

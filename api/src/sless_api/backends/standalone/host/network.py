@@ -41,8 +41,8 @@ from sless_api.backends.standalone.host.fdwait import readable_within
 
 #: How long pasta may take to configure a namespace before the launch fails (it takes milliseconds).
 PASTA_READY_SEC = 10.0
-#: How long bwrap may take to report the sandbox's pid.
-INFO_SEC = 10.0
+#: How long bwrap may take to report the sandbox's pid (seconds on an idle host; a loaded one can take many).
+INFO_SEC = 30.0
 
 
 class NetworkUnavailable(Exception):
@@ -161,12 +161,18 @@ class NetnsLaunch:
         """
         text = b""
         deadline = time.monotonic() + INFO_SEC
-        while chunk := _read_some(self.info_read, max(0.0, deadline - time.monotonic())):
+        ended = False
+        while not ended and (left := deadline - time.monotonic()) > 0:
+            if not readable_within(self.info_read, left):
+                break
+            chunk = os.read(self.info_read, 4096)
             text += chunk
+            ended = not chunk
         try:
             return int(json.loads(text)["child-pid"])
         except (ValueError, KeyError, TypeError) as exc:
-            raise NetworkUnavailable(f"bwrap did not report its sandbox's pid: {text[:200]!r}") from exc
+            how = "it closed its report" if ended else f"nothing more within {INFO_SEC:g}s"
+            raise NetworkUnavailable(f"bwrap did not report its sandbox's pid ({how}): {text[:200]!r}") from exc
 
     def close(self) -> None:
         """Stop pasta and close what is left (idempotent): at the sandbox's cleanup."""

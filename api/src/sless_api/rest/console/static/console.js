@@ -156,4 +156,5 @@ $("login-form").addEventListener("submit", (ev) => {
 });
 $("logout").addEventListener("click", () => { sessionStorage.removeItem("sless-token"); location.reload(); });
 $("refresh").addEventListener("click", () => reload().catch((e) => say($("functions-status"), e.message, true)));
+$("login-form").querySelector("button[type=submit]").disabled = false;
 if (session.token) start();
