@@ -15,6 +15,7 @@ from typing import Any
 import pika
 import pytest
 
+from sless_api.services.events.config import EventsConfig
 from tests.support.platform import SlessProcess, Tenant, start_sless
 from tests.support.poll import holds, until
 from tests.support.rabbitmq import RabbitBroker, drain, publish, queue_counts, take_all
@@ -373,7 +374,7 @@ def test_sigkill_mid_stream_loses_nothing_and_repeats_nothing(rabbitmq_url: str,
               why="a message redelivered after the kill runs as the consumer gets it and writes its line when its "
               "0.2 s sleep ends; every message is accounted for, so one left over would show within 1 s")
         assert set(dead.values()) <= {"interrupted"}, dead
-        assert len(dead) <= 8  # at most the prefetch window was in flight at the kill
+        assert len(dead) <= EventsConfig.prefetch  # at most the prefetch window was in flight at the kill
         assert queue_counts(rabbitmq_broker, queue)[0] == 0
     finally:
         sp.stop()
