@@ -34,6 +34,7 @@ class AckBatcher:
         self._settled: set[int] = set()  # of those, the ones acked or given back (still in the deque)
         self._done: dict[int, aio_pika.abc.AbstractIncomingMessage] = {}  # finished this turn, not yet acked
         self._flushed: asyncio.Future[None] | None = None
+        self._flushing: set[asyncio.Task[None]] = set()  # held while running: the loop keeps only weak references
         self.frames = 0  # acks sent, for tests and diagnostics
 
     def delivered(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
@@ -55,8 +56,13 @@ class AckBatcher:
         if self._flushed is None:
             loop = asyncio.get_running_loop()
             self._flushed = loop.create_future()
-            loop.call_soon(lambda: asyncio.ensure_future(self._flush()))
+            loop.call_soon(self._start_flush)
         await asyncio.shield(self._flushed)
+
+    def _start_flush(self) -> None:
+        task = asyncio.ensure_future(self._flush())
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
 
     async def _flush(self) -> None:
         flushed, self._flushed = self._flushed, None
