@@ -859,6 +859,11 @@ class Server:
                 return
             worker.since = 0.0
             if not conn.buf:  # the connection back in epoll (_rearm, inline: every request passes here)
+                if self.draining and not _has_pending_input(conn.sock):
+                    # SIGTERM came while this answer went out, after the main thread closed the idle ones: this
+                    # connection is idle now, so it closes too (else it would wait for the end of the drain)
+                    self._close(conn)
+                    return
                 try:
                     self.conn_epoll.modify(conn.fd, _ARMED)
                 except OSError:
