@@ -20,6 +20,7 @@ implementation (:mod:`.pgdedup`) serves `sless-events`, the Kubernetes backend's
 from __future__ import annotations
 
 import asyncio
+import decimal
 import os
 import socket
 import sqlite3
@@ -72,8 +73,9 @@ class DedupStore(Protocol):
     def close(self) -> None: ...
 
 
-def _seen(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) else None
+def seen_at(value: float | decimal.Decimal | None) -> float | None:
+    """A row's ``first_seen`` as seconds (PostgreSQL's EXTRACT gives a Decimal; older rows have none)."""
+    return None if value is None else float(value)
 
 
 def process_owner() -> str:
@@ -103,8 +105,8 @@ def owner_gone(owner: str) -> bool:
 
 
 class SqliteDedupStore:
-    """The store on SQLite: short transactions on the caller's thread (microseconds on a local file), the writes
-    asked for in one turn of the event loop in one transaction (:mod:`.batching`)."""
+    """The store on SQLite: the writes asked for in one turn of the event loop in one short transaction
+    (:mod:`.batching`), run in a worker thread."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -166,8 +168,8 @@ class SqliteDedupStore:
                 (w.queue, w.key, State.RUNNING.value, attempts, w.owner, w.lease_until, now, now))
             if row is None:
                 return Claim(True, None, 0, w.owner, w.lease_until, "", now)
-            return Claim(True, State.FAILED, attempts, w.owner, w.lease_until, str(row[4]), _seen(row[5]))
-        return Claim(False, State(row[0]), int(row[1]), str(row[2]), float(row[3]), str(row[4]), _seen(row[5]))
+            return Claim(True, State.FAILED, attempts, w.owner, w.lease_until, str(row[4]), seen_at(row[5]))
+        return Claim(False, State(row[0]), int(row[1]), str(row[2]), float(row[3]), str(row[4]), seen_at(row[5]))
 
     def _record(self, w: RecordWrite, now: float) -> None:
         self._db.execute(

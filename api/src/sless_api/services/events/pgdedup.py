@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import decimal
 import hashlib
 import logging
 import threading
@@ -54,7 +53,7 @@ import psycopg2
 import psycopg2.extensions
 
 from sless_api.services.events.batching import ClaimWrite, RecordWrite, Write, WriteBatcher
-from sless_api.services.events.dedup import PURGE_BATCH, Claim, State
+from sless_api.services.events.dedup import PURGE_BATCH, Claim, State, seen_at
 from sless_api.stores.postgres import DISCONNECTS, connect
 
 log = logging.getLogger("sless.events.store")
@@ -106,14 +105,14 @@ def _claim_in(cur: psycopg2.extensions.cursor, w: ClaimWrite) -> Claim:
         cur.execute(_INSERT_NEW, (w.queue, w.key, w.owner, w.lease_until))
         new = cur.fetchone()
         if new is not None:
-            return Claim(True, None, 0, w.owner, w.lease_until, "", _seen(new[0]))
+            return Claim(True, None, 0, w.owner, w.lease_until, "", seen_at(new[0]))
         cur.execute(_LOCK_ROW, (w.queue, w.key))
         row = cur.fetchone()
         if row is None:
             continue
         state, attempts, row_owner, row_lease, reason = State(row[0]), int(row[1]), str(row[2]), float(row[3]), \
             str(row[4])
-        seen = _seen(row[5])
+        seen = seen_at(row[5])
         if state == State.FAILED:
             cur.execute(_TAKE_FAILED, (w.owner, w.lease_until, w.queue, w.key))
             return Claim(True, State.FAILED, attempts, w.owner, w.lease_until, reason, seen)
@@ -122,10 +121,6 @@ def _claim_in(cur: psycopg2.extensions.cursor, w: ClaimWrite) -> Claim:
             return Claim(True, State.FAILED if attempts else None, attempts, w.owner, w.lease_until, reason, seen)
         return Claim(False, state, attempts, row_owner, row_lease, reason, seen)
     raise RuntimeError(f"could not claim {w.key!r} in {w.queue}: the row kept disappearing")
-
-
-def _seen(value: decimal.Decimal | float | None) -> float | None:
-    return float(value) if value is not None else None  # NUMERIC from EXTRACT comes as a Decimal
 
 
 def _record_in(cur: psycopg2.extensions.cursor, w: RecordWrite) -> None:
