@@ -3,6 +3,7 @@ including a frozen (SIGSTOP) and a crashed (pg_ctl stop -m immediate) PostgreSQL
 
 from __future__ import annotations
 
+import base64
 import sqlite3
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from sless_api.domain import calloutput
 from sless_api.stores.invocations import (
     Invocation,
     InvocationLog,
@@ -193,6 +195,30 @@ def test_the_attempt_round_trips_and_stays_null_for_a_call_made_once(inv_log: In
     by_path = {r.path: r for r in page}
     assert [by_path[f"/p/{i}"].attempt for i in (1, 2, 3)] == [2, 0, None]
     assert by_path["/p/1"].to_dict()["attempt"] == 2 and by_path["/p/3"].to_dict()["attempt"] is None
+
+
+def test_a_calls_output_is_kept_checked_and_read_on_its_own(inv_log: InvocationLog) -> None:
+    """The runtime's X-Sless-Output goes in with the record (text COPY and SQLite alike keep tabs, newlines,
+    backslashes and non-ASCII), is never part of a listed record, and one that breaks the contract is dropped."""
+    texts = ["tab\there", "back\\slash \\N", "ünï ☃ 𝄞", "", "nul\x00gone"]
+    printed = inv(1, fn="talker")
+    printed.output = calloutput.encode((("stdout", t, 1_700_000_001.25) for t in texts), truncated=True)
+    forged = inv(2, fn="talker")
+    forged.output = base64.b64encode(b'{"lines": [{"stream": "stdin", "text": "x", "ts": 1}], "truncated": false}')
+    not_base64 = inv(3, fn="talker")
+    not_base64.output = b"%%%"
+    for record in (printed, forged, not_base64, inv(4, fn="talker")):
+        inv_log.record(record)
+    assert inv_log.flush(30), inv_log.last_error
+    page, _ = inv_log.list("ns", "talker", limit=10)
+    ids = {r.path: r.id for r in page}
+    assert all("output" not in r.to_dict() for r in page)
+    kept = inv_log.get_output("ns", "talker", ids["/p/1"])
+    assert kept == {"lines": [{"stream": "stdout", "text": t.replace("\x00", ""), "ts": 1_700_000_001.25}
+                              for t in texts], "truncated": True}
+    assert [inv_log.get_output("ns", "talker", ids[f"/p/{i}"]) for i in (2, 3, 4)] == [None, None, None]
+    assert inv_log.get_output("ns", "other", ids["/p/1"]) is None  # only under its own function
+    assert inv_log.get_output("tenant-b", "talker", ids["/p/1"]) is None
 
 
 def test_get_finds_a_record_only_under_its_own_function(inv_log: InvocationLog) -> None:

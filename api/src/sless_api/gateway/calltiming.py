@@ -3,7 +3,8 @@
 The invoke proxy opens a :class:`CallTiming` for each upstream exchange in a context variable; the
 backend notes a cold start in it (the standalone supervisor, when the call had to wait for a process to
 start) without the platform interface carrying timing through every signature. The runtime reports the
-handler's own time in the ``X-Sless-Handler-Ms`` response header, which the proxy reads and removes.
+handler's own time in the ``X-Sless-Handler-Ms`` response header, and what the call wrote before its answer in
+``X-Sless-Output`` (domain.calloutput); the proxy reads and removes both.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ class CallTiming:
     queue_sec: float | None = None
     handler_ms: float | None = None
     forwarded: bool = False
+    #: What the call wrote before its answer, as the runtime sent it (``X-Sless-Output``, checked by the log's
+    #: writer, not here on the call's path); None when it wrote nothing.
+    output: bytes | None = None
 
 
 CURRENT: ContextVar[CallTiming | None] = ContextVar("sless_call_timing", default=None)

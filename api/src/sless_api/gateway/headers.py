@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from sless_api.domain import calloutput
 from sless_api.gateway import calltiming
 from sless_api.gateway.requestid import HEADER
 from sless_api.gateway.upstream import UpstreamBroken
@@ -30,10 +31,14 @@ def connection_named(headers: list[tuple[str, str]]) -> set[str]:
     return {t.strip().lower() for k, v in headers if k.lower() == "connection" for t in v.split(",")}
 
 
+#: Response headers in which a runtime reports to the platform (runtimes/README.md): never a caller's to see.
+_RUNTIME_REPORTS = frozenset({calltiming.HANDLER_MS_HEADER, calloutput.OUTPUT_HEADER})
+
+
 def to_caller(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """A function's response headers as its caller gets them: end-to-end, without the runtime's report
-    to the platform (``X-Sless-Handler-Ms``)."""
-    return [(k, v) for k, v in end_to_end(headers) if k.lower() != calltiming.HANDLER_MS_HEADER]
+    to the platform (``X-Sless-Handler-Ms``, ``X-Sless-Output``)."""
+    return [(k, v) for k, v in end_to_end(headers) if k.lower() not in _RUNTIME_REPORTS]
 
 
 # Response headers the server in front sets on every response: the function's copy would be a duplicate.
@@ -47,7 +52,7 @@ FORWARDED = ("x-forwarded-for", "x-forwarded-proto", "x-forwarded-host")
 _NOT_UPSTREAM = HOP_BY_HOP | CREDENTIAL_HEADERS | {HEADER}
 # What a caller never gets of a function's response head (raw bytes, lower case); Content-Length is set again, and
 # X-Request-Id is the platform's (the one the call was given).
-_NOT_TO_CALLER = frozenset(h.encode() for h in HOP_BY_HOP | SERVER_OWNED | {calltiming.HANDLER_MS_HEADER, HEADER})
+_NOT_TO_CALLER = frozenset(h.encode() for h in HOP_BY_HOP | SERVER_OWNED | _RUNTIME_REPORTS | {HEADER})
 REQUEST_ID_RAW = HEADER.encode()
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 
 from sless_api import metrics, tracing
+from sless_api.domain import calloutput
 from sless_api.domain.errors import PlatformError
 from sless_api.domain.ports import Router
 from sless_api.domain.routing import Route
@@ -113,7 +114,8 @@ class Invoker:
             queue_ms=None if timing is None or timing.queue_sec is None else timing.queue_sec * 1000,
             start_ms=timing.start_sec * 1000 if timing is not None and reached else None,
             handler_ms=timing.handler_ms if timing is not None else None,
-            version=version if reached else None, attempt=attempt))
+            version=version if reached else None, attempt=attempt,
+            output=timing.output if timing is not None else None))
 
     def request(self, route: Route, method: str, path_qs: str, headers: list[tuple[str, str]] | bytes,
                 body: bytes, timing: CallTiming | None = None) -> Exchange:
@@ -242,6 +244,7 @@ def upstream_address(base_url: str) -> tuple[str, int, str]:
 
 _ADDRESSES: dict[str, tuple[str, int, str]] = {}
 HANDLER_MS_RAW = calltiming.HANDLER_MS_HEADER.encode()
+OUTPUT_RAW = calloutput.OUTPUT_HEADER.encode()
 
 
 class Exchange:
@@ -287,6 +290,7 @@ class Exchange:
         self._connection, self._address = connection, (host, port)
         if timing is not None:
             timing.handler_ms = calltiming.handler_ms(resp.header(HANDLER_MS_RAW))
+            timing.output = resp.header(OUTPUT_RAW)
         return Answer(resp, limit, self._began + invoker.stream_max)
 
     async def _connect(self, base_url: str, deadline: float,

@@ -19,6 +19,7 @@ from sless_api.backends.standalone.host.sandbox import Limits, Sandbox
 from sless_api.backends.standalone.routing import process_key
 from sless_api.backends.standalone.runner import KILL_MARGIN_SEC, RunResult, run_once
 from sless_api.backends.standalone.state import artifact_from_dict
+from sless_api.domain import calloutput
 from sless_api.domain.records import FunctionRecord
 from sless_api.gateway.requestid import new_request_id
 from sless_api.stores.invocations import Invocation, InvocationLog
@@ -65,12 +66,15 @@ class OneShot:
         if self.invocations is None:
             return
         request_id = new_request_id()
+        ended = time.time()
         if self.call_logs is not None:
-            ended = time.time()
             for stream, line in result.printed:
                 self.call_logs.add(process_key(namespace, function), request_id, stream, line, ended)
+        # kept with the record too, as a call's own output is, so a restart of `sless up` does not lose it
+        output = calloutput.encode((stream, line, ended) for stream, line in result.printed) \
+            if result.printed else None
         self.invocations.record(Invocation(
             namespace=namespace, function=function, method="RUN", path=path, status=status,
             duration_ms=duration * 1000, request_bytes=len(json.dumps(event)), response_bytes=len(result.output),
             trigger=trigger, error=None if result.ok else result.output[-500:], started_at=time.time(),
-            request_id=request_id, version=version))
+            request_id=request_id, version=version, output=output))

@@ -13,6 +13,7 @@ import falcon
 import falcon.asgi
 
 from sless_api.domain import versions
+from sless_api.domain.errors import PlatformError
 from sless_api.domain.ports import FunctionBackend
 from sless_api.domain.records import FunctionRecord
 from sless_api.domain.routing import CallRef
@@ -246,14 +247,25 @@ class Invocations:
                       "next_cursor": None if next_cursor is None else str(next_cursor)}
 
 
+def fuller(kept: dict[str, Any] | None, live: dict[str, Any] | None) -> dict[str, Any]:
+    """A call's lines: those kept with its record (written before its answer, so they outlive the process) or
+    those its process's output still holds (every line, a stream's after its head too, while the process or pod
+    is there), whichever has more."""
+    if kept is None:
+        return live if live is not None else {"lines": [], "truncated": False}
+    if live is None or len(live["lines"]) <= len(kept["lines"]):
+        return kept
+    return live
+
+
 class InvocationLogs:
     """``GET .../invocations/{id}/logs``: what one call wrote (runtimes tag each line with its request id).
 
     ``{id}`` is the record's id or the call's request id (what the caller got in ``X-Request-Id``).
 
     The record is looked up by id *within* this function of this namespace, so another tenant's or
-    another function's id is a 404 like an id that never existed; the lines come from the backend,
-    filed under this function only.
+    another function's id is a 404 like an id that never existed; the lines are those kept with the record
+    (``X-Sless-Output``) or the backend's, filed under this function only (``fuller``).
     """
 
     def __init__(self, platform: FunctionBackend, log: InvocationLog | None) -> None:
@@ -279,4 +291,11 @@ class InvocationLogs:
             resp.media = {"lines": [], "truncated": False}
             return
         ref = CallRef(call.request_id, call.started_at, call.duration_ms / 1000)
-        resp.media = await self.platform.call_logs(ns, name, ref)
+        kept = await asyncio.to_thread(self.log.get_output, ns, name, call.id) if call.id is not None else None
+        try:
+            live = await self.platform.call_logs(ns, name, ref)
+        except PlatformError:
+            if kept is None:
+                raise
+            live = None  # the process's output cannot be read (a cluster that does not allow it): what was kept
+        resp.media = fuller(kept, live)

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 from sless_api.metrics import RECORDS_DROPPED
 from sless_api.stores.invocations.model import Invocation
@@ -108,6 +109,10 @@ class InvocationLog:
     def get(self, namespace: str, function: str, ident: int) -> Invocation | None:
         """One record by id, only when it is that function's in that namespace (blocking I/O)."""
         return self.sink.get(namespace, function, ident)
+
+    def get_output(self, namespace: str, function: str, ident: int) -> dict[str, Any] | None:
+        """What call ``ident`` of that function wrote before its answer, as kept with its record (blocking I/O)."""
+        return self.sink.get_output(namespace, function, ident)
 
     def find_request(self, namespace: str, function: str, request_id: str) -> Invocation | None:
         """The newest record of that function with that request id (blocking I/O)."""

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sless_api.domain import calloutput
+
 #: Longest stored error text and path; records are diagnostics, not payload archives.
 MAX_ERROR_CHARS = 2000
 MAX_PATH_CHARS = 2048
@@ -42,11 +44,15 @@ class Invocation:
     #: Which attempt at the same work this was, from 1: an event's delivery (counted across redeliveries and
     #: restarts) or an asynchronous call's try; None for a call made once (HTTP, cron, a job).
     attempt: int | None = None
+    #: What the call wrote before its answer, in the runtime's ``X-Sless-Output`` form (domain.calloutput),
+    #: unchecked: the log's writer checks and decodes it off the call's path. Written, never read back here.
+    output: bytes | None = None
     id: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form for the API: the three phases as one ``phases_ms`` object."""
         out = asdict(self)
+        del out["output"]  # a call's lines have their own endpoint (``.../invocations/{id}/logs``)
         out["phases_ms"] = {"queue": out.pop("queue_ms"), "start": out.pop("start_ms"),
                             "handler": out.pop("handler_ms")}
         return out
@@ -145,6 +151,15 @@ def _plain_row(inv: Invocation) -> Row | None:
     return (namespace, function, method, path, status, duration, inv.request_bytes, inv.response_bytes, trigger,
             error, started, request_id, inv.cold, inv.queue_ms, inv.start_ms, inv.handler_ms, inv.version,
             inv.attempt)
+
+
+def output_text(inv: Invocation) -> str | None:
+    """The record's output as its column keeps it: checked and decoded (None when it has none, or none that
+    holds to the contract)."""
+    if inv.output is None:
+        return None
+    decoded = calloutput.decode(inv.output)
+    return None if decoded is None else calloutput.stored(decoded)
 
 
 def _optional_ms(value: object) -> float | None:

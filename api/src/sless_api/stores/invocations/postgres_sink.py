@@ -18,11 +18,12 @@ from typing import Any, cast
 import psycopg2
 import psycopg2.extensions
 
-from sless_api.stores.invocations.model import Invocation, from_row, sanitized_row
-from sless_api.stores.invocations.sink import COLUMNS
+from sless_api.domain import calloutput
+from sless_api.stores.invocations.model import Invocation, from_row, output_text, sanitized_row
+from sless_api.stores.invocations.sink import COLUMNS, WRITE_COLUMNS
 from sless_api.stores.postgres import DISCONNECTS, connect
 
-_COPY = f"COPY invocations ({', '.join(COLUMNS)}) FROM STDIN"
+_COPY = f"COPY invocations ({', '.join(WRITE_COLUMNS)}) FROM STDIN"
 # started_at is a timestamptz in the table and epoch seconds in Python
 _READ = ", ".join("EXTRACT(EPOCH FROM started_at)::double precision" if c == "started_at" else c for c in COLUMNS)
 _SELECT = f"SELECT id, {_READ} FROM invocations"  # noqa: S608 - constant columns
@@ -41,7 +42,7 @@ def _copy_text(value: object) -> str:
 
 
 def _copy_row(inv: Invocation) -> str:
-    values: list[object] = list(sanitized_row(inv))
+    values: list[object] = [*sanitized_row(inv), output_text(inv)]
     values[_STARTED_AT] = datetime.fromtimestamp(cast(float, values[_STARTED_AT]), UTC).isoformat()
     return "\t".join(map(_copy_text, values)) + "\n"
 
@@ -111,6 +112,11 @@ class PostgresSink:
         rows = self._read(f"{_SELECT} WHERE id = %s AND namespace = %s AND function = %s",
                           (int(ident), namespace, function))
         return from_row(rows[0]) if rows else None
+
+    def get_output(self, namespace: str, function: str, ident: int) -> dict[str, Any] | None:
+        rows = self._read("SELECT output FROM invocations WHERE id = %s AND namespace = %s AND function = %s",
+                          (int(ident), namespace, function))
+        return calloutput.loaded(rows[0][0]) if rows else None
 
     def find_request(self, namespace: str, function: str, request_id: str) -> Invocation | None:
         rows = self._read(f"{_SELECT} WHERE namespace = %s AND function = %s AND request_id = %s "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from sless_api.stores.invocations.model import Invocation
 
@@ -27,6 +27,8 @@ COLUMNS = (
     "version",
     "attempt",
 )
+#: What is written: the columns read back with every record, and a call's output (read on its own: ``get_output``).
+WRITE_COLUMNS = (*COLUMNS, "output")
 
 
 class Sink(Protocol):
@@ -42,6 +44,9 @@ class Sink(Protocol):
 
     def get(self, namespace: str, function: str, ident: int) -> Invocation | None:
         """The record ``ident`` when it belongs to that function of that namespace, else None."""
+
+    def get_output(self, namespace: str, function: str, ident: int) -> dict[str, Any] | None:
+        """The output kept with record ``ident`` of that function (``{"lines", "truncated"}``), else None."""
 
     def find_request(self, namespace: str, function: str, request_id: str) -> Invocation | None:
         """The newest record of that function with that request id, else None."""

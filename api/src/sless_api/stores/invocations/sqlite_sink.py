@@ -9,16 +9,19 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from sless_api.stores.invocations.model import Invocation, from_row, sanitized_row
-from sless_api.stores.invocations.sink import COLUMNS
+from sless_api.domain import calloutput
+from sless_api.stores.invocations.model import Invocation, from_row, output_text, sanitized_row
+from sless_api.stores.invocations.sink import COLUMNS, WRITE_COLUMNS
 from sless_api.stores.migrate import migrate_sqlite
 
 _QUOTED = ", ".join(f'"{c}"' for c in COLUMNS)
-_PLACEHOLDERS = ", ".join("?" for _ in COLUMNS)
+_WRITTEN = ", ".join(f'"{c}"' for c in WRITE_COLUMNS)
+_PLACEHOLDERS = ", ".join("?" for _ in WRITE_COLUMNS)
 log = logging.getLogger(__name__)
 #: Rows per INSERT statement: their values stay within SQLite's oldest limit of 999 variables (raised in 3.32).
-_ROWS_PER_INSERT = max(1, 999 // len(COLUMNS))
+_ROWS_PER_INSERT = max(1, 999 // len(WRITE_COLUMNS))
 _SELECT = f"SELECT id, {_QUOTED} FROM invocations"  # noqa: S608 - constant columns
 
 
@@ -78,7 +81,7 @@ class SqliteSink:
         """The batch in one transaction, as multi-row INSERTs: ``executemany`` steps SQLite once per row and lets
         go of the GIL around each step, and on a busy proxy every one of those hand-offs makes the event loop's
         thread wait to take the GIL back; one statement per ``_ROWS_PER_INSERT`` rows hands it over once."""
-        rows = [sanitized_row(inv) for inv in batch]
+        rows = [(*sanitized_row(inv), output_text(inv)) for inv in batch]
         with self._write_lock:
             self._write_conn.execute("BEGIN IMMEDIATE")
             try:
@@ -114,6 +117,12 @@ class SqliteSink:
             row = self._read_conn.execute(sql, (int(ident), namespace, function)).fetchone()
         return None if row is None else from_row(row)
 
+    def get_output(self, namespace: str, function: str, ident: int) -> dict[str, Any] | None:
+        sql = "SELECT output FROM invocations WHERE id = ? AND namespace = ? AND function = ?"
+        with self._read_lock:
+            row = self._read_conn.execute(sql, (int(ident), namespace, function)).fetchone()
+        return None if row is None else calloutput.loaded(row[0])
+
     def find_request(self, namespace: str, function: str, request_id: str) -> Invocation | None:
         sql = f"{_SELECT} WHERE namespace = ? AND function = ? AND request_id = ? ORDER BY id DESC LIMIT 1"
         with self._read_lock:
@@ -135,4 +144,4 @@ class SqliteSink:
 @functools.lru_cache(maxsize=_ROWS_PER_INSERT + 1)
 def _multi_insert(rows: int) -> str:
     """``INSERT ... VALUES (?, ...), (?, ...)`` for ``rows`` rows."""
-    return f"INSERT INTO invocations ({_QUOTED}) VALUES " + ", ".join([f"({_PLACEHOLDERS})"] * rows)  # noqa: S608
+    return f"INSERT INTO invocations ({_WRITTEN}) VALUES " + ", ".join([f"({_PLACEHOLDERS})"] * rows)  # noqa: S608
