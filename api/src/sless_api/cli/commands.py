@@ -186,13 +186,14 @@ def parser(env: ClientEnv, extra: Sequence[Registrar] = ()) -> argparse.Argument
     client_args(deploy)
     deploy.set_defaults(run=cmd_deploy)
     cliinvoke.register(verbs, with_client)
-    logs = verbs.add_parser("logs", help="recent invocations of a function (--follow: keep printing new ones; "
-                                         "--id N: what call N wrote)")
+    logs = verbs.add_parser("logs", help="recent invocations of a function (--follow: keep printing new ones, each "
+                                         "with what it wrote; --id N: what call N wrote)")
     logs.add_argument("name")
     logs.add_argument("--id", type=int, default=None, help="an invocation's id (first column): print its output")
     logs.add_argument("--limit", type=int, default=20)
     logs.add_argument("--follow", "-f", action="store_true")
     logs.add_argument("--interval", type=float, default=1.0, help="--follow: seconds between polls")
+    logs.add_argument("--no-output", action="store_true", help="--follow: the records only, not what each call wrote")
     with_client(logs, cliverbs.cmd_logs)
     ls = verbs.add_parser("ls", help="list functions")
     ls.add_argument("--quiet", "-q", action="store_true", help="only the names, one per line (for scripts)")

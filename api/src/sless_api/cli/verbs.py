@@ -116,7 +116,8 @@ def write_source(folder: Path, files: list[dict[str, Any]]) -> None:
 
 def cmd_logs(args: argparse.Namespace, client: Client) -> int:
     """Recent invocations, oldest first (``-o json``: the API's answer); with --follow, new ones as they are
-    recorded (Ctrl-C ends; ``-o json``: one record per line); with --id, what that one call wrote."""
+    recorded, each with what the call wrote under it (Ctrl-C ends; ``-o json``: one record per line, its lines in
+    ``output``; ``--no-output``: the records only); with --id, what that one call wrote."""
     path = client.ns_path(f"/functions/{args.name}/invocations")
     if args.id is not None:
         return print_call_output(client.request("GET", f"{path}/{args.id}/logs"), args.output == "json")
@@ -127,17 +128,46 @@ def cmd_logs(args: argparse.Namespace, client: Client) -> int:
         emit(listed, True, "")  # the API's own answer (newest first); --follow streams JSON lines instead
         return 0
     as_json = args.output == "json"
+    output = args.follow and not args.no_output
     headed = as_json  # JSON lines have no header; a table gets one above its first row
-    for item in reversed(items):
-        headed = print_invocation(item, as_json, headed)
+    headed = print_followed(client, path, list(reversed(items)), as_json, headed, output)
     while args.follow:
         time.sleep(args.interval)
         fresh = [i for i in client.request("GET", path, params={"limit": 500})["items"] if int(i["id"]) > last]
-        for item in reversed(fresh):
-            headed = print_invocation(item, as_json, headed)
+        headed = print_followed(client, path, list(reversed(fresh)), as_json, headed, output)
         last = max([last, *(int(i["id"]) for i in fresh)])
         sys.stdout.flush()
     return 0
+
+
+#: ``sless logs --follow``: the most calls per poll whose output is fetched (one request each); the rest say how
+#: to read theirs, so a burst of calls does not turn into a burst of requests.
+FOLLOW_OUTPUTS_PER_POLL = 20
+
+
+def print_followed(client: Client, path: str, items: list[dict[str, Any]], as_json: bool, headed: bool,
+                   output: bool) -> bool:
+    """Records oldest first, each with its call's lines under it when OUTPUT (see ``cmd_logs``)."""
+    for n, item in enumerate(items):
+        lines: dict[str, Any] | None = None
+        if output and n < FOLLOW_OUTPUTS_PER_POLL and item.get("request_id"):
+            try:
+                lines = client.request("GET", f"{path}/{item['id']}/logs")
+            except CliError:  # a cluster that keeps no output and lets the API read no pod logs: records only
+                lines = None
+        if as_json:
+            print(json.dumps(item | ({"output": lines} if lines is not None else {}), sort_keys=True))
+            headed = True
+            continue
+        headed = print_invocation(item, as_json, headed)
+        for line in (lines or {}).get("lines", []):
+            print(f"    {'! ' if line['stream'] == 'stderr' else '| '}{line['text']}")
+        if lines is not None and lines.get("truncated"):
+            print("    [sless: this call wrote more than is kept; the rest is cut]")
+    skipped = len(items) - FOLLOW_OUTPUTS_PER_POLL
+    if output and skipped > 0 and not as_json:
+        print(f"    [sless: {skipped} more calls came at once; see their output with --id]")
+    return headed
 
 
 #: ``sless logs``' columns: fixed widths, since --follow prints rows as they come (no widths known in advance)
