@@ -367,14 +367,18 @@ def log_exception(what: str, exc: BaseException) -> None:
 #
 # Every line a handler writes to sys.stdout or sys.stderr while serving a call is written as
 # ``@sless:<request id> <text>`` (runtimes/README.md, "Output of a call"), so the platform can file
-# it under that call. The id lives in a context variable: each connection thread sets its own, and
+# it under that call. The call lives in a context variable: each connection thread sets its own, and
 # asyncio tasks inherit it, so concurrent calls never borrow each other's id. A line written outside
 # any call that starts with the tag marker itself is re-tagged ``@sless:- `` ("no call"): printed text
 # can never pass for another call's line.
+#
+# The lines a call writes before its answer's head goes out are also kept with the call and sent back in
+# ``X-Sless-Output``, so the platform keeps them with the call's record after the process is gone.
 
 import contextvars  # noqa: E402 - kept next to the code that uses it
 import re  # noqa: E402
 import threading  # noqa: E402
+import time  # noqa: E402
 
 TAG = "@sless:"
 NO_CALL = "-"
@@ -384,8 +388,95 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}")
 MAX_PARTIAL_CHARS = 65536
 #: The response header that carries the handler's own run time to the platform (which removes it).
 HANDLER_MS_HEADER = "X-Sless-Handler-Ms"
+#: The response header that carries the lines a call wrote before its answer (the platform removes it).
+OUTPUT_HEADER = "X-Sless-Output"
+#: Response headers only the runtime sets: a handler's own of these names are dropped (lower case).
+RUNTIME_HEADERS = frozenset({HANDLER_MS_HEADER.lower(), OUTPUT_HEADER.lower()})
+#: Bytes of text (UTF-8) a call's X-Sless-Output holds at most (the contract's cap).
+MAX_OUTPUT_BYTES = 16384
+#: Lines it holds at most: empty lines cost no text, and the platform drops a header with more lines whole
+#: (sless_api.domain.calloutput.MAX_LINES); the cap also bounds what a call keeps in memory.
+MAX_OUTPUT_LINES = 4096
 
-CALL_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("sless_call_id", default=None)
+
+class Call:
+    """One call as the output streams see it: the request id its lines are tagged with and, from its first
+    line until its answer's head goes out (``capturing``), the lines it wrote. The HTTP server's request is
+    one, so a call that writes nothing allocates nothing for its output."""
+
+    __slots__ = ("call_id", "capturing", "output")
+
+    def __init__(self, call_id: str | None = None, capturing: bool = False) -> None:
+        self.call_id = call_id
+        self.capturing = capturing
+        self.output: CallOutput | None = None
+
+
+#: The call being served; a bare request id where an older server (bench/peers/threaded_server.py, the
+#: benchmarks' baseline, run against this module) sets one: its lines are tagged and kept nowhere.
+CALL: contextvars.ContextVar[Call | str | None] = contextvars.ContextVar("sless_call", default=None)
+CALL_ID = CALL  # that older server's name for it
+
+
+class CallOutput:
+    """The lines one call wrote, (stream, text, Unix time), up to MAX_OUTPUT_BYTES of text and
+    MAX_OUTPUT_LINES: the first line that does not fit ends the keeping (``truncated``)."""
+
+    __slots__ = ("lines", "size", "truncated")
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, float]] = []
+        self.size = 0
+        self.truncated = False
+
+    def add(self, stream: str, texts: list[str], ts: float) -> None:
+        if self.truncated:
+            return
+        lines = self.lines
+        for text in texts:
+            size = self.size + (len(text) if text.isascii() else len(text.encode("utf-8", "replace")))
+            if size > MAX_OUTPUT_BYTES or len(lines) >= MAX_OUTPUT_LINES:
+                self.truncated = True
+                return
+            self.size = size
+            lines.append((stream, text, ts))
+
+    def header_value(self) -> str:
+        """Padded base64 of the UTF-8 JSON the contract describes."""
+        import base64
+
+        document = {"lines": [{"stream": stream, "text": text, "ts": ts} for stream, text, ts in self.lines],
+                    "truncated": self.truncated}
+        # a lone surrogate (text decoded with surrogateescape) becomes "?": the value must be valid UTF-8
+        data = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")
+        return base64.b64encode(data).decode("ascii")
+
+
+#: Guards every call's ``output`` (a call may write from several threads: its own, a stream's producer).
+_OUTPUT_LOCK = threading.Lock()
+
+
+def keep_lines(call: Call, stream: str, texts: list[str]) -> None:
+    """Keep complete lines ``call`` wrote to ``stream`` ("stdout" or "stderr") for its X-Sless-Output."""
+    ts = round(time.time(), 3)
+    with _OUTPUT_LOCK:
+        if not call.capturing:  # its head went out meanwhile
+            return
+        output = call.output
+        if output is None:
+            output = call.output = CallOutput()
+        output.add(stream, texts, ts)
+
+
+def take_output(call: Call) -> str | None:
+    """The X-Sless-Output value of what ``call`` wrote so far (None when it wrote nothing), once: the
+    call's answer is being made, and its later lines go to the streams only."""
+    call.capturing = False
+    if call.output is None:  # a call that wrote nothing: no lock, nothing built
+        return None
+    with _OUTPUT_LOCK:  # a line being kept by another of the call's threads is in, or left out, whole
+        output, call.output = call.output, None
+    return output.header_value() if output is not None else None
 
 
 def call_id_from(value: str | None) -> str | None:
@@ -403,43 +494,56 @@ def tag_line(call_id: str | None, line: str) -> str:
 
 
 class TaggedStream:
-    """A text stream in front of sys.stdout/sys.stderr that tags each complete line with the current call.
+    """A text stream in front of sys.stdout/sys.stderr that tags each complete line with the current call
+    and keeps it for the call's X-Sless-Output while the call's answer is not out yet.
 
     Partial lines wait per call (``print("a", end="")`` then ``print("b")`` is one line), so two calls
     writing at once never end up on the same line. Anything else (``fileno``, ``buffer``, ``encoding``)
     is the real stream's: bytes written to ``sys.stdout.buffer`` or the file descriptor are not tagged.
     """
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, stream_name: str) -> None:
         self._raw = raw
+        #: "stdout" or "stderr", as X-Sless-Output names the stream
+        self._stream_name = stream_name
         self._lock = threading.Lock()
-        self._partial: dict[str | None, str] = {}
+        #: the pending partial line of each call (None: outside any call)
+        self._partial: dict[Call | str | None, str] = {}
 
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        call_id = CALL_ID.get()
+        call = CALL.get()
+        call_id = call.call_id if isinstance(call, Call) else call
         with self._lock:
-            pending = self._partial.pop(call_id, "") + text if self._partial else text
+            pending = self._partial.pop(call, "") + text if self._partial else text
             lines = pending.split("\n")
             rest = lines.pop()
             if len(rest) > MAX_PARTIAL_CHARS:
                 lines.append(rest)
                 rest = ""
             if rest:
-                self._partial[call_id] = rest
+                self._partial[call] = rest
             if lines:
                 self._raw.write("".join(tag_line(call_id, line) + "\n" for line in lines))
+                if isinstance(call, Call) and call.capturing:  # under the lock: kept in the order written
+                    keep_lines(call, self._stream_name, lines)
         return len(text)
 
-    def end_call(self, call_id: str | None) -> None:
-        """Write what a finished call left without a newline."""
+    def end_call(self, call: Call | str | None) -> None:
+        """Write what a finished call left without a newline (a line of its own, kept like the others)."""
         if not self._partial:  # the common case, read without the lock: nothing waits for any call
             return
         with self._lock:
-            rest = self._partial.pop(call_id, None)
-            if rest:
-                self._raw.write(tag_line(call_id, rest) + "\n")
+            rest = self._partial.pop(call, None)
+            if not rest:
+                return
+            if not isinstance(call, Call):
+                self._raw.write(tag_line(call, rest) + "\n")
+                return
+            self._raw.write(tag_line(call.call_id, rest) + "\n")
+            if call.capturing:
+                keep_lines(call, self._stream_name, [rest])
 
     def flush(self) -> None:
         self._raw.flush()
@@ -450,6 +554,6 @@ class TaggedStream:
 
 def install_call_tagging() -> tuple[TaggedStream, TaggedStream]:
     """Put tagging streams in front of sys.stdout and sys.stderr (the HTTP server does; the runner does not)."""
-    out, err = TaggedStream(sys.stdout), TaggedStream(sys.stderr)
+    out, err = TaggedStream(sys.stdout, "stdout"), TaggedStream(sys.stderr, "stderr")
     sys.stdout, sys.stderr = out, err  # type: ignore[assignment]
     return out, err

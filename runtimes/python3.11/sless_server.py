@@ -93,6 +93,9 @@ _PARK, _AGAIN = -1, -2
 #: the memory cgroup's limit (which names the cause) is reached. Python frames need far less C stack in 3.11.
 THREAD_STACK_BYTES = 2 * 1024 * 1024
 _SEND_TIMEOUT = struct.pack("ll", int(IDLE_TIMEOUT_SEC), 0)
+#: The largest answer the watchdog sends (a send that does not wait): an idle connection's send buffer takes
+#: this much at once (the kernel starts it at 16 KiB, tcp_wmem).
+MAX_UNWAITED_ANSWER_BYTES = 8192
 #: How a connection waits in epoll: for bytes or EOF, once (whoever handles the event re-arms it).
 _ARMED = select.EPOLLIN | select.EPOLLONESHOT
 
@@ -178,12 +181,16 @@ def serialize(resp: rt.Response, keep_alive: bool, head_only: bool, http10: bool
     return b"".join(parts)
 
 
-class Request:
-    """One request, complete with its body, as the event loop hands it to a handler thread."""
+class Request(rt.Call):
+    """One request, complete with its body, as the event loop hands it to a handler thread; also the call its
+    handler's output is tagged with and kept for (rt.Call: no object of its own per call)."""
 
     __slots__ = ("body", "headers", "http10", "keep_alive", "method", "path", "query")
 
     def __init__(self, method: str, target: str, http10: bool, headers: dict[str, str], keep_alive: bool) -> None:
+        self.call_id = None
+        self.capturing = False
+        self.output = None
         self.method = method
         self.path, _, self.query = _split_target(target)
         self.http10 = http10
@@ -267,8 +274,8 @@ READ, RUN, LINGER, CLOSED = 0, 1, 2, 3
 class Connection:
     """One client connection. Exactly one thread owns it at a time (see the states above)."""
 
-    __slots__ = ("active", "body", "buf", "busy", "deadline", "fd", "head_only", "linger_until", "lock", "request",
-                 "sock", "state", "swallowed", "timed_out")
+    __slots__ = ("active", "body", "buf", "busy", "call", "deadline", "fd", "head_only", "linger_until", "lock",
+                 "request", "sock", "state", "swallowed", "timed_out")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -282,6 +289,8 @@ class Connection:
         self.active = time.monotonic()
         #: monotonic deadline of the running sync handler (0: none running).
         self.deadline = 0.0
+        #: the call whose handler runs: the watchdog's 504 carries the lines it wrote
+        self.call: rt.Call | None = None
         #: The watchdog answered 504; the handler thread still runs.
         self.timed_out = False
         self.head_only = False
@@ -885,28 +894,38 @@ class Server:
             self._close(conn)  # the connection was the WebSocket's: it ends with it
             return False
         event = rt.build_event(request.method, request.path, request.query, headers, request.body)
-        call_id = rt.call_id_from(headers.get("x-request-id"))
-        token = rt.CALL_ID.set(call_id)
+        request.body = b""  # the event has it; the call may outlive the answer (a thread the handler started)
+        request.call_id = rt.call_id_from(headers.get("x-request-id"))
+        request.capturing = True
+        conn.call = request
+        token = rt.CALL.set(request)
         began = time.perf_counter()
+        maybe = None
         try:
             maybe = self._invoke(conn, event)
         finally:
-            rt.CALL_ID.reset(token)
-            for stream in self.tagged:
-                stream.end_call(call_id)
+            rt.CALL.reset(token)
+            conn.call = None
+            if maybe is None or maybe.stream is None:  # (_end_call, inline) a stream's call goes on with it
+                for stream in self.tagged:
+                    stream.end_call(request)
         if maybe is None:  # timed out: the watchdog answered and shut the connection down
             self._close(conn)
             return False
         resp = maybe
         headers_out = resp.headers
         if len(headers_out) > 1 or (headers_out and headers_out[0][0] != "Content-Type"):  # the handler's own
-            resp.headers = [h for h in resp.headers if h[0].lower() != "x-sless-handler-ms"]
+            resp.headers = [h for h in resp.headers if h[0].lower() not in rt.RUNTIME_HEADERS]
         resp.headers.append((rt.HANDLER_MS_HEADER, f"{(time.perf_counter() - began) * 1000:.3f}"))
         keep_alive = request.keep_alive and not self.draining
         try:
             if resp.stream is not None:
-                keep_alive = self._send_stream(conn, resp, keep_alive, request.http10)
+                keep_alive = self._send_stream(conn, resp, keep_alive, request.http10, request)
             else:  # the one place answers are written: the whole of it in one send (no Nagle stall)
+                if request.output is None:  # the call wrote nothing (take_output, inline: nothing to build)
+                    request.capturing = False
+                else:
+                    _add_output(resp, request)
                 conn.sock.sendall(serialize(resp, keep_alive, conn.head_only, request.http10))
         except OSError:
             keep_alive = False
@@ -918,22 +937,41 @@ class Server:
         return True
 
     def _websocket(self, conn: Connection, request: Request) -> None:
-        """An upgrade request: sless_ws answers it and runs the function's ``websocket`` in this thread."""
+        """An upgrade request: sless_ws answers it and runs the function's ``websocket`` in this thread (its
+        lines are tagged, not kept: a WebSocket's answer carries no X-Sless-Output)."""
         event = rt.build_event(request.method, request.path, request.query, request.headers, b"")
-        token = rt.CALL_ID.set(rt.call_id_from(request.headers.get("x-request-id")))
+        request.call_id = rt.call_id_from(request.headers.get("x-request-id"))
+        token = rt.CALL.set(request)
         try:
             sless_ws.serve(conn.sock, bytes(conn.buf), self.handler, request.headers, event, self.config,
                            lambda r: serialize(r, False, False))
         except OSError:
             pass  # the client went away
         finally:
-            rt.CALL_ID.reset(token)
+            rt.CALL.reset(token)
+            self._end_call(request)
 
-    def _send_stream(self, conn: Connection, resp: rt.Response, keep_alive: bool, http10: bool) -> bool:
-        """A streamed result: sless_stream writes it from this thread; a cut stream raises OSError (closed)."""
-        return sless_stream.send_stream(
-            conn.send_all, resp, keep_alive, conn.head_only, http10, _clock.date(), _status_line,
-            self._event_loop, self.config.timeout_sec, lambda r: serialize(r, keep_alive, conn.head_only, http10))
+    def _end_call(self, call: rt.Call) -> None:
+        """The call is over: what it left without a newline is written (and kept, while its answer is not out)."""
+        for stream in self.tagged:
+            stream.end_call(call)
+
+    def _send_stream(self, conn: Connection, resp: rt.Response, keep_alive: bool, http10: bool,
+                     call: Request) -> bool:
+        """A streamed result: sless_stream writes it from this thread; a cut stream raises OSError (closed).
+        The head carries the lines written until it goes out; the call ends with the stream."""
+
+        def failed(answer: rt.Response) -> bytes:  # before the head: the call is over, its lines go with it
+            self._end_call(call)
+            _add_output(answer, call)
+            return serialize(answer, keep_alive, conn.head_only, http10)
+
+        try:
+            return sless_stream.send_stream(
+                conn.send_all, resp, keep_alive, conn.head_only, http10, _clock.date(), _status_line,
+                self._event_loop, self.config.timeout_sec, failed, lambda: rt.take_output(call))
+        finally:
+            self._end_call(call)
 
     def _invoke(self, conn: Connection, event: dict[str, Any]) -> rt.Response | None:
         """Run the handler; the response, or None when the watchdog already answered 504."""
@@ -1035,11 +1073,23 @@ class Server:
             conn.deadline = 0.0
             conn.timed_out = True
             with contextlib.suppress(OSError):
-                resp = rt.error_response(504, message, "Timeout")
-                conn.send_now(serialize(resp, False, conn.head_only))
+                conn.send_now(self._timeout_answer(conn, message))
             _shutdown(conn.sock)
         rt.log(f"{message}; the handler thread keeps running until it returns")
         self._abandon()
+
+    def _timeout_answer(self, conn: Connection, message: str) -> bytes:
+        """The watchdog's 504, with the lines the handler wrote until now (it keeps running) while the answer
+        stays small enough to go out in one send that does not wait (else without them)."""
+        resp = rt.error_response(504, message, "Timeout")
+        data = serialize(resp, False, conn.head_only)
+        call = conn.call
+        if call is not None:
+            output = rt.take_output(call)
+            if output is not None and len(data) + len(output) <= MAX_UNWAITED_ANSWER_BYTES:
+                resp.headers.append((rt.OUTPUT_HEADER, output))
+                data = serialize(resp, False, conn.head_only)
+        return data
 
     def _abandon(self) -> None:
         """Count a handler left running; past the limit, recycle the process (its supervisor starts a new one).
@@ -1061,6 +1111,13 @@ class Server:
     def _release(self) -> None:
         with self._abandoned_lock:
             self.abandoned -= 1
+
+
+def _add_output(resp: rt.Response, call: rt.Call) -> None:
+    """The answer carries the lines its call wrote until now in X-Sless-Output (none: no header)."""
+    output = rt.take_output(call)
+    if output is not None:
+        resp.headers.append((rt.OUTPUT_HEADER, output))
 
 
 async def _as_coroutine(awaitable: Any) -> Any:

@@ -151,10 +151,13 @@ def _head(resp: rt.Response, first: Any, keep_alive: bool, http10: bool, date_he
 
 def send_stream(send: Callable[[bytes], None], resp: rt.Response, keep_alive: bool, head_only: bool, http10: bool,
                 date_header: bytes, status_line: Callable[[int], bytes], loop: Callable[[], Any],
-                timeout: float, failed: Callable[[rt.Response], bytes]) -> bool:
+                timeout: float, failed: Callable[[rt.Response], bytes],
+                take_output: Callable[[], str | None]) -> bool:
     """Write a streamed response with ``send``; True when the connection may serve another request.
 
-    Before the first chunk, an idle timeout answers 504 and a failure 500 (``failed`` serializes those complete
+    The head goes out with the first chunk, with X-Sless-Output when ``take_output`` gives it (the lines the
+    call wrote until then: the handler's, and the stream's own before its first chunk). Before the first
+    chunk, an idle timeout answers 504 and a failure 500 (``failed`` serializes those complete
     answers). After it, both raise StreamCut: the caller closes the connection without the final chunk, so the
     client sees a cut response, never a clean end. A client that is gone raises OSError from ``send``. Either
     way the iterator is closed (a generator's ``finally`` runs).
@@ -177,6 +180,9 @@ def send_stream(send: Callable[[bytes], None], resp: rt.Response, keep_alive: bo
             return keep_alive
         bodyless = head_only or resp.status in (204, 304)
         keep = keep_alive and not http10  # HTTP/1.0 has no chunks: the end of the body is the connection's
+        output = take_output()
+        if output is not None:
+            resp.headers.append((rt.OUTPUT_HEADER, output))
         send(_head(resp, first, keep, http10, date_header, (time.perf_counter() - began) * 1000, status_line))
         if bodyless:
             return keep_alive
