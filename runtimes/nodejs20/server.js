@@ -27,6 +27,28 @@ const MAX_TIMER_MS = 2_147_483_647;
 
 const EMPTY = Buffer.alloc(0);
 const HEALTH_OK = rt.toHttpResult({ status: 'ok' });
+/** Response headers only the runtime sets: a handler's own of these names are dropped. */
+const RUNTIME_HEADERS = [rt.HANDLER_MS_HEADER, rt.OUTPUT_HEADER];
+
+/**
+ * Drop the handler's own X-Sless-Handler-Ms and X-Sless-Output (any case).
+ * @param {Record<string, string | string[]>} headers
+ */
+function dropRuntimeHeaders(headers) {
+  for (const name of Object.keys(headers)) {
+    if (RUNTIME_HEADERS.includes(name.toLowerCase())) delete headers[name];
+  }
+}
+
+/**
+ * The answer carries the lines its call wrote until now in X-Sless-Output (none: no header).
+ * @param {Record<string, string | string[]>} headers
+ * @param {import('./sless-runtime.js').Call} call
+ */
+function addOutput(headers, call) {
+  const output = rt.takeOutput(call);
+  if (output !== undefined) headers[rt.OUTPUT_HEADER] = output;
+}
 
 /**
  * @param {import('./sless-runtime.js').Config} config
@@ -60,6 +82,9 @@ function createServer(config, handler, wsHandler, server = http.createServer({ n
       // An invalid header name/value from the handler: nothing has been written yet.
       rt.logError('invalid response from handler', err);
       const fallback = rt.errorResult(500, `invalid response: ${rt.describeError(err).error}`, 'InvalidResponse');
+      for (const name of RUNTIME_HEADERS) {
+        if (headers[name] !== undefined) fallback.headers[name] = headers[name]; // the call's, not the handler's
+      }
       fallback.headers['content-length'] = String(fallback.body.length);
       if (draining) fallback.headers.connection = 'close';
       res.writeHead(500, fallback.headers);
@@ -112,27 +137,26 @@ function createServer(config, handler, wsHandler, server = http.createServer({ n
       return;
     }
     const event = rt.buildEvent(req.method || 'GET', url, req.rawHeaders, body);
-    const callId = rt.callIdFrom(req.headers['x-request-id']);
-    rt.runAsCall(callId, () => invokeAndAnswer(req, res, url, event, callId));
+    const call = new rt.Call(rt.callIdFrom(req.headers['x-request-id']), true);
+    rt.runAsCall(call, () => invokeAndAnswer(req, res, url, event, call));
   }
 
   /**
-   * Run the handler as the call `callId` and answer with its result and run time.
+   * Run the handler as `call` and answer with its result, run time and output.
    * @param {http.IncomingMessage} req
    * @param {http.ServerResponse} res
    * @param {string} url
    * @param {object} event
-   * @param {string | null} callId
+   * @param {import('./sless-runtime.js').Call} call
    */
-  function invokeAndAnswer(req, res, url, event, callId) {
+  function invokeAndAnswer(req, res, url, event, call) {
     const began = process.hrtime.bigint();
     /** @param {import('./sless-runtime.js').HttpResult} result */
     const answer = (result) => {
-      rt.endCall(callId);
-      for (const name of Object.keys(result.headers)) {
-        if (name.toLowerCase() === rt.HANDLER_MS_HEADER) delete result.headers[name];
-      }
+      rt.endCall(call);
+      dropRuntimeHeaders(result.headers);
       result.headers[rt.HANDLER_MS_HEADER] = (Number(process.hrtime.bigint() - began) / 1e6).toFixed(3);
+      addOutput(result.headers, call);
       send(req, res, result);
     };
     const context = new rt.InvocationContext(Date.now() + timeoutSec * 1000);
@@ -146,7 +170,7 @@ function createServer(config, handler, wsHandler, server = http.createServer({ n
           result = rt.errorResult(500, rt.describeError(err).error, 'InvalidResponse');
         }
         if (result.stream) {
-          streamAnswer(req, res, url, result, context, began, callId);
+          streamAnswer(req, res, url, result, context, began, call);
           return;
         }
         answer(result);
@@ -179,9 +203,10 @@ function createServer(config, handler, wsHandler, server = http.createServer({ n
    * @param {import('./sless-runtime.js').HttpResult} result
    * @param {import('./sless-runtime.js').InvocationContext} context
    * @param {bigint} began
-   * @param {string | null} callId
+   * @param {import('./sless-runtime.js').Call} call its head carries the lines written until it goes out;
+   *   the call ends with the stream
    */
-  async function streamAnswer(req, res, url, result, context, began, callId) {
+  async function streamAnswer(req, res, url, result, context, began, call) {
     const source = /** @type {any} */ (result.stream);
     /** @type {any} */
     const iterator = typeof source[Symbol.asyncIterator] === 'function' ? source[Symbol.asyncIterator]() : source;
@@ -195,13 +220,15 @@ function createServer(config, handler, wsHandler, server = http.createServer({ n
     let finished = false;
     /** @type {Error} */
     let reason = new Error('the client went away');
+    /** @type {string | undefined} the X-Sless-Output of the head (kept for the error answer if the head fails) */
+    let headOutput;
     const writeHead = (/** @type {unknown} */ first) => {
       const headers = result.headers;
-      for (const name of Object.keys(headers)) {
-        if (name.toLowerCase() === rt.HANDLER_MS_HEADER) delete headers[name];
-      }
+      dropRuntimeHeaders(headers);
       if (!('content-type' in headers)) headers['content-type'] = rt.streamContentType(first);
       headers[rt.HANDLER_MS_HEADER] = (Number(process.hrtime.bigint() - began) / 1e6).toFixed(3);
+      headOutput = rt.takeOutput(call);
+      if (headOutput !== undefined) headers[rt.OUTPUT_HEADER] = headOutput;
       if (draining) headers.connection = 'close';
       try {
         res.writeHead(result.status, headers);
@@ -254,14 +281,18 @@ function createServer(config, handler, wsHandler, server = http.createServer({ n
         // No final chunk: the client sees the stream was cut. After this turn, so that the chunks
         // written before (node:http sends them on the next tick) still go out first.
         setImmediate(() => res.destroy());
-      } else if (timedOut) {
-        sendTimed(req, res, rt.errorResult(504, reason.message, 'Timeout'), began);
       } else {
+        rt.endCall(call); // the call is over: what it left without a newline goes with the error
+        const output = headOutput ?? rt.takeOutput(call);
         const { error, type } = rt.describeError(err);
-        sendTimed(req, res, rt.errorResult(500, rt.publicMessage(error, config), type), began);
+        const failure = timedOut
+          ? rt.errorResult(504, reason.message, 'Timeout')
+          : rt.errorResult(500, rt.publicMessage(error, config), type);
+        if (output !== undefined) failure.headers[rt.OUTPUT_HEADER] = output;
+        sendTimed(req, res, failure, began);
       }
     } finally {
-      rt.endCall(callId);
+      rt.endCall(call);
       if (!finished) {
         context._abort(reason);
         if (typeof iterator.return === 'function') {
@@ -349,9 +380,10 @@ function createServer(config, handler, wsHandler, server = http.createServer({ n
     }
     socket.on('error', () => {}); // a client that vanishes ends only its own connection
     const event = rt.buildEvent(req.method || 'GET', url, req.rawHeaders, EMPTY);
-    const callId = rt.callIdFrom(req.headers['x-request-id']);
-    rt.runAsCall(callId, () => ws.serve(req, socket, head, wsHandler, event, config, rt.logError))
-      .finally(() => rt.endCall(callId));
+    // tagged, not kept: a WebSocket's answer carries no X-Sless-Output
+    const call = new rt.Call(rt.callIdFrom(req.headers['x-request-id']), false);
+    rt.runAsCall(call, () => ws.serve(req, socket, head, wsHandler, event, config, rt.logError))
+      .finally(() => rt.endCall(call));
   });
 
   // Bodies larger than the limit are refused before the client sends them.

@@ -652,9 +652,12 @@ function installProcessGuards() {
 //
 // Every line a handler writes to process.stdout or process.stderr (console.* included) while
 // serving a call is written as `@sless:<request id> <text>` (runtimes/README.md, "Output of a
-// call"). The id travels with the call's async context (AsyncLocalStorage), so concurrent calls
+// call"). The call travels with its async context (AsyncLocalStorage), so concurrent calls
 // never borrow each other's id. A line written outside any call that starts with the tag marker
 // is re-tagged `@sless:- ` ("no call"): printed text never passes for another call's line.
+//
+// The lines a call writes before its answer's head goes out are also kept with the call and sent
+// back in `X-Sless-Output`, so the platform keeps them with the call's record after the process is gone.
 
 const { AsyncLocalStorage } = require('node:async_hooks');
 
@@ -666,10 +669,45 @@ const REQUEST_ID = /^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$/;
 const MAX_PARTIAL_CHARS = 65536;
 /** The response header that carries the handler's run time to the platform (which removes it). */
 const HANDLER_MS_HEADER = 'x-sless-handler-ms';
+/** The response header that carries the lines a call wrote before its answer (the platform removes it). */
+const OUTPUT_HEADER = 'x-sless-output';
+/** Bytes of text (UTF-8) a call's X-Sless-Output holds at most (the contract's cap). */
+const MAX_OUTPUT_BYTES = 16384;
+/**
+ * Lines it holds at most: empty lines cost no text, and the platform drops a header with more lines whole
+ * (sless_api.domain.calloutput.MAX_LINES); the cap also bounds what a call keeps in memory.
+ */
+const MAX_OUTPUT_LINES = 4096;
 
-/** @type {AsyncLocalStorage<string | null>} */
-const callIds = new AsyncLocalStorage();
-/** @type {Array<(id: string | null) => void>} */
+/**
+ * The lines one call wrote, up to MAX_OUTPUT_BYTES of text and MAX_OUTPUT_LINES: the first line that
+ * does not fit ends the keeping (`truncated`).
+ * @typedef {object} CallOutput
+ * @property {Array<{ stream: string, text: string, ts: number }>} lines
+ * @property {number} bytes
+ * @property {boolean} truncated
+ */
+
+/**
+ * One call as the output streams see it: the request id its lines are tagged with and, from its first
+ * line until its answer's head goes out (`capturing`), the lines it wrote.
+ */
+class Call {
+  /**
+   * @param {string | null} id
+   * @param {boolean} capturing whether its answer carries X-Sless-Output (a WebSocket's does not)
+   */
+  constructor(id, capturing) {
+    this.id = id;
+    this.capturing = capturing;
+    /** @type {CallOutput | null} nothing until its first line: a call that writes nothing costs nothing */
+    this.output = null;
+  }
+}
+
+/** @type {AsyncLocalStorage<Call>} */
+const calls = new AsyncLocalStorage();
+/** @type {Array<(call: Call) => void>} */
 const callEnders = [];
 
 /**
@@ -691,25 +729,62 @@ function tagLine(id, line) {
 }
 
 /**
+ * Keep complete lines `call` wrote to `stream` ("stdout" or "stderr") for its X-Sless-Output.
+ * @param {Call} call
+ * @param {string} stream
+ * @param {string[]} texts
+ */
+function keepLines(call, stream, texts) {
+  let output = call.output;
+  if (output === null) output = call.output = { lines: [], bytes: 0, truncated: false };
+  if (output.truncated) return;
+  const ts = Date.now() / 1000;
+  for (const text of texts) {
+    const bytes = output.bytes + Buffer.byteLength(text, 'utf8');
+    if (bytes > MAX_OUTPUT_BYTES || output.lines.length >= MAX_OUTPUT_LINES) {
+      output.truncated = true;
+      return;
+    }
+    output.bytes = bytes;
+    output.lines.push({ stream, text, ts });
+  }
+}
+
+/**
+ * The X-Sless-Output value of what `call` wrote so far (padded base64 of UTF-8 JSON), undefined when it
+ * wrote nothing; once: the call's answer is being made, and its later lines go to the streams only.
+ * @param {Call} call
+ * @returns {string | undefined}
+ */
+function takeOutput(call) {
+  call.capturing = false;
+  const output = call.output;
+  if (output === null) return undefined;
+  call.output = null;
+  return Buffer.from(JSON.stringify({ lines: output.lines, truncated: output.truncated })).toString('base64');
+}
+
+/**
  * Put a tagging write() in front of one stream; partial lines wait per call.
  * @param {NodeJS.WriteStream} stream
+ * @param {string} name "stdout" or "stderr", as X-Sless-Output names the stream
  */
-function tagStream(stream) {
+function tagStream(stream, name) {
   const write = stream.write.bind(stream);
-  /** @type {Map<string | null, string>} */
+  /** @type {Map<Call | null, string>} the pending partial line of each call (null: outside any call) */
   const partial = new Map();
   /** @type {any} */ (stream).write = function tagged(/** @type {any} */ chunk, /** @type {any} */ encoding, /** @type {any} */ cb) {
     if (typeof encoding === 'function') {
       cb = encoding;
       encoding = undefined;
     }
-    const id = callIds.getStore() ?? null;
+    const call = calls.getStore() ?? null;
     let text = typeof chunk === 'string'
       ? (encoding && encoding !== 'utf8' && encoding !== 'utf-8' ? Buffer.from(chunk, encoding).toString() : chunk)
       : Buffer.from(chunk).toString();
-    const before = partial.get(id);
+    const before = partial.get(call);
     if (before !== undefined) {
-      partial.delete(id);
+      partial.delete(call);
       text = before + text;
     }
     const lines = text.split('\n');
@@ -718,50 +793,56 @@ function tagStream(stream) {
       lines.push(rest);
       rest = '';
     }
-    if (rest) partial.set(id, rest);
+    if (rest) partial.set(call, rest);
     if (lines.length === 0) {
       if (cb) process.nextTick(cb);
       return true;
     }
+    const id = call === null ? null : call.id;
     let out = '';
     for (const line of lines) out += `${tagLine(id, line)}\n`;
+    if (call !== null && call.capturing) keepLines(call, name, lines);
     return write(out, cb);
   };
-  callEnders.push((id) => {
-    const rest = partial.get(id);
+  callEnders.push((call) => {
+    const rest = partial.get(call);
     if (rest === undefined) return;
-    partial.delete(id);
-    write(`${tagLine(id, rest)}\n`);
+    partial.delete(call);
+    if (call.capturing) keepLines(call, name, [rest]);
+    write(`${tagLine(call.id, rest)}\n`);
   });
 }
 
 /** Tag process.stdout and process.stderr (the HTTP server does; the runner does not). */
 function installCallTagging() {
-  tagStream(process.stdout);
-  tagStream(process.stderr);
+  tagStream(process.stdout, 'stdout');
+  tagStream(process.stderr, 'stderr');
 }
 
 /**
- * Run `fn` as the call `id`: what it and its async continuations write is tagged with `id`.
+ * Run `fn` as `call`: what it and its async continuations write is tagged with the call's id.
  * @template T
- * @param {string | null} id
+ * @param {Call} call
  * @param {() => T} fn
  * @returns {T}
  */
-function runAsCall(id, fn) {
-  return callIds.run(id, fn);
+function runAsCall(call, fn) {
+  return calls.run(call, fn);
 }
 
 /**
- * Write what a finished call left without a newline.
- * @param {string | null} id
+ * Write what a finished call left without a newline (a line of its own, kept like the others).
+ * @param {Call} call
  */
-function endCall(id) {
-  for (const end of callEnders) end(id);
+function endCall(call) {
+  for (const end of callEnders) end(call);
 }
 
 module.exports = {
   HANDLER_MS_HEADER,
+  OUTPUT_HEADER,
+  Call,
+  takeOutput,
   callIdFrom,
   tagLine,
   installCallTagging,
