@@ -674,10 +674,10 @@ const OUTPUT_HEADER = 'x-sless-output';
 /** Bytes of text (UTF-8) a call's X-Sless-Output holds at most (the contract's cap). */
 const MAX_OUTPUT_BYTES = 16384;
 /**
- * Lines it holds at most: empty lines cost no text, and the platform drops a header with more lines whole
- * (sless_api.domain.calloutput.MAX_LINES); the cap also bounds what a call keeps in memory.
+ * Lines it holds at most (the contract's cap): empty lines cost no text, so their number is bounded on its own;
+ * it also bounds what a call keeps in memory.
  */
-const MAX_OUTPUT_LINES = 4096;
+const MAX_OUTPUT_LINES = 1024;
 
 /**
  * The lines one call wrote, up to MAX_OUTPUT_BYTES of text and MAX_OUTPUT_LINES: the first line that

@@ -394,9 +394,9 @@ OUTPUT_HEADER = "X-Sless-Output"
 RUNTIME_HEADERS = frozenset({HANDLER_MS_HEADER.lower(), OUTPUT_HEADER.lower()})
 #: Bytes of text (UTF-8) a call's X-Sless-Output holds at most (the contract's cap).
 MAX_OUTPUT_BYTES = 16384
-#: Lines it holds at most: empty lines cost no text, and the platform drops a header with more lines whole
-#: (sless_api.domain.calloutput.MAX_LINES); the cap also bounds what a call keeps in memory.
-MAX_OUTPUT_LINES = 4096
+#: Lines it holds at most (the contract's cap): empty lines cost no text, so their number is bounded on its own;
+#: it also bounds what a call keeps in memory.
+MAX_OUTPUT_LINES = 1024
 
 
 class Call:

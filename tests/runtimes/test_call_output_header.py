@@ -39,8 +39,8 @@ ServerFactory = Callable[..., Any]
 RUNTIMES_DIR = Path(__file__).resolve().parents[2] / "runtimes"
 #: The largest text (UTF-8 bytes) X-Sless-Output holds.
 MAX_TEXT_BYTES = 16384
-#: The most lines it holds (sless_api.domain.calloutput.MAX_LINES).
-MAX_LINES = 4096
+#: The most lines it holds (the contract's cap, as sless_api.domain.calloutput.MAX_LINES).
+MAX_LINES = 1024
 #: Text that needs UTF-8 and JSON escaping both.
 UTF8_TEXT = 'héllo wörld ☃ 😀 ünïcödé, quote " backslash \\ tab \t end'
 
@@ -333,9 +333,8 @@ def test_text_beyond_16384_bytes_is_left_out_from_the_first_line_that_does_not_f
 
 
 def test_many_empty_lines_are_capped_too(server: RuntimeServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Empty lines cost no text: their number has a cap of its own, the platform's (it drops a header with
-    more lines whole)."""
-    monkeypatch.setattr(http.client, "_MAXLINE", 1 << 20)  # 4096 lines make a header of 270 KB
+    """Empty lines cost no text: their number has a cap of its own (the contract's)."""
+    monkeypatch.setattr(http.client, "_MAXLINE", 1 << 20)  # 1024 lines make a header of about 70 KB
     document = output_of(get(server, "/many"))
     assert document is not None and document["truncated"] is True
     assert len(document["lines"]) == MAX_LINES
