@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from tests.support.platform import Tenant
+from tests.support.platform import Tenant, running_sless
 from tests.support.platform import invocation_record as record
 
 pytestmark = pytest.mark.e2e
@@ -208,3 +209,43 @@ def record_list(tenant: Tenant, name: str) -> list[dict[str, Any]]:
         if items or time.monotonic() > deadline:
             return items
         time.sleep(0.1)
+
+
+STREAMER = """\
+def handle(event):
+    print("before the head")
+
+    def parts():
+        yield "part one\\n"
+        print("after the head")
+        yield "part two\\n"
+    return parts()
+"""
+
+
+def test_a_calls_and_a_jobs_lines_outlive_a_restart(tmp_path: Path) -> None:
+    """The lines a call wrote before its answer (X-Sless-Output) and a job's are kept with their records: after
+    `sless up` restarts, its memory holds nothing of them and they are still there. A stream's lines after its
+    head are in the process's output only: shown while `sless up` runs, not after (the contract's bound)."""
+    with running_sless(tmp_path / "data") as sp:
+        tenant = Tenant(sp.url, "durable-logs")
+        tenant.deploy("chatty", "python3.11", {"handler.py": CHATTY})
+        tenant.deploy("streamer", "python3.11", {"handler.py": STREAMER})
+        tenant.deploy("printer", "python3.11", {"handler.py": JOB}, http=False)
+        call(tenant, "chatty", "durable-1", m="kept")
+        assert requests.get(tenant.fn_url("streamer"), headers={"X-Request-Id": "durable-2"},
+                            timeout=60).text == "part one\npart two\n"
+        tenant.api("POST", "/jobs", json={"name": "once", "function": "printer", "event": {"n": 3}}, expect=201)
+        assert tenant.wait_job("once")["phase"] == "Succeeded"
+        before = {name: record_list(tenant, name) for name in ("chatty", "streamer", "printer")}
+        assert all(before.values()), before
+        assert streams(logs(tenant, "streamer", "durable-2"))[0] == ["before the head", "after the head"]
+    with running_sless(tmp_path / "data") as sp:
+        tenant = Tenant(sp.url, "durable-logs")
+        got = logs(tenant, "chatty", before["chatty"][0]["id"])
+        assert streams(got) == (["out kept", "@sless:victim forged kept", "done kept"], ["err kept"])
+        assert all(abs(line["ts"] - time.time()) < 600 for line in got["lines"])
+        assert logs(tenant, "chatty", "durable-1") == got  # by request id too
+        assert streams(logs(tenant, "streamer", "durable-2"))[0] == ["before the head"]
+        job = logs(tenant, "printer", before["printer"][0]["id"])
+        assert [(x["stream"], x["text"]) for x in job["lines"]] == [("stdout", "job out 3"), ("stderr", "job err 3")]

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +184,60 @@ def test_logs_id_prints_what_one_call_wrote(tenant: Tenant) -> None:
     missing = sless(tenant, "logs", "talker", "--id", "999999999", expect=1)
     assert "no invocation" in missing.stderr and "Traceback" not in missing.stderr
     assert "invalid int" in sless(tenant, "logs", "talker", "--id", "x", expect=2).stderr
+
+
+def test_logs_follow_prints_each_calls_output_under_it(tenant: Tenant) -> None:
+    """--follow follows what the function writes, not only its records: each new call's lines under its row
+    (stderr's marked), in JSON its ``output``; --no-output the records alone."""
+    tenant.deploy("follower", "python3.11", {"handler.py": (
+        "import sys\ndef handle(event):\n    print('said', event['_query'].get('w'))\n"
+        "    print('warned', event['_query'].get('w'), file=sys.stderr)\n    return 1\n")})
+    env = {**os.environ, "SLESS_TOKEN": tenant.token, "SLESS_URL": tenant.url}
+
+    def follow(*extra: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "sless_api", "logs", "follower", "--follow", "--interval",
+                                 "0.2", "--limit", "1", *extra], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                                text=True)  # fmt: skip
+
+    pending: dict[int, bytes] = {}
+
+    def read_until(proc: subprocess.Popen[str], done: Callable[[str], bool]) -> list[str]:
+        """Lines as they come, read from the pipe itself (a buffered reader would hide what it read ahead
+        from ``select``) until one is DONE."""
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        got: list[str] = []
+        deadline = time.monotonic() + 30
+        while not got or not done(got[-1]):
+            if b"\n" in pending.get(fd, b""):
+                line, pending[fd] = pending[fd].split(b"\n", 1)
+                got.append(line.decode())
+                continue
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, f"--follow printed {got} within 30 s"
+            chunk = os.read(fd, 65536)
+            assert chunk, f"--follow ended after {got}"
+            pending[fd] = pending.get(fd, b"") + chunk
+        return got
+
+    table, as_json, bare = follow(), follow("-o", "json"), follow("--no-output")
+    try:
+        requests.get(tenant.fn_url("follower"), params={"w": "one"}, headers={"X-Request-Id": "follow-1"},
+                     timeout=30)
+        rows = read_until(table, lambda line: line == "    ! warned one")
+        assert rows[0].split()[:2] == ["ID", "STARTED"] and "follow-1" in rows[1], rows  # the header, first row
+        assert rows[2:] == ["    | said one", "    ! warned one"], rows
+        record = json.loads(read_until(as_json, lambda line: "follow-1" in line)[-1])
+        assert [(x["stream"], x["text"]) for x in record["output"]["lines"]] == [("stdout", "said one"),
+                                                                                ("stderr", "warned one")]
+        requests.get(tenant.fn_url("follower"), params={"w": "two"}, headers={"X-Request-Id": "follow-2"},
+                     timeout=30)
+        plain = read_until(bare, lambda line: "follow-2" in line)
+        assert not any("said" in line or "warned" in line for line in plain), plain
+    finally:
+        for proc in (table, as_json, bare):
+            proc.kill()
+            proc.wait(10)
 
 
 def sless_cli(tenant: Tenant, *argv: str) -> str:

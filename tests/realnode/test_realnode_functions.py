@@ -31,6 +31,8 @@ from tests.support.streams import exchange, open_stream, read_until, ws_url
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1800)]
 
 HANDLER = ('def handle(event):\n'
+           '    if "say" in event:\n'
+           '        print("said", event["say"])\n'
            '    return {"hello": event.get("name", "world"), "type": event.get("type")}\n')  # fmt: skip
 
 
@@ -288,3 +290,37 @@ def test_code_changes_roll_out_without_a_failed_call(deployed: Deployed) -> None
     failed = [answer for answer in answers if answer[0] != 200]
     print(f"{len(answers)} calls during three rollouts, {len(failed)} failed")
     assert len(answers) > 100 and not failed, failed[:10]
+
+
+def test_a_calls_output_outlives_its_pod(deployed: Deployed) -> None:
+    """What a call printed is kept with its record (the runtime's X-Sless-Output), so `.../invocations/{id}/logs`
+    shows it after the pod that served the call is deleted (its log gone with it), as after a scale to zero."""
+    d = deployed
+    bed = d.real_node.bed
+    request_id = f"outlives-{secrets.token_hex(4)}"
+    resp = requests.post(d.tenant.fn_url("hello"), json={"say": "kept"}, headers={"X-Request-Id": request_id},
+                         timeout=60)
+    assert resp.status_code == 200 and "x-sless-output" not in resp.headers, resp.text
+    path = f"/functions/hello/invocations/{request_id}/logs"
+    expected = [("stdout", "said kept")]
+
+    def lines() -> list[tuple[str, str]] | None:
+        resp = d.tenant.api("GET", path)
+        if resp.status_code == 404:  # the record is written a moment after the answer
+            return None
+        got = [(line["stream"], line["text"]) for line in resp.json()["lines"]]
+        return got or None
+
+    assert bed.wait("the call's record with its output", lines, timeout=60, interval=0.2) == expected
+    pods = [pod["metadata"]["name"] for pod in _function_pods(d)]
+    assert pods
+    bed.kubectl("delete", "pod", "-n", d.tenant.ns, *pods, "--wait=true", "--timeout=120s", timeout=150)
+
+    def replaced() -> bool:
+        names = [pod["metadata"]["name"] for pod in _function_pods(d)]
+        return bool(names) and not set(names) & set(pods)
+
+    bed.wait("the deleted pods replaced", replaced, timeout=180, interval=0.5)
+    assert lines() == expected
+    bed.wait("/fn serves hello again", lambda: (r := _invoke(d, [])) is not None and r.status_code == 200,
+             timeout=180, interval=0.5)
