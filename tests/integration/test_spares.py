@@ -85,6 +85,27 @@ def fn_spec(sandbox: Sandbox, code: Path, tenant: str, version: str = "v1", *, m
                        runtime="python3.11", spare=template if spares else None)
 
 
+def test_a_failed_spare_start_is_tried_again(tmp_path: Path, sandbox: Sandbox,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """A spare whose start fails (here its code folder is not there yet, so the sandbox cannot bind it: a fault
+    that heals, as a set-up that broke under load does) is started again after a pause rather than left missing
+    until the tenant's next claim; the failed attempt leaves no cgroup behind."""
+    root = tmp_path / "functions" / "t1"
+    template = SpareTemplate(tenant="t1", argv=ARGV, env=tuple(sorted(BASE_ENV.items())), roots=(root,),
+                             limits=Limits.for_function(128, "python3.11"))
+    caplog.set_level("INFO", "sless.standalone")
+
+    async def scenario(sup: Supervisor) -> None:
+        sup.spares.want(template, sandbox)
+        await until_async("a failed first start", lambda: "trying again" in caplog.text, 30, POLL)
+        assert sup.spares.count("t1") == 0 and sup.spares.starting("t1") == 1  # one start, waiting to try again
+        root.mkdir(parents=True)
+        await until_async("the spare, started again", lambda: sup.spares.count("t1") == 1, 30, POLL)
+        assert "failed to start:" not in caplog.text.replace("failed to start, trying again", "")
+
+    run_scenario(tmp_path, sandbox, scenario)
+
+
 def spare_cgroups(sandbox: Sandbox) -> list[Path]:
     assert sandbox.cgroups is not None
     return [p for base in sandbox.cgroups.bases.values() for p in base.glob("spare-*")]

@@ -75,6 +75,8 @@ CLAIM_TIME = frozenset({"NODE_ENV"})
 _ANY_RUNTIME = tuple(dict.fromkeys(p for prefixes in START_TIME_PREFIXES.values() for p in prefixes))
 #: How long a spare may take to be ready before it is given up.
 SPARE_READY_SEC = 30.0
+#: Waits before a failed spare start is tried again (then it is left until the tenant's next claim or deploy).
+START_RETRY_DELAYS_SEC = (0.5, 2.0)
 
 
 def start_time_env(env: Mapping[str, str], runtime: str = "python3.11") -> dict[str, str]:
@@ -176,7 +178,8 @@ class SparePool:
         have = len([s for s in self._spares.get(kind, []) if s.alive]) + self._starting.get(kind, 0)
         for _ in range(self.per_tenant - have):
             self._starting[kind] = self._starting.get(kind, 0) + 1
-            self._background(self._start(template, sandbox, self._generation.get(kind, 0)), kind, starts=True)
+            self._background(self._start_retried(template, sandbox, self._generation.get(kind, 0)), kind,
+                             starts=True)
 
     def _background(self, work: Coroutine[Any, Any, None], kind: Kind, starts: bool = False) -> None:
         task = asyncio.create_task(work, name=f"sless-spare-{kind[0]}-{kind[1]}")
@@ -253,6 +256,20 @@ class SparePool:
     def _current(self, kind: Kind, generation: int) -> bool:
         """Whether a start that began at ``generation`` may still go on (no drop or close since)."""
         return not self._closed and self._generation.get(kind, 0) == generation
+
+    async def _start_retried(self, template: SpareTemplate, sandbox: Sandbox, generation: int) -> None:
+        """``_start``, tried again after a failure (a sandbox set-up that broke under load), so a tenant is not left
+        without its spare until its next claim; the last failure is raised (``_task_done`` logs it)."""
+        for delay in (*START_RETRY_DELAYS_SEC, None):
+            try:
+                await self._start(template, sandbox, generation)
+                return
+            except Exception as exc:
+                if delay is None or not self._current(template.kind, generation):
+                    raise
+                log.info("warm spare (%s) of %s failed to start, trying again in %gs: %s", template.runtime,
+                         template.tenant, delay, exc)
+                await asyncio.sleep(delay)
 
     async def _start(self, template: SpareTemplate, sandbox: Sandbox, generation: int) -> None:
         kind = template.kind
