@@ -111,6 +111,8 @@ def test_a_job_run_is_a_span_whose_context_the_runner_gets(traced: SlessProcess,
     done = tenant.wait_job("once")
     assert done["phase"] == "Succeeded", done
     _, trace_id, span_id, _ = json.loads(done["message"])["traceparent"].split("-")
-    spans = of_trace(otlp_receiver, trace_id, {f"job {tenant.ns}/worker"})
-    run = spans[f"job {tenant.ns}/worker"]
-    assert run["span_id"] == span_id and run["parent_span_id"] == "" and run["attributes"]["sless.trigger"] == "job"
+    spans = of_trace(otlp_receiver, trace_id, {f"job {tenant.ns}/worker", f"submit job {tenant.ns}/once"})
+    run, submit = spans[f"job {tenant.ns}/worker"], spans[f"submit job {tenant.ns}/once"]
+    assert run["span_id"] == span_id and run["attributes"]["sless.trigger"] == "job"
+    # the run continues the trace of the request that created the job, a root without a caller's traceparent
+    assert run["parent_span_id"] == submit["span_id"] and submit["parent_span_id"] == ""

@@ -24,6 +24,9 @@ LABEL_NAMESPACE = "sless.dev/namespace"
 #: it onto the pod template (``ANNOTATION_SECRETS``), so a written secret rolls the function's pods.
 SECRETS_VERSION = "secretsVersion"
 ANNOTATION_SECRETS = "sless.dev/secrets-version"
+#: The W3C ``traceparent`` of the API request that made a Function's or FunctionJob's current change (a deploy, a
+#: job's creation or re-run), written with that change while the API traces; the operator's spans continue it.
+ANNOTATION_TRACEPARENT = "sless.dev/traceparent"
 
 # Marks a tenant namespace: the API sets it when it creates one, the operator when it prepares one,
 # and the chart's admission policy lets the operator write workloads only where it is "true".

@@ -25,6 +25,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from sless_api import tracing
 from sless_api.backends.kube import resources
 from sless_api.backends.kube.client import KubeClient, KubeConflict, KubeNotFound
 from sless_api.backends.kube.code import CodeArchive
@@ -203,7 +204,8 @@ class KubernetesPlatform:
     async def create_function(self, namespace: str, spec: FunctionSpec) -> FunctionRecord:
         if spec.scale is not None:
             await self.keda.require()
-        manifest = resources.function_manifest(namespace, spec)
+        manifest = resources.with_traceparent(resources.function_manifest(namespace, spec),
+                                              tracing.current_traceparent())
         version = await checked_version(self.secrets, namespace, spec.secrets)
         if version:
             manifest["spec"][SECRETS_VERSION] = version
@@ -230,6 +232,7 @@ class KubernetesPlatform:
                 stored = await asyncio.to_thread(self.archive.rebuild_context, namespace, new_spec, old.code_hash)
                 cr_spec.update(stored.cr_fields())
             obj["spec"] = cr_spec
+            resources.with_traceparent(obj, tracing.current_traceparent())
             try:
                 return resources.function_record(await self._replace(FUNCTIONS, namespace, obj))
             except KubeConflict:
@@ -263,6 +266,7 @@ class KubernetesPlatform:
             stored = await asyncio.to_thread(self.archive.store_upload, namespace, current.spec, zip_path, code_hash)
             patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
                      "spec": {"codeHash": code_hash, **stored.cr_fields(), TRAFFIC: None}}  # drops the split
+            resources.with_traceparent(patch, tracing.current_traceparent())
             try:
                 updated = await self._patch(FUNCTIONS, namespace, name, patch)
             except (KubeConflict, NotFound):
@@ -294,6 +298,7 @@ class KubernetesPlatform:
             obj["spec"].pop(SECRETS_VERSION, None)
             if secrets_version:
                 obj["spec"][SECRETS_VERSION] = secrets_version
+            resources.with_traceparent(obj, tracing.current_traceparent())
             try:
                 record = resources.function_record(await self._replace(FUNCTIONS, namespace, obj))
             except KubeConflict:
@@ -392,7 +397,9 @@ class KubernetesPlatform:
     async def create_job(self, namespace: str, spec: JobSpec) -> JobRecord:
         function = await self._get(FUNCTIONS, namespace, spec.function)
         try:
-            obj = await self._create(JOBS, namespace, resources.job_manifest(namespace, spec, function))
+            manifest = resources.with_traceparent(resources.job_manifest(namespace, spec, function),
+                                                  tracing.current_traceparent())
+            obj = await self._create(JOBS, namespace, manifest)
         except KubeConflict as exc:
             raise await self._name_taken(JOBS, namespace, spec.name, exc) from exc
         return resources.job_record(obj)
@@ -410,6 +417,7 @@ class KubernetesPlatform:
             if check_rerun(record, run_id) is contract.Rerun.NOTHING:
                 return record
             patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "spec": {"runId": run_id}}
+            resources.with_traceparent(patch, tracing.current_traceparent())
             try:
                 return resources.job_record(await self._patch(JOBS, namespace, name, patch))
             except KubeConflict:

@@ -84,6 +84,16 @@ def owner_reference(function_obj: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": crd.API_VERSION, "kind": "Function", "name": meta.name, "uid": meta.uid}
 
 
+def with_traceparent(obj: dict[str, Any], traceparent: str) -> dict[str, Any]:
+    """OBJ (a manifest, an object read back, or a merge patch) carrying TRACEPARENT, the context of the request
+    that changes it, as its ``sless.dev/traceparent`` annotation, for the operator to continue; OBJ as it was
+    without one (tracing off)."""
+    if traceparent:
+        meta = obj.setdefault("metadata", {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), crd.ANNOTATION_TRACEPARENT: traceparent}
+    return obj
+
+
 # functions
 
 def function_manifest(namespace: str, spec: FunctionSpec) -> dict[str, Any]:

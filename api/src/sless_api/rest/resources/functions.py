@@ -19,6 +19,7 @@ from sless_api.domain.records import FunctionRecord
 from sless_api.domain.routing import CallRef
 from sless_api.gateway.requestid import is_request_id
 from sless_api.rest.http import ApiError, json_body, page, query_int, read_bounded
+from sless_api.rest.traced import deploy_span
 from sless_api.stores.invocations import InvocationLog
 from sless_core.models import FunctionSpec
 from sless_core.naming import validate_name
@@ -71,7 +72,8 @@ class Functions:
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str) -> None:
         spec = FunctionSpec.from_user(await json_body(req), self.max_timeout)
-        record = await self.platform.create_function(ns, spec)
+        with deploy_span(req, ns, spec.name):
+            record = await self.platform.create_function(ns, spec)
         resp.status = falcon.HTTP_201
         resp.media = record.to_api()
 
@@ -89,7 +91,8 @@ class Function:
         patch = await json_body(req)
         if not isinstance(patch, dict):
             raise ApiError(400, "the request body must be a JSON object")
-        record = await self.platform.update_function(ns, validate_name(name), patch)
+        with deploy_span(req, ns, validate_name(name)):
+            record = await self.platform.update_function(ns, name, patch)
         resp.media = record.to_api()
 
     on_patch = on_put  # PUT has always been a partial update; PATCH says so
@@ -118,7 +121,8 @@ class Upload:
         try:
             with os.fdopen(fd, "wb") as out:
                 digest = await self._receive(req, out)
-            record = await self.platform.upload_code(ns, name, path, digest)
+            with deploy_span(req, ns, name):
+                record = await self.platform.upload_code(ns, name, path, digest)
         finally:
             path.unlink(missing_ok=True)
         resp.status = falcon.HTTP_202
@@ -188,7 +192,8 @@ class Rollback:
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
         validate_name(name)
         body = await json_body(req) if req.content_length or req.content_type else None
-        record = await self.platform.rollback(ns, name, versions.requested_version(body))
+        with deploy_span(req, ns, name):
+            record = await self.platform.rollback(ns, name, versions.requested_version(body))
         resp.status = falcon.HTTP_202
         resp.media = record.to_api()
 

@@ -7,6 +7,7 @@ import falcon.asgi
 
 from sless_api.domain.ports import FunctionBackend
 from sless_api.rest.http import ApiError, json_body, page
+from sless_api.rest.traced import job_span
 from sless_core.models import MAX_RUN_ID, JobSpec, validate_run_id
 from sless_core.naming import validate_name
 
@@ -20,7 +21,9 @@ class Jobs:
         resp.media = page(records, req, key=lambda r: r.spec.name, render=lambda r: r.to_api())
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str) -> None:
-        record = await self.platform.create_job(ns, JobSpec.from_user(await json_body(req)))
+        spec = JobSpec.from_user(await json_body(req))
+        with job_span(req, ns, spec.name):
+            record = await self.platform.create_job(ns, spec)
         resp.status = falcon.HTTP_201
         resp.media = record.to_api()
 
@@ -38,7 +41,8 @@ class Job:
             raise ApiError(400, f'only {{"run_id": <integer 0..{MAX_RUN_ID}>}} can be changed', field="run_id")
         # The same rule as on POST, for both backends: they receive a checked run_id.
         run_id = validate_run_id(body["run_id"])
-        resp.media = (await self.platform.rerun_job(ns, validate_name(name), run_id)).to_api()
+        with job_span(req, ns, validate_name(name)):
+            resp.media = (await self.platform.rerun_job(ns, name, run_id)).to_api()
 
     async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str, name: str) -> None:
         await self.platform.delete_job(ns, validate_name(name))
