@@ -27,7 +27,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from sless_core import crd
+from sless_core import crd, tracing
 from sless_core.crcodec import InvalidResource
 from sless_core.models import Phase
 from sless_operator import autoscale, capture, children, codeurl, history, manifests, split, tenancy, trigger
@@ -35,6 +35,7 @@ from sless_operator.autoscale import KedaMissing
 from sless_operator.children import ChildConflict
 from sless_operator.codeurl import NoSigningKey
 from sless_operator.context import Context
+from sless_operator.deploytrace import ENDED, DeployTrace, emit
 from sless_operator.kube import api_path
 from sless_operator.manifests import FunctionRef
 from sless_operator.observe import (
@@ -86,10 +87,25 @@ async def reconcile(ctx: Context, namespace: str, name: str, body: dict[str, Any
             raise
 
 
-async def _write(ctx: Context, body: dict[str, Any], st: StatusBuilder) -> None:
+async def _write(ctx: Context, body: dict[str, Any], st: StatusBuilder, build: str = "", rolling_out: bool = False,
+                 fetched: bool = False) -> None:  # fmt: skip
+    """Write the status ST; a traced change that ends with it (Ready or Failed) gets its spans, once
+    (``deploytrace``). BUILD, ROLLING_OUT and FETCHED: what this reconcile found (``DeployTrace.step``)."""
     meta = body["metadata"]
+    ended: DeployTrace | None = None
+    if tracing.enabled():
+        at = tracing.now_ns()
+        trace = DeployTrace.of(meta, body.get("status") or {}, at)
+        if trace is not None and not trace.emitted:
+            trace = trace.step(build, rolling_out, fetched, at)
+            if st.fields.get("phase") in ENDED:
+                ended, trace = trace, dataclasses.replace(trace, emitted=True)
+            st.set(trace=trace.to_status())
     await write(ctx.kube, function_path(meta["namespace"], meta["name"]), st)
     ctx.state.statuses[(meta["namespace"], meta["name"])] = (str(meta.get("uid")), st.build())
+    if ended is not None:
+        emit(ended, meta["namespace"], meta["name"], tracing.now_ns(), str(st.fields.get("phase")),
+             str(st.fields.get("message") or ""))
 
 
 async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
@@ -196,7 +212,7 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         st.set(phase=Phase.BUILDING.value, message=f"rolling out {image}")
     if ready_state == "ready":  # a traffic split's other version beside this one (split.py)
         st.set(split=await split.sync(ctx, _with_versions(body, st), ref, replicas))
-    await _write(ctx, body, st)
+    await _write(ctx, body, st, build, current is not None, ref.fetched)
     if image:
         # the status just written: a Go function's cron runs fetch the binary it names
         await trigger.sync_for_function(ctx, {**body, "status": {**old, **st.fields}}, image)

@@ -79,13 +79,20 @@ def main(argv: list[str] | None = None) -> int:
             identity=f"sless-operator@{socket.gethostname()}",  # type: ignore[arg-type]  # a str NewType kopf does not export
         )
 
-    if not config.leader_election:
-        run()
-        return 0
-    from sless_operator.leader import run_elected
+    from sless_core import tracing
 
-    # replicas take turns: only the Lease's holder runs Kopf (the others stand by)
-    return run_elected(config.platform_namespace, config.lease_sec, config.official_client, run, args.liveness)
+    # the spans of reconciles, jobs and cron firings (sless_operator.deploytrace): off unless OTEL_* ask
+    tracing.configure("sless-operator", os.environ)
+    try:
+        if not config.leader_election:
+            run()
+            return 0
+        from sless_operator.leader import run_elected
+
+        # replicas take turns: only the Lease's holder runs Kopf (the others stand by)
+        return run_elected(config.platform_namespace, config.lease_sec, config.official_client, run, args.liveness)
+    finally:
+        tracing.shutdown()  # what is buffered goes out before the process ends
 
 
 if __name__ == "__main__":

@@ -176,14 +176,19 @@ def trigger_summary(body: dict[str, Any]) -> TriggerSummary:
 
 
 def slim_function(body: dict[str, Any]) -> dict[str, Any]:
-    """What the operator reads of a Function, without managedFields, annotations or Kopf's state."""
+    """What the operator reads of a Function, without managedFields, Kopf's state or annotations but the
+    deploy's ``traceparent`` (``deploytrace``)."""
     meta = body.get("metadata") or {}
     status = {k: v for k, v in (body.get("status") or {}).items() if k != "kopf"}
     keep = ("name", "namespace", "uid", "generation", "deletionTimestamp", "resourceVersion")
+    slim_meta = {k: meta[k] for k in keep if k in meta}
+    traceparent = (meta.get("annotations") or {}).get(crd.ANNOTATION_TRACEPARENT)
+    if traceparent:
+        slim_meta["annotations"] = {crd.ANNOTATION_TRACEPARENT: traceparent}
     return {
         "apiVersion": body.get("apiVersion", crd.API_VERSION),
         "kind": body.get("kind", "Function"),
-        "metadata": {k: meta[k] for k in keep if k in meta},
+        "metadata": slim_meta,
         "spec": dict(body.get("spec") or {}),
         "status": status,
     }
