@@ -5,17 +5,18 @@ Function's image in runner mode as the Job ``<job>-run-<N>`` (owned by the Funct
 ``backoffLimit`` from the configuration); raising ``runId`` runs it again and deletes the Jobs
 of earlier runs. When the run's Job finishes, the message becomes the runner's result (stdout)
 or its error (stderr), truncated to about 2000 characters (``capture``); ``status.runId`` says
-which run the status describes, so a result is captured once per run.
+which run the status describes, so a result is captured once per run. A run of a traced FunctionJob
+(``sless.dev/traceparent``) gets that context as ``TRACEPARENT`` and its end is a span (``runtrace``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sless_core import crd
+from sless_core import crd, tracing
 from sless_core.crcodec import InvalidResource, JobResource
 from sless_core.models import JobPhase
-from sless_operator import capture, children, manifests, tenancy
+from sless_operator import capture, children, manifests, runtrace, tenancy
 from sless_operator.context import Context
 from sless_operator.kube import api_path
 from sless_operator.manifests import FunctionRef, Owner
@@ -90,7 +91,8 @@ async def _reconcile(ctx: Context, body: dict[str, Any]) -> None:
         raise
 
     await tenancy.ensure(ctx, namespace)
-    want = manifests.run_job(ctx.config, ref, image, Owner.of(body), spec.run_id, spec.event)
+    traceparent = runtrace.traceparent_of(meta) if tracing.enabled() else ""
+    want = manifests.run_job(ctx.config, ref, image, Owner.of(body), spec.run_id, spec.event, traceparent)
     summary = ctx.job(namespace, want["metadata"]["name"])
     if summary is None:
         summary = job_summary(await children.ensure(ctx.kube, want))
@@ -121,6 +123,9 @@ async def _report(ctx: Context, body: dict[str, Any], st: StatusBuilder, run_id:
         st.set(phase=JobPhase.RUNNING.value if job.state == "active" else JobPhase.PENDING.value, message="")
         st.condition("Complete", None, "Running" if job.state == "active" else "Pending", f"run {run_id}")
     await write(ctx.kube, job_path(namespace, name), st)
+    if job.finished and tracing.enabled():  # reported once: a finished run is not reported again (_reported)
+        runtrace.emit(f"job {namespace}/{name}", job, str(st.fields.get("message") or ""),
+                      runtrace.traceparent_of(meta), sless_namespace=namespace, sless_run_id=str(run_id))
 
 
 async def on_run_job(ctx: Context, summary: JobSummary) -> None:

@@ -889,10 +889,12 @@ def run_deadline(config: OperatorConfig, timeout_sec: int) -> int:
 
 
 def run_job(config: OperatorConfig, fn: FunctionRef, image: str, job: Owner, run_id: int,
-            event: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
-    """One run of a FunctionJob: the function's image in runner mode with SLESS_EVENT."""
+            event: dict[str, Any], traceparent: str = "") -> dict[str, Any]:  # fmt: skip
+    """One run of a FunctionJob: the function's image in runner mode with SLESS_EVENT, and TRACEPARENT (the
+    OpenTelemetry environment carrier the runner reads) when the run is traced."""
     labels = {**base_labels(fn.name, COMPONENT_RUN), crd.LABEL_JOB: job.name, crd.LABEL_RUN: str(run_id)}
-    pod = _function_pod(config, fn, image, runner=True, extra_env={"SLESS_EVENT": json.dumps(event)})
+    extra = {"SLESS_EVENT": json.dumps(event), **({"TRACEPARENT": traceparent} if traceparent else {})}
+    pod = _function_pod(config, fn, image, runner=True, extra_env=extra)
     return _stamp({
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -12,7 +12,8 @@
   needs the Function's image, so it appears once the Function has been built and follows
   every rebuild (``sync_for_function``). Each firing is recorded on the Trigger
   (``on_cron_job``): ``status.lastFiredAt`` when its Job starts, and a ``LastRun`` condition
-  with the run's result or error when it ends.
+  with the run's result or error when it ends; while the operator traces, the ended firing is a root span
+  ``cron <namespace>/<trigger>`` (``runtrace``), sent once (``status.tracedRun``).
 - ``event``: served by the event dispatcher (RabbitMQ); the operator only reports that.
 """
 
@@ -20,10 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sless_core import crd
+from sless_core import crd, tracing
 from sless_core.crcodec import InvalidResource, TriggerResource
 from sless_core.models import TriggerSpec, TriggerType
-from sless_operator import autoscale, capture, children, manifests, tenancy
+from sless_operator import autoscale, capture, children, manifests, runtrace, tenancy
 from sless_operator.context import Context
 from sless_operator.kube import MERGE, api_path
 from sless_operator.manifests import FunctionRef, Owner
@@ -213,6 +214,9 @@ async def on_cron_job(ctx: Context, summary: JobSummary) -> None:
         if str(old.get("lastFiredAt") or "") > summary.start_time:
             return
         st = StatusBuilder(old, int(body["metadata"].get("generation", 0))).set(lastFiredAt=summary.start_time)
+        # a firing's span once: status.tracedRun names the last Job whose span was sent
+        traced = summary.finished and tracing.enabled() and old.get("tracedRun") != summary.name
+        output = ""
         if summary.finished:
             succeeded = summary.state == "complete"
             selector = f"{crd.LABEL_TRIGGER}={name},{crd.LABEL_COMPONENT}={manifests.COMPONENT_CRON}"
@@ -221,4 +225,9 @@ async def on_cron_job(ctx: Context, summary: JobSummary) -> None:
             st.condition("LastRun", succeeded, reason, f"{summary.name}: {output or summary.message}".strip(": "))
         else:
             st.condition("LastRun", None, "Running", f"{summary.name} started at {summary.start_time}")
+        if traced:
+            st.set(tracedRun=summary.name)
         await write(ctx.kube, trigger_path(namespace, name), st)
+        if traced:
+            runtrace.emit(f"cron {namespace}/{name}", summary, output or summary.message, sless_namespace=namespace,
+                          sless_trigger=name)
