@@ -10,7 +10,10 @@ import (
 	"log"
 	"os"
 	"regexp"
+	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 )
 
 // Per-call output tagging (runtimes/README.md, "Output of a call").
@@ -62,50 +65,161 @@ func tagLine(id string, line []byte) []byte {
 
 // tagger owns the two pipes standing in for os.Stdout and os.Stderr.
 type tagger struct {
-	marker  []byte // "\x00sless-<nonce> "
-	writers []*os.File
-	done    sync.WaitGroup
+	marker []byte // "\x00sless-<nonce> "
+	pipes  []*pipe
+	done   sync.WaitGroup
+	seq    atomic.Uint64
+	mu     sync.Mutex
+	calls  map[uint64]*callOutput // begun calls whose end marker a reader has still to pass
+}
+
+// pipe is one tagged stream: handlers write into w, a reader forwards what it reads.
+type pipe struct {
+	stream string          // "stdout" or "stderr", as X-Sless-Output names it
+	w      *os.File        // the write end, in place of os.Stdout or os.Stderr
+	r      *os.File        // the read end
+	raw    syscall.RawConn // r's, to count what the reader takes out
+	// What went through the pipe, for quiet: bytes in it so far (taken plus
+	// those still queued), markers among them, and how far the reader got.
+	gen              atomic.Uint64 // odd while the reader is taking bytes out
+	taken            atomic.Int64  // bytes the reader has taken out
+	markers          atomic.Int64  // marker bytes written (counted once written)
+	forwarded        atomic.Int64  // bytes the reader has forwarded or applied
+	markersForwarded atomic.Int64  // marker bytes among them (counted first)
 }
 
 // startTagging replaces os.Stdout, os.Stderr and the log package's output with
 // tagging pipes; close() forwards what is left and restores nothing (the process exits).
 func startTagging() (*tagger, error) {
-	nonce := make([]byte, 12)
-	if _, err := rand.Read(nonce); err != nil {
+	t, err := newTagger()
+	if err != nil {
 		return nil, err
 	}
-	t := &tagger{marker: []byte("\x00sless-" + hex.EncodeToString(nonce) + " ")}
-	for _, target := range []**os.File{&os.Stdout, &os.Stderr} {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return nil, err
-		}
-		real := *target
-		*target = w
-		t.writers = append(t.writers, w)
-		t.done.Add(1)
-		go func() {
-			defer t.done.Done()
-			t.forward(r, real)
-		}()
-	}
+	t.start(os.Stdout, os.Stderr)
+	os.Stdout, os.Stderr = t.pipes[0].w, t.pipes[1].w
 	log.SetOutput(os.Stderr)
 	return t, nil
 }
 
-// begin and end bracket one call's handler; a call without an id writes no markers.
-func (t *tagger) begin(id string) { t.mark('+', id) }
-func (t *tagger) end(id string)   { t.mark('-', id) }
+// newTagger makes the two pipes; start runs their readers.
+func newTagger() (*tagger, error) {
+	nonce := make([]byte, 12)
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, err
+	}
+	t := &tagger{marker: []byte("\x00sless-" + hex.EncodeToString(nonce) + " "), calls: map[uint64]*callOutput{}}
+	for _, stream := range []string{"stdout", "stderr"} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		raw, err := r.SyscallConn()
+		if err != nil {
+			return nil, err
+		}
+		t.pipes = append(t.pipes, &pipe{stream: stream, w: w, r: r, raw: raw})
+	}
+	return t, nil
+}
 
-func (t *tagger) mark(kind byte, id string) {
+// start runs a reader per pipe, forwarding to stdout and stderr.
+func (t *tagger) start(stdout, stderr io.Writer) {
+	for i, out := range []io.Writer{stdout, stderr} {
+		p := t.pipes[i]
+		t.done.Add(1)
+		go func() {
+			defer t.done.Done()
+			t.forward(p, out)
+		}()
+	}
+}
+
+// newCall is the output record of a call tagged id (nil when nothing is tagged).
+func (t *tagger) newCall(id string) *callOutput {
 	if t == nil || id == "" {
-		return
+		return nil
 	}
-	line := append(append(append([]byte(nil), t.marker...), kind, ' '), id...)
-	line = append(line, '\n')
-	for _, w := range t.writers {
-		_, _ = w.Write(line) // shorter than PIPE_BUF: one atomic write
+	c := &callOutput{t: t, id: id, seq: t.seq.Add(1), ended: make(chan struct{})}
+	c.marker = strconv.AppendUint(append(append([]byte(nil), t.marker...), '+', ' '), c.seq, 10)
+	c.marker = append(append(append(c.marker, ' '), id...), '\n')
+	c.pending.Store(int32(len(t.pipes)))
+	return c
+}
+
+// mark writes the call's begin ('+') or end ('-') marker into every pipe.
+func (t *tagger) mark(c *callOutput, kind byte) {
+	c.marker[len(t.marker)] = kind
+	for _, p := range t.pipes {
+		if n, _ := p.w.Write(c.marker); n == len(c.marker) { // shorter than PIPE_BUF: one atomic write
+			p.markers.Add(int64(n))
+		}
 	}
+}
+
+// quiet tells, without waiting for the reader, that it has nothing left to
+// forward but markers: every line written into the pipe so far has been
+// forwarded, and kept by its call. False also when it cannot be told.
+//
+// The counts are read in an order that can make lines seem left when there
+// are none, never the reverse: forwarded before markersForwarded (the reader
+// counts a marker before it moves forwarded past it), markers before written
+// (a marker is counted once written), written last.
+func (p *pipe) quiet() bool {
+	forwarded := p.forwarded.Load()
+	markersForwarded := p.markersForwarded.Load()
+	markers := p.markers.Load()
+	written, ok := p.written()
+	return ok && written-forwarded == markers-markersForwarded
+}
+
+// written is how many bytes the pipe has been given so far: those the reader
+// took out plus those still queued, counted while no read was under way (else
+// the two would not add up). False when a read was under way each time.
+func (p *pipe) written() (int64, bool) {
+	for range 3 {
+		gen := p.gen.Load()
+		if gen%2 == 1 {
+			continue
+		}
+		taken := p.taken.Load()
+		queued, err := queuedBytes(p.raw)
+		if err != nil {
+			return 0, false
+		}
+		if p.gen.Load() == gen {
+			return taken + queued, true
+		}
+	}
+	return 0, false
+}
+
+// Read is the reader's side of the pipe, counting what it takes out (see written).
+func (p *pipe) Read(b []byte) (int, error) {
+	var n int
+	var err error
+	waitErr := p.raw.Read(func(fd uintptr) bool {
+		p.gen.Add(1)
+		for {
+			n, err = syscall.Read(int(fd), b)
+			if err != syscall.EINTR {
+				break
+			}
+		}
+		if n > 0 {
+			p.taken.Add(int64(n))
+		}
+		p.gen.Add(1)
+		return err != syscall.EAGAIN // false: wait until the pipe is readable, then call again
+	})
+	switch {
+	case waitErr != nil:
+		return 0, waitErr
+	case err != nil:
+		return 0, err
+	case n == 0:
+		return 0, io.EOF // every write end is closed
+	}
+	return n, nil
 }
 
 // close ends the pipes and waits until the readers have forwarded everything.
@@ -113,33 +227,37 @@ func (t *tagger) close() {
 	if t == nil {
 		return
 	}
-	for _, w := range t.writers {
-		_ = w.Close()
+	for _, p := range t.pipes {
+		_ = p.w.Close()
 	}
 	t.done.Wait()
 }
 
-// forward reads one pipe to its end, tagging each line by the calls open when it was written.
-func (t *tagger) forward(r io.Reader, out io.Writer) {
-	open := map[string]int{}
-	total := 0
-	reader := bufio.NewReaderSize(r, maxLine)
+// forward reads one pipe to its end, tagging each line by the calls open when
+// it was written; a line tagged with a call also goes into the call's record.
+func (t *tagger) forward(p *pipe, out io.Writer) {
+	open := map[uint64]*callOutput{}
+	reader := bufio.NewReaderSize(p, maxLine)
+	var offset int64 // where chunk ends in the pipe
 	var partial []byte
 	emit := func(line []byte) {
-		id := ""
-		if total == 1 {
-			for only := range open {
-				id = only
-			}
+		if len(open) != 1 {
+			_, _ = out.Write(tagLine("", line))
+			return
 		}
-		_, _ = out.Write(tagLine(id, line))
+		for _, only := range open {
+			_, _ = out.Write(tagLine(only.id, line))
+			only.add(p.stream, line)
+		}
 	}
 	for {
 		chunk, err := reader.ReadSlice('\n')
+		offset += int64(len(chunk))
 		if len(chunk) > 0 {
 			if chunk[len(chunk)-1] != '\n' && err == bufio.ErrBufferFull {
 				emit(append(partial, chunk...)) // a runaway line: split it
 				partial = partial[:0]
+				p.forwarded.Store(offset)
 				continue
 			}
 			line := append(partial, bytes.TrimSuffix(chunk, []byte("\n"))...)
@@ -148,12 +266,14 @@ func (t *tagger) forward(r io.Reader, out io.Writer) {
 				if i > 0 {
 					emit(line[:i]) // a call's last partial line, ended by its marker
 				}
-				t.apply(line[i+len(t.marker):], open, &total)
+				p.markersForwarded.Add(int64(len(line) - i + 1)) // and its newline
+				t.apply(line[i+len(t.marker):], open)
 			} else if bytes.HasSuffix(chunk, []byte("\n")) {
 				emit(line)
 			} else {
 				partial = append(partial, line...)
 			}
+			p.forwarded.Store(offset)
 		}
 		if err != nil {
 			if len(partial) > 0 {
@@ -164,40 +284,57 @@ func (t *tagger) forward(r io.Reader, out io.Writer) {
 	}
 }
 
-// apply one marker body ("+ id" or "- id") to the set of running calls.
-func (t *tagger) apply(body []byte, open map[string]int, total *int) {
+// apply one marker body ("+ seq id" or "- seq id") to the set of running calls.
+func (t *tagger) apply(body []byte, open map[uint64]*callOutput) {
 	if len(body) < 3 {
 		return
 	}
-	id := string(body[2:])
+	seqText, id, found := bytes.Cut(body[2:], []byte(" "))
+	seq, err := strconv.ParseUint(string(seqText), 10, 64)
+	if !found || err != nil {
+		return
+	}
 	switch body[0] {
 	case '+':
-		open[id]++
-		*total++
+		t.mu.Lock()
+		c := t.calls[seq]
+		t.mu.Unlock()
+		if c == nil { // not begun by newCall: tag its lines, keep none
+			c = &callOutput{id: string(id), sealed: true}
+		}
+		open[seq] = c
 	case '-':
-		if open[id] > 0 {
-			open[id]--
-			*total--
-			if open[id] == 0 {
-				delete(open, id)
-			}
+		if c, ok := open[seq]; ok {
+			delete(open, seq)
+			t.passed(c)
 		}
 	}
+}
+
+// passed: a reader has forwarded everything c wrote into its pipe.
+func (t *tagger) passed(c *callOutput) {
+	if c.t == nil || c.pending.Add(-1) != 0 {
+		return
+	}
+	t.mu.Lock()
+	delete(t.calls, c.seq)
+	t.mu.Unlock()
+	close(c.ended)
 }
 
 // outputTags is the server's tagger (nil in the runner, and when the pipes could not be made).
 var outputTags *tagger
 
-type callIDKey struct{}
+type callOutputKey struct{}
 
-func withCallID(ctx context.Context, id string) context.Context {
-	if id == "" {
+func withCallOutput(ctx context.Context, c *callOutput) context.Context {
+	if c == nil {
 		return ctx
 	}
-	return context.WithValue(ctx, callIDKey{}, id)
+	return context.WithValue(ctx, callOutputKey{}, c)
 }
 
-func callIDOf(ctx context.Context) string {
-	id, _ := ctx.Value(callIDKey{}).(string)
-	return id
+func callOutputOf(ctx context.Context) *callOutput {
+	c, _ := ctx.Value(callOutputKey{}).(*callOutput)
+	return c
 }

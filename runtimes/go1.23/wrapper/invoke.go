@@ -97,25 +97,29 @@ func abandon(done <-chan outcome, cfg Config) {
 func start(ctx context.Context, h Handler, event map[string]any) <-chan outcome {
 	done := make(chan outcome, 1)
 	go func() {
-		id := callIDOf(ctx)
-		outputTags.begin(id)
-		defer outputTags.end(id) // registered first, runs last: after the panic's stack is logged
+		out := callOutputOf(ctx)
+		out.begin()
+		var o outcome
 		returned := false
+		// In this order: a panic's stack is logged (it is the call's output), the
+		// end marker is written, then the outcome is sent, so the server knows
+		// whether the call wrote anything before it answers.
 		defer func() {
-			if returned {
-				return
+			if !returned {
+				p := recover()
+				msg := "the handler called runtime.Goexit"
+				if p != nil {
+					msg = safeString(func() string { return fmt.Sprint(p) })
+				}
+				log.Printf("sless: handler panic: %s\n%s", msg, debug.Stack())
+				o = outcome{panicked: true, panicMsg: msg}
 			}
-			p := recover()
-			msg := "the handler called runtime.Goexit"
-			if p != nil {
-				msg = safeString(func() string { return fmt.Sprint(p) })
-			}
-			log.Printf("sless: handler panic: %s\n%s", msg, debug.Stack())
-			done <- outcome{panicked: true, panicMsg: msg}
+			out.end()
+			done <- o
 		}()
 		result, err := h(ctx, event)
 		returned = true
-		done <- outcome{result: result, err: err}
+		o = outcome{result: result, err: err}
 	}()
 	return done
 }

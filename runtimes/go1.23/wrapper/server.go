@@ -34,7 +34,8 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx := withCallID(r.Context(), callIDFrom(r.Header.Get("X-Request-Id")))
+	out := outputTags.newCall(callIDFrom(r.Header.Get("X-Request-Id")))
+	ctx := withCallOutput(r.Context(), out)
 	began := time.Now()
 	result, call, fail := invoke(ctx, s.handler, buildEvent(r, body), s.cfg)
 	defer call.stop(context.Canceled) // the call is over once it is answered
@@ -43,10 +44,11 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if fail.kind == kindCanceled { // nobody is left to read a response
 			return
 		}
+		// Before the log line: a timed-out handler still runs, and the line would be its.
+		handlerHeaders(w.Header(), handlerMs, out)
 		if fail.kind != kindPanic { // a panic was logged with its stack already
 			log.Printf("sless: %s %s: %s: %s", r.Method, r.URL.Path, fail.kind, fail.message)
 		}
-		w.Header().Set(HandlerMsHeader, handlerMs)
 		writeError(w, fail.status, fail.message, fail.kind)
 		return
 	}
@@ -69,12 +71,11 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		log.Printf("sless: invalid result: %v", err)
-		w.Header().Set(HandlerMsHeader, handlerMs)
+		handlerHeaders(w.Header(), handlerMs, out)
 		writeError(w, http.StatusInternalServerError, err.Error(), "InvalidResponse")
 		return
 	}
-	resp.header.Del(HandlerMsHeader) // the platform's, never the handler's
-	resp.header.Set(HandlerMsHeader, handlerMs)
+	handlerHeaders(resp.header, handlerMs, out) // the platform's, never the handler's
 	writeResponse(w, r, resp)
 }
 

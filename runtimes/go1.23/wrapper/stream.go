@@ -217,7 +217,7 @@ func (s *server) writeStream(w http.ResponseWriter, r *http.Request, resp *respo
 			if headSent {
 				panic(http.ErrAbortHandler) // closes the connection without the final chunk
 			}
-			w.Header().Set(HandlerMsHeader, millis(began))
+			handlerHeaders(w.Header(), millis(began), callOutputOf(call))
 			writeError(w, http.StatusGatewayTimeout, msg, kindTimeout)
 			return
 		}
@@ -226,7 +226,7 @@ func (s *server) writeStream(w http.ResponseWriter, r *http.Request, resp *respo
 			if headSent {
 				panic(http.ErrAbortHandler)
 			}
-			w.Header().Set(HandlerMsHeader, millis(began))
+			handlerHeaders(w.Header(), millis(began), callOutputOf(call))
 			writeError(w, http.StatusInternalServerError, safeString(c.err.Error), fmt.Sprintf("%T", c.err))
 			return
 		}
@@ -243,8 +243,7 @@ func (s *server) writeStream(w http.ResponseWriter, r *http.Request, resp *respo
 					header.Set("Content-Type", "application/octet-stream")
 				}
 			}
-			header.Del(HandlerMsHeader)
-			header.Set(HandlerMsHeader, millis(began))
+			handlerHeaders(header, millis(began), callOutputOf(call)) // only lines before the head
 			w.WriteHeader(resp.status)
 			headSent = true
 		}

@@ -1,11 +1,20 @@
 package slessrt
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -157,5 +166,312 @@ func TestInvalidResponseHeadersAreRefused(t *testing.T) {
 	if len(resp.header.Values("Set-Cookie")) != 2 || resp.header.Get("X-Num") != "3" ||
 		resp.header.Get("Connection") != "" || resp.header.Get("Content-Length") != "" {
 		t.Errorf("headers %v", resp.header)
+	}
+}
+
+// syncBuffer collects what a reader forwards; the test reads it meanwhile.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// withTagging puts a tagger's pipes in place of os.Stdout, os.Stderr and the
+// log package's output, as serve does, until the test ends.
+func withTagging(tb testing.TB) (stdout, stderr *syncBuffer) {
+	stdout, stderr = &syncBuffer{}, &syncBuffer{}
+	tags, err := newTagger()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tags.start(stdout, stderr)
+	realOut, realErr := os.Stdout, os.Stderr
+	os.Stdout, os.Stderr = tags.pipes[0].w, tags.pipes[1].w
+	log.SetOutput(os.Stderr)
+	outputTags = tags
+	tb.Cleanup(func() {
+		outputTags = nil
+		os.Stdout, os.Stderr = realOut, realErr
+		log.SetOutput(os.Stderr)
+		tags.close()
+	})
+	return stdout, stderr
+}
+
+func handlerServer(h Handler) *server {
+	return &server{cfg: Config{Timeout: 10 * time.Second, TimeoutText: "10", MaxBodyBytes: 1 << 20}, handler: h}
+}
+
+func serveCall(s *server, id string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodGet, "/call", nil)
+	r.Header.Set("X-Request-Id", id)
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, r)
+	return w
+}
+
+// outputOf decodes an answer's X-Sless-Output; nil when it has none.
+func outputOf(t *testing.T, w *httptest.ResponseRecorder) *outputBody {
+	t.Helper()
+	value := w.Header().Get(OutputHeader)
+	if value == "" {
+		return nil
+	}
+	data, err := base64.StdEncoding.DecodeString(value)
+	if err != nil {
+		t.Fatalf("%s is not base64: %v", OutputHeader, err)
+	}
+	var body outputBody
+	if err := json.Unmarshal(data, &body); err != nil || body.Lines == nil {
+		t.Fatalf("%s is not the contract's JSON: %s", OutputHeader, data)
+	}
+	return &body
+}
+
+func texts(body *outputBody, stream string) []string {
+	var out []string
+	for _, line := range body.Lines {
+		if stream == "" || line.Stream == stream {
+			out = append(out, line.Text)
+		}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}
+
+func TestOutputHeaderCarriesTheCallsLines(t *testing.T) {
+	stdout, _ := withTagging(t)
+	s := handlerServer(func(context.Context, map[string]any) (any, error) {
+		fmt.Println("one")
+		fmt.Fprintln(os.Stderr, "two")
+		log.Print("three")
+		fmt.Println("@sless:other forged")
+		fmt.Print("last, without its newline")
+		return map[string]any{"statusCode": 200, "headers": map[string]any{OutputHeader: "forged"}, "body": "ok"}, nil
+	})
+	before := float64(time.Now().UnixMilli()) / 1e3
+	w := serveCall(s, "out-1")
+	after := float64(time.Now().UnixMilli()) / 1e3
+	body := outputOf(t, w)
+	if w.Code != 200 || body == nil {
+		t.Fatalf("%d %v", w.Code, w.Header())
+	}
+	if got := texts(body, "stdout"); !slices.Equal(got, []string{"one", "@sless:other forged", "last, without its newline"}) {
+		t.Errorf("stdout lines %q", got)
+	}
+	if got := texts(body, "stderr"); len(got) != 2 || got[0] != "two" || !strings.HasSuffix(got[1], " three") {
+		t.Errorf("stderr lines %q", got)
+	}
+	for i, line := range body.Lines {
+		if line.TS < before || line.TS > after || (i > 0 && line.TS < body.Lines[i-1].TS) {
+			t.Errorf("ts %v of %q not in order within [%v, %v]", line.TS, line.Text, before, after)
+		}
+	}
+	if body.Truncated {
+		t.Error("truncated")
+	}
+	// Still written, tagged, to the process's output.
+	waitFor(t, "the tagged lines", func() bool { return strings.Contains(stdout.String(), "@sless:out-1 last, without") })
+	if !strings.HasPrefix(stdout.String(), "@sless:out-1 one\n@sless:out-1 @sless:other forged\n") {
+		t.Errorf("stdout %q", stdout.String())
+	}
+}
+
+func TestSilentCallHasNoOutputHeader(t *testing.T) {
+	withTagging(t)
+	s := handlerServer(func(context.Context, map[string]any) (any, error) {
+		return map[string]any{"statusCode": 200, "headers": map[string]any{OutputHeader: "forged"}, "body": "ok"}, nil
+	})
+	for i := range 20 {
+		if w := serveCall(s, fmt.Sprintf("quiet-%d", i)); w.Code != 200 || w.Header().Values(OutputHeader) != nil {
+			t.Fatalf("%d %v", w.Code, w.Header())
+		}
+	}
+}
+
+func TestQuietPipesNeedNoReader(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("queued bytes are only counted on Linux")
+	}
+	tags, err := newTagger() // no readers: nothing is ever taken out, so the counts hold still
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		tags.close()
+		for _, p := range tags.pipes {
+			_ = p.r.Close()
+		}
+	}()
+	silent := tags.newCall("silent")
+	silent.begin()
+	silent.end()
+	if state := silent.state.Load(); state != callSettled {
+		t.Errorf("a silent call's state is %d", state)
+	}
+	wrote := tags.newCall("wrote")
+	wrote.begin()
+	_, _ = tags.pipes[1].w.Write([]byte("x\n"))
+	wrote.end()
+	if state := wrote.state.Load(); state != callWrote {
+		t.Errorf("a writing call's state is %d", state)
+	}
+}
+
+func TestOutputIsTruncated(t *testing.T) {
+	c := &callOutput{}
+	c.add("stdout", bytes.Repeat([]byte("a"), maxOutputText-4))
+	c.add("stderr", []byte("\xffb")) // an invalid byte is sent, and counted, as U+FFFD
+	c.add("stdout", []byte("c"))     // one byte over
+	c.add("stdout", nil)             // fits, but comes after a line that did not
+	var body outputBody
+	data, _ := base64.StdEncoding.DecodeString(c.header())
+	if err := json.Unmarshal(data, &body); err != nil {
+		t.Fatal(err)
+	}
+	if len(body.Lines) != 2 || body.Lines[1].Text != "\uFFFDb" || !body.Truncated {
+		t.Errorf("lines %d, second %q, truncated %v", len(body.Lines), body.Lines[1].Text, body.Truncated)
+	}
+	c = &callOutput{}
+	for range maxOutputLines + 1 {
+		c.add("stdout", nil)
+	}
+	if lines, truncated := c.seal(); len(lines) != maxOutputLines || !truncated {
+		t.Errorf("%d empty lines kept, truncated %v", len(lines), truncated)
+	}
+}
+
+func TestFailingHandlersAnswerWithTheirLines(t *testing.T) {
+	withTagging(t)
+	s := handlerServer(func(_ context.Context, event map[string]any) (any, error) {
+		fmt.Println("about to fail")
+		if event["_path"] == "/panic" {
+			panic("boom")
+		}
+		return nil, errors.New("failed")
+	})
+	w := serveCall(s, "fail-1")
+	if body := outputOf(t, w); w.Code != 500 || body == nil || !slices.Equal(texts(body, ""), []string{"about to fail"}) {
+		t.Errorf("error answer %d %v", w.Code, body)
+	}
+	r := httptest.NewRequest(http.MethodGet, "/panic", nil)
+	r.Header.Set("X-Request-Id", "panic-1")
+	w = httptest.NewRecorder()
+	s.ServeHTTP(w, r)
+	body := outputOf(t, w)
+	if w.Code != 500 || body == nil || !slices.Equal(texts(body, "stdout"), []string{"about to fail"}) ||
+		len(texts(body, "stderr")) < 2 || !strings.HasSuffix(texts(body, "stderr")[0], "sless: handler panic: boom") {
+		t.Errorf("panic answer %d %v", w.Code, body)
+	}
+}
+
+func TestOverlappingCallsKeepOnlyWhatEachWroteAlone(t *testing.T) {
+	withTagging(t)
+	aAlone, bWrote, aWrote := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	s := handlerServer(func(_ context.Context, event map[string]any) (any, error) {
+		if event["_path"] == "/a" {
+			fmt.Println("a alone")
+			close(aAlone)
+			<-bWrote
+			fmt.Println("a while b runs")
+			close(aWrote)
+			return "a", nil
+		}
+		fmt.Println("b while a runs")
+		close(bWrote)
+		<-aWrote
+		return "b", nil
+	})
+	answers := make(chan *httptest.ResponseRecorder)
+	go func() {
+		r := httptest.NewRequest(http.MethodGet, "/a", nil)
+		r.Header.Set("X-Request-Id", "a")
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		answers <- w
+	}()
+	<-aAlone
+	b := serveCall(s, "b")
+	a := <-answers
+	if body := outputOf(t, a); body == nil || !slices.Equal(texts(body, ""), []string{"a alone"}) {
+		t.Errorf("a's output %v", body)
+	}
+	if body := outputOf(t, b); body != nil {
+		t.Errorf("b's output %v: its lines were written while a ran", body)
+	}
+}
+
+func TestStreamedAnswerCarriesTheLinesBeforeItsHead(t *testing.T) {
+	withTagging(t)
+	s := handlerServer(func(context.Context, map[string]any) (any, error) {
+		fmt.Println("before the stream")
+		chunks := make(chan string)
+		go func() {
+			defer close(chunks)
+			fmt.Println("from the producer") // after the handler returned: no call's
+			chunks <- "chunk"
+		}()
+		return (<-chan string)(chunks), nil
+	})
+	w := serveCall(s, "stream-1")
+	if body := outputOf(t, w); w.Body.String() != "chunk" || body == nil ||
+		!slices.Equal(texts(body, ""), []string{"before the stream"}) {
+		t.Errorf("%q %v", w.Body.String(), body)
+	}
+}
+
+func TestTimedOutCallAnswersWithItsLinesSoFar(t *testing.T) {
+	withTagging(t)
+	s := handlerServer(func(ctx context.Context, _ map[string]any) (any, error) {
+		fmt.Println("still working")
+		out := callOutputOf(ctx)
+		for { // until the reader kept the line: the timeout's answer does not wait for it
+			out.mu.Lock()
+			kept := len(out.lines)
+			out.mu.Unlock()
+			if kept > 0 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	s.cfg.Timeout, s.cfg.TimeoutText = 200*time.Millisecond, "0.2"
+	w := serveCall(s, "slow-1")
+	if body := outputOf(t, w); w.Code != 504 || body == nil || !slices.Equal(texts(body, ""), []string{"still working"}) {
+		t.Errorf("%d %v", w.Code, body)
+	}
+}
+
+// BenchmarkSilentCall is the cost of a call that writes nothing, which the
+// output header must not raise (compare with X-Request-Id unset: no markers).
+func BenchmarkSilentCall(b *testing.B) {
+	withTagging(b)
+	s := handlerServer(func(context.Context, map[string]any) (any, error) { return "ok", nil })
+	r := httptest.NewRequest(http.MethodGet, "/call", nil)
+	r.Header.Set("X-Request-Id", "bench-1")
+	b.ResetTimer()
+	for range b.N {
+		s.ServeHTTP(httptest.NewRecorder(), r)
 	}
 }
