@@ -36,6 +36,8 @@ const (
 	noCall    = "-"
 	// maxLine is the longest line kept whole; longer ones are split.
 	maxLine = 64 << 10
+	// maxMarkerBody is the longest marker after its nonce: "+ <seq> <id>\n".
+	maxMarkerBody = 2 + 20 + 1 + 128 + 1
 	// HandlerMsHeader carries the handler's run time to the platform (which removes it).
 	HandlerMsHeader = "X-Sless-Handler-Ms"
 )
@@ -255,9 +257,12 @@ func (t *tagger) forward(p *pipe, out io.Writer) {
 		offset += int64(len(chunk))
 		if len(chunk) > 0 {
 			if chunk[len(chunk)-1] != '\n' && err == bufio.ErrBufferFull {
-				emit(append(partial, chunk...)) // a runaway line: split it
-				partial = partial[:0]
-				p.forwarded.Store(offset)
+				// A runaway line: split it, keeping back what may begin a marker
+				// (forwarded as text, it would leave its call open for good).
+				keep := t.markerStart(chunk)
+				emit(append(partial, chunk[:keep]...))
+				partial = append(partial[:0], chunk[keep:]...)
+				p.forwarded.Store(offset - int64(len(partial)))
 				continue
 			}
 			line := append(partial, bytes.TrimSuffix(chunk, []byte("\n"))...)
@@ -282,6 +287,20 @@ func (t *tagger) forward(p *pipe, out io.Writer) {
 			return
 		}
 	}
+}
+
+// markerStart is where a marker that chunk ends inside of begins, else len(chunk).
+func (t *tagger) markerStart(chunk []byte) int {
+	tail := max(0, len(chunk)-len(t.marker)-maxMarkerBody)
+	i := bytes.LastIndexByte(chunk[tail:], t.marker[0])
+	if i < 0 {
+		return len(chunk)
+	}
+	rest := chunk[tail+i:]
+	if bytes.HasPrefix(rest, t.marker) || bytes.HasPrefix(t.marker, rest) {
+		return tail + i
+	}
+	return len(chunk)
 }
 
 // apply one marker body ("+ seq id" or "- seq id") to the set of running calls.

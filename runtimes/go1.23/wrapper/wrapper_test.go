@@ -475,3 +475,28 @@ func BenchmarkSilentCall(b *testing.B) {
 		s.ServeHTTP(httptest.NewRecorder(), r)
 	}
 }
+
+func TestAMarkerAfterARunawayLineIsNotSplit(t *testing.T) {
+	stdout, _ := withTagging(t)
+	s := handlerServer(func(_ context.Context, event map[string]any) (any, error) {
+		if event["_path"] == "/runaway" {
+			// No newline: the end marker follows the text, and the reader's
+			// buffer fills a few bytes into the marker.
+			fmt.Print(strings.Repeat("x", maxLine-10))
+			return "runaway", nil
+		}
+		fmt.Println("next")
+		return "next", nil
+	})
+	r := httptest.NewRequest(http.MethodGet, "/runaway", nil)
+	r.Header.Set("X-Request-Id", "runaway-1")
+	s.ServeHTTP(httptest.NewRecorder(), r)
+	w := serveCall(s, "next-1") // runs alone: the runaway call ended
+	if body := outputOf(t, w); body == nil || !slices.Equal(texts(body, ""), []string{"next"}) {
+		t.Errorf("the next call's output %v", body)
+	}
+	waitFor(t, "the next call's line", func() bool { return strings.Contains(stdout.String(), "@sless:next-1 next\n") })
+	if strings.Contains(stdout.String(), "sless-") {
+		t.Error("a marker was forwarded as text")
+	}
+}
