@@ -28,12 +28,18 @@ const (
 	maxOutputText = 16384
 	// maxOutputLines is the most lines it carries (empty lines have no text to count).
 	maxOutputLines = 1024
-	// outputWait is how long an answer waits for the readers to forward a
-	// call's lines, and outputGrace how much longer once that wait is over (on
-	// a busy node the process may have been off the CPU all along, the readers
-	// too). Past both, the answer goes without the header rather than stall.
-	outputWait  = 4 * time.Millisecond
-	outputGrace = 1 * time.Millisecond
+)
+
+// outputWait is how long an answer waits for the readers to forward a call's
+// lines, and outputGrace how much longer once that wait is over (on a busy
+// node the process may have been off the CPU all along, the readers too).
+// Past both, the answer goes without the header rather than stall. Only a
+// call that wrote lines the readers had not passed yet waits at all; a silent
+// one never does. Variables so the tests, which check what is kept and not
+// how fast, can give a loaded machine all the time it needs.
+var (
+	outputWait  = 20 * time.Millisecond
+	outputGrace = 5 * time.Millisecond
 )
 
 // The states of a call's output, set when its handler's goroutine is done.

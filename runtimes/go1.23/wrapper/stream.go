@@ -140,6 +140,10 @@ type callContext struct {
 
 func newCallContext(parent context.Context, idle time.Duration) *callContext {
 	c := &callContext{Context: parent, idle: idle, done: make(chan struct{}), deadline: time.Now().Add(idle)}
+	// Held while the two are set: either may fire at once (a tiny idle time, a parent already done), and its
+	// stop must find both assigned.
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.timer = time.AfterFunc(idle, func() { c.stop(context.DeadlineExceeded) })
 	c.unwatch = context.AfterFunc(parent, func() { c.stop(context.Cause(parent)) })
 	return c
