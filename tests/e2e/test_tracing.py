@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from tests.support.otlp import OtlpReceiver
-from tests.support.platform import SlessProcess, Tenant, start_sless
+from tests.support.platform import SlessProcess, Tenant, make_zip, start_sless
 from tests.support.poll import until
 from tests.support.rabbitmq import RabbitBroker, queue_counts
 
@@ -116,3 +116,28 @@ def test_a_job_run_is_a_span_whose_context_the_runner_gets(traced: SlessProcess,
     assert run["span_id"] == span_id and run["attributes"]["sless.trigger"] == "job"
     # the run continues the trace of the request that created the job, a root without a caller's traceparent
     assert run["parent_span_id"] == submit["span_id"] and submit["parent_span_id"] == ""
+
+
+def test_a_deploys_build_and_rollout_are_spans_under_it(traced: SlessProcess, otlp_receiver: OtlpReceiver) -> None:
+    """An upload continuing its caller's trace: ``deploy`` (the request), and under it the build (dependencies,
+    the load check) and the rollout (the new version started and serving) that its task ran after the answer; a
+    build that fails is an ERROR span and has no rollout."""
+    tenant = Tenant(traced.url, "traced-deploys")
+    tenant.api("POST", "/ensure", expect=(200, 201))
+    for name, handler in (("good", ECHO), ("broken", "import not_a_module\n")):
+        tenant.api("POST", "/functions", json={"name": name, "runtime": "python3.11"}, expect=201)
+        trace_id, caller_span, header = parent_header()
+        tenant.api("POST", f"/functions/{name}/upload", expect=202, headers={"traceparent": header},
+                   files={"code": ("code.zip", make_zip({"handler.py": handler}), "application/zip")})
+        tenant.wait_phase(name, ("Ready", "Failed"))
+        deploy_name = f"deploy {tenant.ns}/{name}"
+        spans = of_trace(otlp_receiver, trace_id, {deploy_name, "build"} | ({"rollout"} if name == "good" else set()))
+        deploy, build = spans[deploy_name], spans["build"]
+        assert deploy["parent_span_id"] == caller_span and deploy["attributes"]["sless.function"] == name
+        assert build["parent_span_id"] == deploy["span_id"] and build["start_ns"] >= deploy["start_ns"]
+        if name == "good":
+            rollout = spans["rollout"]
+            assert rollout["parent_span_id"] == deploy["span_id"] and rollout["start_ns"] >= build["end_ns"]
+            assert build["status_code"] != "ERROR" and rollout["status_code"] != "ERROR"
+        else:
+            assert build["status_code"] == "ERROR" and "rollout" not in spans, spans

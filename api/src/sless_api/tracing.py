@@ -35,8 +35,8 @@ from sless_core.tracing import (
 from sless_core.tracing import inject as _inject
 from sless_core.tracing import span as _span
 
-__all__ = ["TRACE_HEADERS", "configure", "current_traceparent", "enabled", "now_ns", "phases", "record_status",
-           "request_span", "shutdown", "span", "wanted", "with_context"]  # fmt: skip
+__all__ = ["TRACE_HEADERS", "configure", "current_traceparent", "enabled", "failed", "now_ns", "phases",
+           "record_status", "request_span", "shutdown", "span", "step", "wanted", "with_context"]  # fmt: skip
 
 TRACE_HEADERS = TRACE_KEYS
 
@@ -65,6 +65,20 @@ def request_span(name: str, headers: Sequence[tuple[str, str]], **attributes: An
             if current is not None and isinstance(status, int):
                 current.set_attribute("http.response.status_code", status)
             raise
+
+
+@contextmanager
+def step(name: str, **attributes: Any) -> Iterator[Any]:
+    """An internal span NAME under the current one while tracing is on (a deploy's build and rollout on
+    ``sless up``, in the build's task, which holds the deploy's context); else nothing, None yielded."""
+    with span_if_enabled(name, "internal", None, **attributes) as current:
+        yield current
+
+
+def failed(current: Any, reason: str) -> None:
+    """Mark a span from ``step`` failed with REASON (nothing when tracing is off)."""
+    if current is not None:
+        set_error(current, reason)
 
 
 def with_context(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:

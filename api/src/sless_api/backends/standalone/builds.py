@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import time
 
+from sless_api import tracing
 from sless_api.backends.settings import SandboxSettings
 from sless_api.backends.standalone.builder import BuildArtifact, Builder, BuildFailed, BuildRequest
 from sless_api.backends.standalone.code import CodeFiles
@@ -63,28 +64,36 @@ class Builds:
 
         request = BuildRequest(runtime=rec.spec.runtime, code_dir=self.code.code_dir(namespace, name, code_hash),
                                entrypoint=rec.spec.entrypoint, code_hash=code_hash, tenant=namespace)
-        try:
-            artifact = await asyncio.to_thread(self.builder.build, request, progress)
-        except BuildFailed as exc:
-            self._finish_build(namespace, name, code_hash, None, exc.log_tail)
-            return
-        except Exception as exc:  # a bug or a full disk must still end in a visible Failed phase
-            log.exception("build of %s/%s crashed", namespace, name)
-            self._finish_build(namespace, name, code_hash, None, f"build crashed: {type(exc).__name__}: {exc}")
-            return
-        failure = await self._check_loads(namespace, rec, artifact)
-        if failure:
-            self._finish_build(namespace, name, code_hash, None, failure)
-            return
+        # Traced, the build and the rollout are spans under the deploy's (this task began in its request).
+        with tracing.step("build", sless_runtime=rec.spec.runtime) as span:
+            try:
+                artifact = await asyncio.to_thread(self.builder.build, request, progress)
+            except BuildFailed as exc:
+                tracing.failed(span, "build failed")
+                self._finish_build(namespace, name, code_hash, None, exc.log_tail)
+                return
+            except Exception as exc:  # a bug or a full disk must still end in a visible Failed phase
+                log.exception("build of %s/%s crashed", namespace, name)
+                tracing.failed(span, "build crashed")
+                self._finish_build(namespace, name, code_hash, None,
+                                   f"build crashed: {type(exc).__name__}: {exc}")
+                return
+            failure = await self._check_loads(namespace, rec, artifact)
+            if failure:
+                tracing.failed(span, failure)
+                self._finish_build(namespace, name, code_hash, None, failure)
+                return
         self.state.set_artifact(namespace, name, artifact_to_dict(artifact))
-        try:
-            # Switch traffic before saying Ready, so a client that sees Ready gets the new code.
-            await self.router.sync(namespace, name)
-        except StartFailed as exc:
-            log.warning("new version of %s/%s failed to start: %s", namespace, name, exc)
-            self._finish_build(namespace, name, code_hash, None,
-                               f"the new version {start_failure(str(exc))}")
-            return
+        with tracing.step("rollout") as span:
+            try:
+                # Switch traffic before saying Ready, so a client that sees Ready gets the new code.
+                await self.router.sync(namespace, name)
+            except StartFailed as exc:
+                log.warning("new version of %s/%s failed to start: %s", namespace, name, exc)
+                tracing.failed(span, "the new version failed to start")
+                self._finish_build(namespace, name, code_hash, None,
+                                   f"the new version {start_failure(str(exc))}")
+                return
         self._finish_build(namespace, name, code_hash, artifact, "")
         await asyncio.to_thread(self.code.prune, namespace, name, code_hash)
 
