@@ -82,7 +82,8 @@ def test_job_for_missing_function_is_404_and_bad_specs_400(tenant: Tenant) -> No
 
 @pytest.mark.slow
 def test_cron_trigger_fires_and_can_be_disabled(tenant: Tenant) -> None:
-    code = "def handle(event):\n    return {'type': event.get('type'), 'schedule': event.get('schedule')}\n"
+    code = ("def handle(event):\n    print('tick at', event.get('schedule'))\n"
+            "    return {'type': event.get('type'), 'schedule': event.get('schedule')}\n")
     tenant.deploy("ticker", "python3.11", {"handler.py": code}, http=False)
     tenant.api("POST", "/triggers", json={"name": "every-minute", "type": "cron", "function": "ticker",
                                           "schedule": "* * * * *"}, expect=201)
@@ -101,7 +102,11 @@ def test_cron_trigger_fires_and_can_be_disabled(tenant: Tenant) -> None:
     while time.monotonic() < deadline and not any(i["trigger"] == "cron" for i in items):
         items = tenant.api("GET", "/functions/ticker/invocations", expect=200).json()["items"]
         time.sleep(0.2)
-    assert any(i["trigger"] == "cron" and i["status"] == 200 and i["version"] == 1 for i in items), items
+    firing = next((i for i in items if i["trigger"] == "cron"), None)
+    assert firing is not None and firing["status"] == 200 and firing["version"] == 1, items
+    # what the firing printed is kept with its record, as a call's lines are (`sless logs ticker --id N`)
+    printed = tenant.api("GET", f"/functions/ticker/invocations/{firing['id']}/logs", expect=200).json()
+    assert [(x["stream"], x["text"]) for x in printed["lines"]] == [("stdout", "tick at * * * * *")], printed
     tenant.api("PATCH", "/triggers/every-minute", json={"enabled": False}, expect=200)
     assert tenant.api("GET", "/triggers/every-minute", expect=200).json()["enabled"] is False
 
