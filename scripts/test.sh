@@ -91,12 +91,13 @@ SCENARIOS=${SLESS_MOLECULE_SCENARIOS:-default e2e stress functions}
 # KEDA on a kwok bed of their own (minutes of HPA and KEDA sync periods, which would make lane A the longest), the
 # role's use of an existing KEDA (a bed of its own too), the operators' leader election (Lease expiries), and three
 # `sless up` suites of minutes each (a browser, schemathesis, processes scaling in after idle_sec) and the backup and
-# restore round trips (a bed, Vault, S3 and PostgreSQL of their own) that lane A, the longest lane, can do without
+# restore round trips (a bed, Vault, S3 and PostgreSQL of their own) and the role's Vault lookups (about four
+# minutes of ansible-playbook runs) that lane A, the longest lane, can do without
 LANE_B_TESTS=(tests/runtimes tests/k8s/test_keda_bed.py tests/k8s/test_keda_scaling.py tests/k8s/test_operator_scale.py
               tests/install/test_keda_install.py tests/k8s/test_operator_leader.py tests/e2e/test_console_browser.py
               tests/e2e/test_console_queues.py tests/e2e/test_console_routes.py tests/e2e/test_console_charts.py
               tests/e2e/test_openapi_conformance.py tests/e2e/test_standalone_scale.py
-              tests/install/test_backup_restore.py)
+              tests/install/test_backup_restore.py tests/install/test_vault_secrets.py)
 # Run in lane B under the real node's lock, before its tests: their iptables chains (the port guard of a sandbox
 # as root) would be wiped by the real node's kube-router, which restores the whole filter table on every sync.
 LANE_B_LOCKED_TESTS=(tests/integration/test_spares.py tests/integration/test_supervisor.py)
