@@ -57,7 +57,7 @@ ERROR_REASONS = {400: "invalid input (`field` names it)", 401: "missing or bad t
                  404: "no such object (or path)", 405: "method not allowed",
                  409: "conflict", 413: "body too large", 415: "wrong content type",
                  422: "not supported by this backend or cluster (e.g. scale without KEDA)",
-                 501: "this cluster does not let the API read pod logs",
+                 501: "this cluster does not let the API read pod logs (and none were kept with the record)",
                  503: "not ready, or no token key configured"}
 COMMON = (400, 401, 403, 404, 405, 413, 503)
 WRITE = (*COMMON, 409, 415)
@@ -327,7 +327,8 @@ def paths() -> dict[str, Any]:
             "name": "ident", "in": "path", "required": True, "schema": {"type": "string",
                                                         "pattern": "^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$"},
             "description": "an invocation record's id, or the call's request id (X-Request-Id)"}], "get": _operation(
-            "what one call wrote to stdout/stderr (tagged by the runtime with its request id)", "200",
+            "what one call wrote to stdout/stderr: the lines kept with its record (written before its answer) or "
+            "those its process or pod still holds, whichever has more", "200",
             _ref("CallLogs"), (*COMMON, 501))},
         f"{ns}/triggers": {"parameters": [NS],
                            "get": _operation("list triggers", "200", _page("Trigger"), COMMON, params=PAGING),
