@@ -141,3 +141,26 @@ def test_a_deploys_build_and_rollout_are_spans_under_it(traced: SlessProcess, ot
             assert build["status_code"] != "ERROR" and rollout["status_code"] != "ERROR"
         else:
             assert build["status_code"] == "ERROR" and "rollout" not in spans, spans
+
+
+def test_a_token_triggers_check_is_a_span_of_the_call(traced: SlessProcess, otlp_receiver: OtlpReceiver) -> None:
+    """Behind a token trigger the token's check is ``authenticate`` under the call's server span, before the
+    upstream exchange; a refused token ends the call there (the check's span failed, no upstream span)."""
+    tenant = Tenant(traced.url, "traced-auth")
+    tenant.deploy("guarded", "python3.11", {"handler.py": ECHO}, http=False)
+    tenant.api("POST", "/triggers", json={"name": "web", "type": "http", "function": "guarded", "auth": "token"},
+               expect=201)
+    for token, status in ((tenant.token, 200), ("not-a-token", 401)):
+        trace_id, _, header = parent_header()
+        answer = requests.get(tenant.fn_url("guarded"), timeout=30,
+                              headers={"traceparent": header, "Authorization": f"Bearer {token}"})
+        assert answer.status_code == status, answer.text
+        server_name = f"fn {tenant.ns}/guarded"
+        spans = of_trace(otlp_receiver, trace_id, {server_name, "authenticate"} | ({"upstream"} if status == 200
+                                                                                    else set()))
+        check, server = spans["authenticate"], spans[server_name]
+        assert check["parent_span_id"] == server["span_id"]
+        if status == 200:
+            assert check["status_code"] != "ERROR" and check["end_ns"] <= spans["upstream"]["start_ns"]
+        else:
+            assert check["status_code"] == "ERROR" and "upstream" not in spans, spans

@@ -126,7 +126,13 @@ class ProxyApp:
             traced = tracing.enabled()
             headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw] \
                 if asks or route.auth == "token" or traced else None
-            caller = await self.authorize(route, headers or []) if route.auth == "token" else None
+            caller = None
+            if route.auth == "token":
+                if traced:  # checking the token (a key set fetched, at worst) is a step of its own in the trace
+                    with tracing.span("authenticate", "internal"):
+                        caller = await self.authorize(route, headers or [])
+                else:
+                    caller = await self.authorize(route, headers or [])
             body = await self._read_body(receive, declared) if framed else b""  # neither header: no body (RFC 9112)
             req_bytes = len(body)
             timing = CallTiming(ready=time.monotonic())
