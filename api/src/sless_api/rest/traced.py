@@ -16,23 +16,23 @@ import falcon.asgi
 from sless_api import tracing
 
 
-def _trace_headers(req: falcon.asgi.Request) -> list[tuple[str, str]]:
-    return [(name, value) for name in tracing.TRACE_HEADERS if (value := req.get_header(name))]
+def _request_span(req: falcon.asgi.Request, name: str, **attributes: Any) -> Any:
+    """The request as server span NAME continuing the caller's ``traceparent`` (nothing while tracing is off)."""
+    headers = [(key, value) for key in tracing.TRACE_HEADERS if (value := req.get_header(key))] \
+        if tracing.enabled() else []
+    return tracing.request_span(name, headers, http_request_method=req.method, **attributes)
 
 
 @contextmanager
 def deploy_span(req: falcon.asgi.Request, namespace: str, function: str) -> Iterator[Any]:
     """``deploy <namespace>/<function>``: a function created, changed, given code or rolled back."""
-    with tracing.request_span(f"deploy {namespace}/{function}", _trace_headers(req) if tracing.enabled() else [],
-                              sless_namespace=namespace, sless_function=function,
-                              http_request_method=req.method) as current:  # fmt: skip
+    with _request_span(req, f"deploy {namespace}/{function}", sless_namespace=namespace,
+                       sless_function=function) as current:
         yield current
 
 
 @contextmanager
 def job_span(req: falcon.asgi.Request, namespace: str, job: str) -> Iterator[Any]:
     """``submit job <namespace>/<job>``: a job created or run again."""
-    with tracing.request_span(f"submit job {namespace}/{job}", _trace_headers(req) if tracing.enabled() else [],
-                              sless_namespace=namespace, sless_job=job,
-                              http_request_method=req.method) as current:  # fmt: skip
+    with _request_span(req, f"submit job {namespace}/{job}", sless_namespace=namespace, sless_job=job) as current:
         yield current
