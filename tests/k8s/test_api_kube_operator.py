@@ -7,7 +7,6 @@ answers; a routable function therefore answers 502 here, as in test_api_kube_rou
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ import requests
 from sless_core import crd
 from sless_core.traffic import other_version_name
 from tests.support.kube_api import HELLO, KubeApi, cr, invoke, seconds_until, status_is, upload_raw, wait_api, zip_hash
-from tests.support.kube_operator import Operator, strip_finalizers
+from tests.support.kube_operator import Operator, operator_for
 from tests.support.platform import Tenant, invocation_record
 from tests.support.poll import holds
 from tests.support.testbed import Testbed
@@ -32,14 +31,8 @@ def served(kube_api: KubeApi, tmp_path: Path) -> Iterator[tuple[Tenant, Operator
     bed: Testbed = kube_api.bed
     t = kube_api.tenant("op")
     t.api("POST", "/ensure", expect=201)
-    build_ns = f"sless-build-{secrets.token_hex(4)}"
-    op = Operator(bed, t.ns, build_ns, tmp_path, extra_env=kube_api.s3.env()).start()
-    try:
+    with operator_for(bed, t.ns, tmp_path, kube_api.s3.env()) as op:
         yield t, op
-    finally:
-        op.stop()
-        strip_finalizers(bed, t.ns)
-        bed.kubectl("delete", "namespace", t.ns, build_ns, "--wait=false", "--ignore-not-found", check=False)
 
 
 def test_function_lifecycle_with_the_operator(kube_api: KubeApi, served: tuple[Tenant, Operator]) -> None:

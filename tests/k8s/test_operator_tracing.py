@@ -18,7 +18,7 @@ import pytest
 
 from sless_core import crd
 from tests.support.kube_api import HELLO, KubeApi, start_api, wait_api, zip_hash
-from tests.support.kube_operator import CODE_A, Operator, Sless, strip_finalizers
+from tests.support.kube_operator import CODE_A, Operator, Sless, operator_for
 from tests.support.otlp import OtlpReceiver, Span
 from tests.support.platform import Tenant
 from tests.support.poll import holds, until
@@ -71,15 +71,8 @@ def served(traced_api: KubeApi, otlp_receiver: OtlpReceiver, tmp_path: Path) -> 
     bed = traced_api.bed
     t = traced_api.tenant("traced")
     t.api("POST", "/ensure", expect=201)
-    build_ns = f"sless-build-{secrets.token_hex(4)}"
-    op = Operator(bed, t.ns, build_ns, tmp_path, extra_env={**traced_api.s3.env(), **otel_env(otlp_receiver)})
-    op.start()
-    try:
+    with operator_for(bed, t.ns, tmp_path, {**traced_api.s3.env(), **otel_env(otlp_receiver)}) as op:
         yield t, op
-    finally:
-        op.stop()
-        strip_finalizers(bed, t.ns)
-        bed.kubectl("delete", "namespace", t.ns, build_ns, "--wait=false", "--ignore-not-found", check=False)
 
 
 @pytest.fixture

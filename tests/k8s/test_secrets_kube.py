@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import secrets as random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import pytest
 
 from sless_core import crd
 from tests.support.kube_api import HELLO, KubeApi, cr, upload_raw, wait_api, zip_hash
-from tests.support.kube_operator import Operator, strip_finalizers
+from tests.support.kube_operator import Operator, operator_for
 from tests.support.platform import Tenant
 from tests.support.testbed import Testbed
 
@@ -79,14 +78,8 @@ def served(kube_api: KubeApi, tmp_path: Path) -> Iterator[tuple[Tenant, Operator
     bed: Testbed = kube_api.bed
     t = kube_api.tenant("secop")
     t.api("POST", "/ensure", expect=201)
-    build_ns = f"sless-build-{random.token_hex(4)}"
-    op = Operator(bed, t.ns, build_ns, tmp_path, extra_env=kube_api.s3.env()).start()
-    try:
+    with operator_for(bed, t.ns, tmp_path, kube_api.s3.env()) as op:
         yield t, op
-    finally:
-        op.stop()
-        strip_finalizers(bed, t.ns)
-        bed.kubectl("delete", "namespace", t.ns, build_ns, "--wait=false", "--ignore-not-found", check=False)
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ cleanup (finalizers cleared once no operator is left to clear them), not a fixtu
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import signal
 import subprocess
@@ -35,6 +36,20 @@ def operator_command() -> list[str]:
     if not found:
         raise RuntimeError("sless-operator is not installed (pip install -e .)")
     return [found]
+
+
+@contextmanager
+def operator_for(bed: Testbed, namespace: str, work: Path, extra_env: dict[str, str]) -> Iterator[Operator]:
+    """An operator process serving NAMESPACE (a tenant's, made through the API) with a build namespace of its
+    own; afterwards stopped, and both namespaces deleted (their finalizers taken off first)."""
+    build_ns = f"sless-build-{secrets.token_hex(4)}"
+    op = Operator(bed, namespace, build_ns, work, extra_env=extra_env).start()
+    try:
+        yield op
+    finally:
+        op.stop()
+        strip_finalizers(bed, namespace)
+        bed.kubectl("delete", "namespace", namespace, build_ns, "--wait=false", "--ignore-not-found", check=False)
 
 
 def strip_finalizers(bed: Testbed, namespace: str) -> None:
