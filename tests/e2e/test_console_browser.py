@@ -139,7 +139,7 @@ def test_invoke_shows_the_answer_its_request_id_and_its_logs(browser: webdriver.
     again = until(browser, lambda d: d.find_elements(By.ID, "call-log-lines"))[0]
     assert "stdout console-log-line console" in again.text and "stderr console-err-line" in again.text
     assert request_id in text(browser, "call-record")
-    assert browser.find_element(By.ID, "invocation-logs") == browser.switch_to.active_element
+    until(browser, lambda d: d.find_element(By.ID, "invocation-logs") == d.switch_to.active_element)
 
     invoke(browser, "GET", "/", "")
     assert text(browser, "invoke-status") == "200 OK"
@@ -518,7 +518,7 @@ def test_create_a_function_refusals_next_to_their_field_and_delete_it(browser: w
     until(browser, lambda d: text(d, "create-name-error") == refused["error"])
     name_box = browser.find_element(By.ID, "create-name")
     assert name_box.get_attribute("value") == "Bad_Name" and name_box.get_attribute("aria-invalid") == "true"
-    assert active_id(browser) == "create-name"
+    until(browser, lambda d: active_id(d) == "create-name")
     assert text(browser, "create-status") == ""
 
     too_big = tenant.api("POST", "/functions", expect=400, json={"name": "made-here", "runtime": "nodejs20",
@@ -528,7 +528,7 @@ def test_create_a_function_refusals_next_to_their_field_and_delete_it(browser: w
     fill(browser, "create-memory_mb", "99999").send_keys(Keys.ENTER)
     until(browser, lambda d: text(d, "create-memory_mb-error") == too_big["error"])
     assert text(browser, "create-name-error") == ""  # the earlier refusal is gone
-    assert active_id(browser) == "create-memory_mb"
+    until(browser, lambda d: active_id(d) == "create-memory_mb")
     assert browser.find_element(By.ID, "create-timeout_sec").get_attribute("value") == "12"
 
     fill(browser, "create-memory_mb", "256").send_keys(Keys.ENTER)
@@ -550,7 +550,7 @@ def test_create_a_function_refusals_next_to_their_field_and_delete_it(browser: w
     until(browser, lambda d: text(d, "functions-status") == "function made-here deleted")
     assert not browser.find_element(By.ID, "detail").is_displayed()
     assert browser.find_elements(By.CSS_SELECTOR, "tr[data-function='made-here']") == []
-    assert active_id(browser) == "functions-title"
+    until(browser, lambda d: active_id(d) == "functions-title")
     tenant.api("GET", "/functions/made-here", expect=404)
 
 
@@ -604,7 +604,7 @@ def test_settings_memory_timeout_concurrency_and_env(browser: webdriver.Chrome, 
     fill(browser, "settings-memory_mb", "99999")
     save()
     until(browser, lambda d: text(d, "settings-memory_mb-error") == refused["error"])
-    assert active_id(browser) == "settings-memory_mb"
+    until(browser, lambda d: active_id(d) == "settings-memory_mb")
     assert browser.find_element(By.ID, "settings-memory_mb").get_attribute("value") == "99999"
     assert browser.find_element(By.ID, "settings-memory_mb-error").get_attribute("role") == "alert"
     assert tenant.api("GET", "/functions/tuned", expect=200).json()["memory_mb"] == 256
@@ -670,7 +670,7 @@ def test_triggers_are_added_and_deleted(browser: webdriver.Chrome, sless: SlessP
     assert refused["field"] == "schedule"
     add("trig-cron", "cron", schedule="every day")
     until(browser, lambda d: text(d, "trigger-schedule-error") == refused["error"])
-    assert active_id(browser) == "trigger-schedule"
+    until(browser, lambda d: active_id(d) == "trigger-schedule")
     assert not browser.find_element(By.ID, "trigger-auth").is_displayed()
     add("trig-cron", "cron", schedule="*/5 * * * *")
     until(browser, lambda d: text(d, "trigger-status") == "trigger trig-cron added")
@@ -696,7 +696,7 @@ def test_triggers_are_added_and_deleted(browser: webdriver.Chrome, sless: SlessP
     until(browser, lambda d: text(d, "trigger-status") == "trigger trig-http deleted")
     tenant.api("GET", "/triggers/trig-http", expect=404)
     until(browser, lambda d: [item.split(":")[0] for item in trigger_items(d)] == ["trig-cron"])
-    assert active_id(browser) == "trigger-name"
+    until(browser, lambda d: active_id(d) == "trigger-name")
 
 
 def test_jobs_and_secrets_are_deleted_after_a_confirmation(browser: webdriver.Chrome, sless: SlessProcess,
@@ -714,7 +714,7 @@ def test_jobs_and_secrets_are_deleted_after_a_confirmation(browser: webdriver.Ch
     accept_dialog(browser, "Delete job old-job?")
     until(browser, lambda d: text(d, "jobs-status") == "job old-job deleted")
     until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-job='old-job']") == [])
-    assert active_id(browser) == "jobs-title"
+    until(browser, lambda d: active_id(d) == "jobs-title")
     tenant.api("GET", "/jobs/old-job", expect=404)
 
     until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "button[aria-label='Delete secret old-secret']"))
@@ -722,5 +722,5 @@ def test_jobs_and_secrets_are_deleted_after_a_confirmation(browser: webdriver.Ch
     accept_dialog(browser, "Delete secret old-secret?")
     until(browser, lambda d: text(d, "secret-status") == "secret old-secret deleted")
     until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-secret='old-secret']") == [])
-    assert active_id(browser) == "secrets-title"
+    until(browser, lambda d: active_id(d) == "secrets-title")
     tenant.api("GET", "/secrets/old-secret", expect=404)

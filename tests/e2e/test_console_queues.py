@@ -89,14 +89,14 @@ def test_dead_letters_are_listed_shown_redriven_and_purged(
     assert all(name in headers for name in shown["headers"]), (headers, shown["headers"])
     seen = browser.find_element(By.CSS_SELECTOR, f"{view} dl.dl-seen").text
     assert shown["first_seen_at"] in seen and shown["failed_at"] in seen  # first and last seen
-    assert browser.switch_to.active_element == browser.find_element(By.CSS_SELECTOR, view)
+    until(browser, lambda d: d.switch_to.active_element == d.find_element(By.CSS_SELECTOR, view))
 
     (tmp_path / "fail").unlink()
     press(browser, "Redrive dead letter m-0")
     until(browser, lambda d: panel_status(d) == "redriven: 1")
     until(browser, lambda d: [row[4] for row in dead_letter_rows(d)] == ["m-1"])
     until(browser, lambda d: [c["data"] for c in calls(tmp_path)] == [{"n": 0}])  # handled this time
-    assert browser.switch_to.active_element == browser.find_element(By.CSS_SELECTOR, f"{PANEL} h3")
+    until(browser, lambda d: d.switch_to.active_element == d.find_element(By.CSS_SELECTOR, f"{PANEL} h3"))
 
     press(browser, "Purge dead letter m-1")
     accept_dialog(browser, "Purge dead letter m-1 of queue inbox?", accept=False)
