@@ -6,7 +6,8 @@
 # platform as pods on the real node, the stress functions too; SLESS_SKIP_MOLECULE=1 skips them,
 # SLESS_MOLECULE_SCENARIOS names others).
 # Without arguments three lanes run at once (lane A: pytest but the real node and the runtimes; lane B: the
-# real-node tests, then the runtimes' contract tests; lane C: the Molecule scenarios). Extra arguments go to one pytest run instead, e.g. `scripts/test.sh -m "not k8s" -x`.
+# real-node tests, then the runtimes' contract tests; lane C: the Molecule scenarios, then the Ansible collection's
+# and `sless init`'s tests). Extra arguments go to one pytest run instead, e.g. `scripts/test.sh -m "not k8s" -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { echo "[test $(date +%T)] $*" >&2; }
@@ -98,6 +99,9 @@ LANE_B_TESTS=(tests/runtimes tests/k8s/test_keda_bed.py tests/k8s/test_keda_scal
               tests/e2e/test_console_queues.py tests/e2e/test_console_routes.py tests/e2e/test_console_charts.py
               tests/e2e/test_openapi_conformance.py tests/e2e/test_standalone_scale.py
               tests/install/test_backup_restore.py tests/install/test_vault_secrets.py)
+# run in lane C after the Molecule scenarios, which end minutes before lanes A and B: the Ansible collection's
+# modules against a `sless up` of their own, and `sless init` then deploy in each runtime (a Go build included)
+LANE_C_TESTS=(tests/e2e/test_ansible_collection.py tests/e2e/test_cli_init.py)
 # Run in lane B under the real node's lock, before its tests: their iptables chains (the port guard of a sandbox
 # as root) would be wiped by the real node's kube-router, which restores the whole filter table on every sync.
 LANE_B_LOCKED_TESTS=(tests/integration/test_spares.py tests/integration/test_supervisor.py)
@@ -129,12 +133,15 @@ pytest_summary() {  # the end of a pytest log: its short summary when it has one
 report_results() {  # the results section: each lane's outcome, then the failures' own lines
   local scenario c secs
   log "results"
-  [ -f "$results/lane-a.log" ] && { echo "lane A (pytest -m 'not realnode', without ${LANE_B_TESTS[*]}):"; pytest_summary "$results/lane-a.log" | tail -25; }
+  [ -f "$results/lane-a.log" ] && { echo "lane A (pytest -m 'not realnode', without lane B's and C's):"; pytest_summary "$results/lane-a.log" | tail -25; }
   if [ -f "$results/lane-b.log" ]; then
     echo "lane B (${LANE_B_LOCKED_TESTS[*]}, then pytest -m realnode):"; pytest_summary "$results/lane-b.log" | tail -25
   fi
   if [ -f "$results/lane-b-runtimes.log" ]; then
     echo "lane B (${LANE_B_TESTS[*]}):"; pytest_summary "$results/lane-b-runtimes.log" | tail -25
+  fi
+  if [ -f "$results/lane-c.log" ]; then
+    echo "lane C (${LANE_C_TESTS[*]}):"; pytest_summary "$results/lane-c.log" | tail -25
   fi
   [ -f "$results/molecule.txt" ] || return 0
   while read -r scenario c secs; do
@@ -164,7 +171,7 @@ else
   # Lane A: every test but the real node's and the runtimes'. Lane B ([B] lines): the real-node tests (one node
   # per machine), then the runtimes' contract tests (their own processes only: they need neither a test bed nor
   # the services; here, lane A would be the longest lane by their few minutes). Lane C ([C] lines): the Molecule
-  # scenarios, one after the other. Every server binds its own free port.
+  # scenarios, one after the other, then LANE_C_TESTS. Every server binds its own free port.
   codes=$(mktemp -d)
   (
     b=0
@@ -189,11 +196,14 @@ else
   (
     m=0; molecule_scenarios || m=1
     echo "$m" > "$codes/molecule"
+    log "lane C: pytest -m 'not realnode' ${LANE_C_TESTS[*]}"
+    pytest_run -m "not realnode" "${LANE_C_TESTS[@]}" 2>&1 | tee "$results/lane-c.log"
+    echo "${PIPESTATUS[0]}" > "$codes/lane-c"
   ) 2>&1 | sed -u 's/^/[C] /' &
   lane_c=$!
-  log "lane A: pytest -m 'not realnode' without lane B's"
-  pytest_run -m "not realnode" "${LANE_B_TESTS[@]/#/--ignore=}" "${LANE_B_LOCKED_TESTS[@]/#/--ignore=}" 2>&1 \
-    | tee "$results/lane-a.log"
+  log "lane A: pytest -m 'not realnode' without lane B's and C's"
+  pytest_run -m "not realnode" "${LANE_B_TESTS[@]/#/--ignore=}" "${LANE_B_LOCKED_TESTS[@]/#/--ignore=}" \
+    "${LANE_C_TESTS[@]/#/--ignore=}" 2>&1 | tee "$results/lane-a.log"
   code=${PIPESTATUS[0]}
   log "lane A done in $((SECONDS - T0))s; waiting for lanes B and C"
   wait "$lane_b"
@@ -201,6 +211,7 @@ else
   wait "$lane_c"
   [ "$(cat "$codes/realnode" 2>/dev/null)" = 0 ] || { log "lane B: the real-node or the runtimes' tests failed (see [B] lines)"; [ "$code" = 0 ] && code=1; }
   [ "$(cat "$codes/molecule" 2>/dev/null)" = 0 ] || scenarios=1
+  [ "$(cat "$codes/lane-c" 2>/dev/null)" = 0 ] || { log "lane C: its tests failed (see [C] lines)"; [ "$code" = 0 ] && code=1; }
   rm -rf "$codes"
 fi
 report_results
