@@ -176,15 +176,17 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
                      api_env["SLESS_DATABASE_URL"])  # fmt: skip
     try:
 
-        def healthy() -> bool:
+        def answers(probe: str) -> bool:
             assert api.poll() is None, f"sless-api exited {api.returncode}:\n{found.tail()}"
             assert operator.poll() is None, f"sless-operator exited {operator.returncode}:\n{found.tail()}"
             try:
-                return requests.get(found.url + "/health", timeout=2).status_code == 200
+                return requests.get(found.url + probe, timeout=2).status_code == 200
             except requests.RequestException:
                 return False
 
-        until("the API's /health", healthy, 90, POLL)
+        until("the API's /health", lambda: answers("/health"), 90, POLL)
+        # healthy first, ready once its route table has loaded from the cluster (a Service waits for the same)
+        until("the API's /ready", lambda: answers("/ready"), 90, POLL)
         yield found
     finally:
         _stop(api)
