@@ -17,7 +17,8 @@ from typing import Any
 
 #: The response header a runtime sets; the platform's, never shown to a caller.
 OUTPUT_HEADER = "x-sless-output"
-#: Bytes of text (UTF-8) a call keeps, as the runtimes cap it (runtimes/README.md) and the live stores do.
+#: Bytes of text (UTF-8) a call keeps with its record, as the runtimes cap the header (runtimes/README.md); the
+#: live stores (a process's output on `sless up`, a pod's log) keep up to 64 KiB of a call while they have it.
 MAX_TEXT_BYTES = 16 * 1024
 #: Lines a call keeps: empty lines cost no text, so their number is capped on its own (runtimes/README.md).
 MAX_LINES = 1024

@@ -91,7 +91,8 @@ class Function:
         patch = await json_body(req)
         if not isinstance(patch, dict):
             raise ApiError(400, "the request body must be a JSON object")
-        with deploy_span(req, ns, validate_name(name)):
+        name = validate_name(name)
+        with deploy_span(req, ns, name):
             record = await self.platform.update_function(ns, name, patch)
         resp.media = record.to_api()
 
