@@ -4,10 +4,12 @@ including a frozen (SIGSTOP) and a crashed (pg_ctl stop -m immediate) PostgreSQL
 from __future__ import annotations
 
 import base64
+import dataclasses
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -219,6 +221,41 @@ def test_a_calls_output_is_kept_checked_and_read_on_its_own(inv_log: InvocationL
     assert [inv_log.get_output("ns", "talker", ids[f"/p/{i}"]) for i in (2, 3, 4)] == [None, None, None]
     assert inv_log.get_output("ns", "other", ids["/p/1"]) is None  # only under its own function
     assert inv_log.get_output("tenant-b", "talker", ids["/p/1"]) is None
+
+
+def test_a_record_offered_under_one_key_by_several_processes_is_stored_once(db_url: str) -> None:
+    """A Kubernetes run is seen by every API replica: each offers its record under the Job's uid, at the same
+    moment, and exactly one stores it (claim and record in one transaction), with its output."""
+    logs = [log_from_url(db_url) for _ in range(4)]  # as four API processes sharing the store
+    try:
+        run = inv(1, fn="cron-fn")
+        run.trigger, run.request_id = "cron", "nightly-cron-1"
+        run.output = calloutput.encode([("log", "fired", 1_700_000_001.5)])
+        start = threading.Barrier(len(logs))
+        results: list[bool] = []
+
+        def offer(log: InvocationLog) -> None:
+            start.wait()
+            results.append(log.record_once("uid-1", dataclasses.replace(run)))
+
+        threads = [threading.Thread(target=offer, args=(log,)) for log in logs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert sorted(results) == [False, False, False, True]
+        assert logs[0].record_once("uid-1", dataclasses.replace(run)) is False  # later, e.g. after a relist
+        assert logs[1].record_once("uid-2", dataclasses.replace(run, request_id="nightly-cron-2")) is True
+        page, _ = logs[2].list("ns", "cron-fn", limit=10)
+        assert sorted(r.request_id or "" for r in page) == ["nightly-cron-1", "nightly-cron-2"]
+        assert {r.trigger for r in page} == {"cron"}
+        first = next(r for r in page if r.request_id == "nightly-cron-1")
+        assert first.id is not None
+        assert logs[3].get_output("ns", "cron-fn", first.id) == {
+            "lines": [{"stream": "log", "text": "fired", "ts": 1_700_000_001.5}], "truncated": False}
+    finally:
+        for log in logs:
+            log.close(10)
 
 
 def test_get_finds_a_record_only_under_its_own_function(inv_log: InvocationLog) -> None:

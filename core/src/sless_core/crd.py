@@ -27,6 +27,8 @@ ANNOTATION_SECRETS = "sless.dev/secrets-version"
 #: The W3C ``traceparent`` of the API request that made a Function's or FunctionJob's current change (a deploy, a
 #: job's creation or re-run), written with that change while the API traces; the operator's spans continue it.
 ANNOTATION_TRACEPARENT = "sless.dev/traceparent"
+#: The function's version a run Job (a FunctionJob's run, a cron firing) runs: its invocation record names it.
+ANNOTATION_VERSION = "sless.dev/version"
 
 # Marks a tenant namespace: the API sets it when it creates one, the operator when it prepares one,
 # and the chart's admission policy lets the operator write workloads only where it is "true".

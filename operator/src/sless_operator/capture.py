@@ -12,8 +12,10 @@ Pods are found by the operator's own labels, never by the built-in ``job-name`` 
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
+from sless_core import runrecord
 from sless_operator.kube import ApiError, Kube, api_path
 from sless_operator.status import keep_head, keep_tail
 
@@ -95,3 +97,48 @@ async def _pod_log(kube: Kube, namespace: str, pod: str, container: str, succeed
         # no kubelet to ask (node gone), or logs already rotated: the status says what it can
         log.info("no log for pod %s/%s: %s", namespace, pod, exc)
         return ""
+
+
+def _timestamped(line: str, default: float) -> tuple[float, str]:
+    """``2026-01-01T00:00:00.123456789Z text`` (the log API with timestamps) -> (epoch seconds, text)."""
+    stamp, sep, text = line.partition(" ")
+    if not sep:
+        return default, line
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    try:
+        return datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{fraction or '0'}"), text
+    except ValueError:
+        return default, line
+
+
+def log_lines(log_text: str, default_ts: float, cut: bool = False) -> tuple[tuple[tuple[str, str, float], ...], bool]:
+    """A run pod's log (read with timestamps) as a run's output lines within ``runrecord``'s bounds; CUT: the read
+    stopped at its byte limit, so the output is truncated whatever fits (its last line may be partial: left out)."""
+    raw = log_text.splitlines()
+    if cut and raw:
+        raw.pop()
+    lines: list[tuple[str, str, float]] = []
+    for line in raw:
+        ts, text = _timestamped(line, default_ts)
+        lines.append(("log", text, ts))
+    kept, truncated = runrecord.bounded_lines(lines)
+    return kept, truncated or cut
+
+
+async def run_output(kube: Kube, namespace: str, selector: str, job_uid: str, container: str,
+                     default_ts: float) -> tuple[tuple[tuple[str, str, float], ...], bool]:  # fmt: skip
+    """What the last pod of the Job JOB_UID (among those matching SELECTOR) printed: its log's lines with their
+    times, bounded as a call's output is. Nothing when no pod or log is left (the kubelet decides how long)."""
+    pods = await kube.list(api_path("v1", "pods", namespace), selector)
+    owned = [p for p in pods if any(ref.get("uid") == job_uid
+                                    for ref in (p.get("metadata") or {}).get("ownerReferences") or [])]  # fmt: skip
+    if not owned:
+        return (), False
+    pod = sorted(owned, key=_finished_at)[-1]
+    params = {"container": container, "timestamps": "true", "limitBytes": str(RESULT_BYTES)}
+    try:
+        text = await kube.text(api_path("v1", "pods", namespace, pod["metadata"]["name"], "log"), params)
+    except ApiError as exc:
+        log.info("no log for run pod %s/%s: %s", namespace, pod["metadata"]["name"], exc)
+        return (), False
+    return log_lines(text, default_ts, cut=len(text.encode("utf-8", "replace")) >= RESULT_BYTES)

@@ -5,7 +5,8 @@ Function's image in runner mode as the Job ``<job>-run-<N>`` (owned by the Funct
 ``backoffLimit`` from the configuration); raising ``runId`` runs it again and deletes the Jobs
 of earlier runs. When the run's Job finishes, the message becomes the runner's result (stdout)
 or its error (stderr), truncated to about 2000 characters (``capture``); ``status.runId`` says
-which run the status describes, so a result is captured once per run. A run of a traced FunctionJob
+which run the status describes, so a result is captured once per run, and so is the run's invocation record
+(``status.runRecord``, ``runreport``: what its pod printed, stored by the API). A run of a traced FunctionJob
 (``sless.dev/traceparent``) gets that context as ``TRACEPARENT`` and its end is a span (``runtrace``).
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 from sless_core import crd, tracing
 from sless_core.crcodec import InvalidResource, JobResource
 from sless_core.models import JobPhase
-from sless_operator import capture, children, manifests, runtrace, tenancy
+from sless_operator import capture, children, manifests, runreport, runtrace, tenancy
 from sless_operator.context import Context
 from sless_operator.kube import api_path
 from sless_operator.manifests import FunctionRef, Owner
@@ -122,6 +123,10 @@ async def _report(ctx: Context, body: dict[str, Any], st: StatusBuilder, run_id:
     else:
         st.set(phase=JobPhase.RUNNING.value if job.state == "active" else JobPhase.PENDING.value, message="")
         st.condition("Complete", None, "Running" if job.state == "active" else "Pending", f"run {run_id}")
+    if job.finished and job.uid:  # the run's invocation record, with what its pod printed, for the API to store
+        error = str(st.fields.get("message") or "")
+        st.set(**{runreport.STATUS_FIELD: await runreport.record(ctx, job, run_selector(name, run_id), "job",
+                                                                 f"/jobs/{name}", error)})  # fmt: skip
     await write(ctx.kube, job_path(namespace, name), st)
     if job.finished and tracing.enabled():  # reported once: a finished run is not reported again (_reported)
         runtrace.emit(f"job {namespace}/{name}", job, str(st.fields.get("message") or ""),

@@ -177,6 +177,8 @@ class FunctionRef:
     # a Go function's compiled binary (status.binary: key and SHA-256 of its archive), fetched at pod start
     binary_key: str = ""
     binary_sha256: str = ""
+    # the newest recorded version (what the image and code above are): a run Job names it for its record
+    version: int | None = None
 
     @classmethod
     def of(cls, body: dict[str, Any]) -> FunctionRef:
@@ -186,7 +188,8 @@ class FunctionRef:
         ref = cls(namespace=fn.meta.namespace, name=fn.meta.name, spec=fn.spec, code_hash=code.code_hash,
                   context_key=code.context_key, owner=Owner(crd.API_VERSION, "Function", fn.meta.name, fn.meta.uid),
                   context_sha256=code.context_sha256, secrets_version=fn.secrets_version, code_key=code.code_key,
-                  code_sha256=code.code_sha256, deps_hash=code.deps_hash, replicas=fn.replicas)  # fmt: skip
+                  code_sha256=code.code_sha256, deps_hash=code.deps_hash, replicas=fn.replicas,
+                  version=fn.current_version)  # fmt: skip
         # the binary that serves (the last one compiled), which run and cron pods fetch as well
         binary = (body.get("status") or {}).get("binary")
         if ref.compiled and isinstance(binary, dict):
@@ -888,6 +891,11 @@ def run_deadline(config: OperatorConfig, timeout_sec: int) -> int:
     return (timeout_sec + RUN_MARGIN_SEC) * (config.job_retries + 1)
 
 
+def _run_annotations(fn: FunctionRef) -> dict[str, str]:
+    """A run Job's annotations: the function's version it runs, which its invocation record names."""
+    return {crd.ANNOTATION_VERSION: str(fn.version)} if fn.version is not None else {}
+
+
 def run_job(config: OperatorConfig, fn: FunctionRef, image: str, job: Owner, run_id: int,
             event: dict[str, Any], traceparent: str = "") -> dict[str, Any]:  # fmt: skip
     """One run of a FunctionJob: the function's image in runner mode with SLESS_EVENT, and TRACEPARENT (the
@@ -899,7 +907,7 @@ def run_job(config: OperatorConfig, fn: FunctionRef, image: str, job: Owner, run
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": run_job_name(job.name, run_id), "namespace": fn.namespace, "labels": labels,
-                     "ownerReferences": [job.reference()]},
+                     "annotations": _run_annotations(fn), "ownerReferences": [job.reference()]},
         "spec": {
             "backoffLimit": config.job_retries,
             "activeDeadlineSeconds": run_deadline(config, fn.spec.timeout_sec),
@@ -941,7 +949,7 @@ def cron_job(config: OperatorConfig, fn: FunctionRef, image: str, trigger: Owner
             "successfulJobsHistoryLimit": 1,
             "failedJobsHistoryLimit": 1,
             "jobTemplate": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": labels, "annotations": _run_annotations(fn)},
                 "spec": {
                     "backoffLimit": config.job_retries,
                     "activeDeadlineSeconds": run_deadline(config, fn.spec.timeout_sec),

@@ -32,6 +32,9 @@ class JobSummary:
     message: str
     start_time: str
     completion_time: str
+    uid: str = ""
+    #: the function's version it runs (``sless.dev/version``), None when the Job does not say
+    version: int | None = None
 
     @property
     def finished(self) -> bool:
@@ -125,7 +128,14 @@ def job_summary(body: dict[str, Any]) -> JobSummary:
         message=message,
         start_time=str(status.get("startTime") or ""),
         completion_time=str(status.get("completionTime") or ""),
+        uid=str(meta.get("uid") or ""),
+        version=_version(meta.get("annotations")),
     )
+
+
+def _version(annotations: object) -> int | None:
+    value = annotations.get(crd.ANNOTATION_VERSION) if isinstance(annotations, dict) else None
+    return int(value) if isinstance(value, str) and value.isdigit() and len(value) < 10 else None
 
 
 def deployment_summary(body: dict[str, Any]) -> DeploymentSummary:

@@ -12,8 +12,9 @@
   needs the Function's image, so it appears once the Function has been built and follows
   every rebuild (``sync_for_function``). Each firing is recorded on the Trigger
   (``on_cron_job``): ``status.lastFiredAt`` when its Job starts, and a ``LastRun`` condition
-  with the run's result or error when it ends; while the operator traces, the ended firing is a root span
-  ``cron <namespace>/<trigger>`` (``runtrace``), sent once (``status.tracedRun``).
+  with the run's result or error when it ends, and ``status.runRecord`` (``runreport``), the firing's
+  invocation record with what its pod printed, which the API stores; while the operator traces, the ended
+  firing is a root span ``cron <namespace>/<trigger>`` (``runtrace``), sent once (``status.tracedRun``).
 - ``event``: served by the event dispatcher (RabbitMQ); the operator only reports that.
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 from sless_core import crd, tracing
 from sless_core.crcodec import InvalidResource, TriggerResource
 from sless_core.models import TriggerSpec, TriggerType
-from sless_operator import autoscale, capture, children, manifests, runtrace, tenancy
+from sless_operator import autoscale, capture, children, manifests, runreport, runtrace, tenancy
 from sless_operator.context import Context
 from sless_operator.kube import MERGE, api_path
 from sless_operator.manifests import FunctionRef, Owner
@@ -223,6 +224,11 @@ async def on_cron_job(ctx: Context, summary: JobSummary) -> None:
             output = await capture.pod_output(ctx.kube, namespace, selector, manifests.CONTAINER, succeeded)
             reason = "Succeeded" if succeeded else (summary.reason or "Failed")
             st.condition("LastRun", succeeded, reason, f"{summary.name}: {output or summary.message}".strip(": "))
+            recorded = old.get(runreport.STATUS_FIELD)
+            if summary.uid and not (isinstance(recorded, dict) and recorded.get("uid") == summary.uid):
+                # the firing's invocation record, with what its pod printed, for the API to store (once per Job)
+                st.set(**{runreport.STATUS_FIELD: await runreport.record(
+                    ctx, summary, selector, "cron", f"/triggers/{name}", output or summary.message)})
         else:
             st.condition("LastRun", None, "Running", f"{summary.name} started at {summary.start_time}")
         if traced:

@@ -25,7 +25,8 @@ MAX_LINES = 1024
 #: Longest header value read: 16 KiB of text with every character escaped in JSON and 1,024 lines' framing, in
 #: base64 (about 200 KiB at worst).
 MAX_HEADER_BYTES = 256 * 1024
-STREAMS = frozenset({"stdout", "stderr"})
+#: "log": a line from a pod's log, which does not tell the two apart (a Kubernetes run's output, sless_core.runrecord).
+STREAMS = frozenset({"stdout", "stderr", "log"})
 
 
 def encode(lines: Iterable[tuple[str, str, float]], truncated: bool = False) -> bytes:

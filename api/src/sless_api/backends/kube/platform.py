@@ -26,7 +26,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from sless_api import tracing
-from sless_api.backends.kube import resources
+from sless_api.backends.kube import resources, runrecords
 from sless_api.backends.kube.client import KubeClient, KubeConflict, KubeNotFound
 from sless_api.backends.kube.code import CodeArchive
 from sless_api.backends.kube.keda import KedaCheck
@@ -75,6 +75,9 @@ class KubernetesPlatform:
         self.router = KubeRouter(self.kube, self.settings)
         self.secrets = kube_secret_store(config.secrets, config.data_dir, self.kube)
         self.keda = KedaCheck(self.kube)  # a function's ``scale`` needs KEDA in the cluster
+        # jobs' runs and cron firings into the invocation log, from what the operator leaves in their status
+        self.run_records = runrecords.RunRecorder(invocations) if invocations is not None else None
+        self.run_watch = runrecords.watch(self.kube, self.run_records) if self.run_records is not None else None
 
     def background_services(self, invoker: CallInvoker) -> list[Background]:
         """None in the API: CronJobs fire cron triggers, ``sless-events`` (a process of its own) event ones."""
@@ -83,8 +86,16 @@ class KubernetesPlatform:
     # lifecycle
     async def start(self) -> None:
         self.router.start()
+        if self.run_records is not None:
+            self.run_records.start()
+        if self.run_watch is not None:
+            self.run_watch.start()
 
     async def close(self) -> None:
+        if self.run_watch is not None:
+            await asyncio.to_thread(self.run_watch.stop)
+        if self.run_records is not None:
+            await asyncio.to_thread(self.run_records.stop)
         await self.router.close()
         self.secrets.close()
         self.kube.close()

@@ -85,6 +85,12 @@ class InvocationLog:
         except Exception:  # noqa: S110
             pass
 
+    def record_once(self, key: str, inv: Invocation) -> bool:
+        """Store INV now, unless a record was stored under KEY before by any process sharing the store (blocking
+        I/O, raises when the store fails): for a record several processes see, e.g. a Kubernetes run's. Not on
+        a call's path, so not queued and not in the queue's counters."""
+        return self.sink.record_once(key, inv)
+
     # -- reading
 
     def list(

@@ -24,6 +24,7 @@ from sless_api.stores.invocations.sink import COLUMNS, WRITE_COLUMNS
 from sless_api.stores.postgres import DISCONNECTS, connect
 
 _COPY = f"COPY invocations ({', '.join(WRITE_COLUMNS)}) FROM STDIN"
+_CLAIM = "INSERT INTO run_records (run_key) VALUES (%s) ON CONFLICT DO NOTHING"
 # started_at is a timestamptz in the table and epoch seconds in Python
 _READ = ", ".join("EXTRACT(EPOCH FROM started_at)::double precision" if c == "started_at" else c for c in COLUMNS)
 _SELECT = f"SELECT id, {_READ} FROM invocations"  # noqa: S608 - constant columns
@@ -87,6 +88,20 @@ class PostgresSink:
                 conn = self._writer.get()
                 with conn, conn.cursor() as cur:
                     cur.copy_expert(_COPY, payload)
+            except DISCONNECTS:
+                self._writer.reset()
+                raise
+
+    def record_once(self, key: str, inv: Invocation) -> bool:
+        with self._writer.lock:
+            try:
+                conn = self._writer.get()
+                with conn, conn.cursor() as cur:
+                    cur.execute(_CLAIM, (key,))
+                    if cur.rowcount != 1:
+                        return False  # claimed before: recorded by this or another process
+                    cur.copy_expert(_COPY, io.StringIO(_copy_row(inv)))
+                    return True
             except DISCONNECTS:
                 self._writer.reset()
                 raise

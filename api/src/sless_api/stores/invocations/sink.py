@@ -37,6 +37,10 @@ class Sink(Protocol):
     def write_batch(self, batch: Sequence[Invocation]) -> None:
         """Insert BATCH in one transaction; raise on failure (the log retries and counts)."""
 
+    def record_once(self, key: str, inv: Invocation) -> bool:
+        """Store INV now unless a record was stored under KEY before (by any process sharing the store): the key's
+        claim and the record in one transaction. True when this call stored it; raise on failure."""
+
     def list(self, namespace: str, function: str | None, limit: int, before_id: int | None,
              since: float | None = None) -> list[Invocation]:
         """Up to LIMIT records of the function (or the whole namespace), newest first,

@@ -93,6 +93,21 @@ class SqliteSink:
                 self._write_conn.execute("ROLLBACK")
                 raise
 
+    def record_once(self, key: str, inv: Invocation) -> bool:
+        row = (*sanitized_row(inv), output_text(inv))
+        with self._write_lock:
+            self._write_conn.execute("BEGIN IMMEDIATE")
+            try:
+                claimed = self._write_conn.execute(
+                    "INSERT INTO run_records (run_key) VALUES (?) ON CONFLICT DO NOTHING", (key,)).rowcount == 1
+                if claimed:
+                    self._write_conn.execute(_multi_insert(1), row)
+                self._write_conn.execute("COMMIT")
+            except BaseException:
+                self._write_conn.execute("ROLLBACK")
+                raise
+        return claimed
+
     def list(self, namespace: str, function: str | None, limit: int, before_id: int | None,
              since: float | None = None) -> list[Invocation]:
         where: list[str] = ["namespace = ?"]
