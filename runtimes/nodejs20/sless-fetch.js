@@ -484,7 +484,8 @@ async function fetchFromEnv() {
     process.exit(EXIT_FETCH);
   }
   const took = Number(process.hrtime.bigint() - started) / 1e6;
-  process.stderr.write(`${WHAT} ${key} (sha256 ${found}) unpacked into ${dest} in ${took.toFixed(0)} ms\n`);
+  // tagged as no call's (runtimes/README.md): the runtime's own line, never part of a run's or a call's output
+  process.stderr.write(`@sless:- ${WHAT} ${key} (sha256 ${found}) unpacked into ${dest} in ${took.toFixed(0)} ms\n`);
 }
 
 module.exports = { EXIT_FETCH, FetchError, fetchCode, fetchFromEnv, pyRepr };

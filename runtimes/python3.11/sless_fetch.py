@@ -234,4 +234,5 @@ def fetch_from_env() -> None:
         report(f"{WHAT}: {exc}")
         os._exit(EXIT_FETCH)
     took = (time.monotonic() - started) * 1000
-    print(f"{WHAT} {key} (sha256 {found}) unpacked into {dest} in {took:.0f} ms", file=sys.stderr, flush=True)
+    # tagged as no call's (runtimes/README.md): the runtime's own line, never part of a run's or a call's output
+    print(f"@sless:- {WHAT} {key} (sha256 {found}) unpacked into {dest} in {took:.0f} ms", file=sys.stderr, flush=True)

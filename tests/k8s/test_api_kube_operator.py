@@ -8,7 +8,7 @@ answers; a routable function therefore answers 502 here, as in test_api_kube_rou
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -101,6 +101,49 @@ def test_jobs_run_and_rerun_with_the_operator(kube_api: KubeApi, served: tuple[T
           lambda: t.api("GET", "/jobs/later", expect=200).json()["phase"] == "Recorded", for_sec=2,
           why="the operator sees a new Job from its watch and starts a run in its first reconcile (the "
           "runs above went Pending and ran within a second or so); run_id 0 must not, and 2 s covers that reconcile")
+
+
+def test_a_jobs_run_with_what_its_pod_printed_is_an_invocation_record(
+    kube_api: KubeApi, served: tuple[Tenant, Operator], pod_outcome: Callable[..., str],
+) -> None:
+    """The operator reads a finished run's pod log into the FunctionJob's status; the API stores it as the run's
+    record (trigger ``job``, the function's version), and its lines are still there once the pod is gone."""
+    t, op = served
+    bed = kube_api.bed
+    t.api("POST", "/functions", json={"name": "printer", "runtime": "python3.11"}, expect=201)
+    upload_raw(t, "printer", zip_hash(HELLO)[0])
+    wait_api(op, "printer Ready", t, "/functions/printer", lambda b: b["phase"] == "Ready")
+    labels = {crd.LABEL_JOB: "report", crd.LABEL_RUN: "1"}
+    pod_outcome(labels=labels, namespace=t.ns, succeed=True, message='{"ok": true}', delay_ms=4000)
+    t.api("POST", "/jobs", json={"name": "report", "function": "printer", "event": {"n": 1}}, expect=201)
+
+    def running_pod() -> str | None:
+        pods = bed.get("pods", "-n", t.ns, "-l", f"{crd.LABEL_JOB}=report") or {}
+        running = [p for p in pods.get("items", []) if p["status"].get("phase") == "Running"]
+        return str(running[0]["metadata"]["name"]) if running else None
+
+    pod = op.wait("the run's pod Running", running_pod)
+    bed.set_pod_logs(t.ns, pod, ["first line", "second\tline ünï"])  # kwok serves it as the pod's log
+    done = wait_api(op, "job finished", t, "/jobs/report", lambda b: b["phase"] in ("Succeeded", "Failed"))
+    assert done["phase"] == "Succeeded", done
+
+    record = invocation_record(t, "printer", "report-run-1")
+    assert (record["trigger"], record["method"], record["path"], record["status"]) == ("job", "RUN", "/jobs/report",
+                                                                                       200)
+    assert record["version"] == 1 and record["error"] is None  # the function's first version ran it
+    path = f"/functions/printer/invocations/{record['id']}/logs"
+    expected = [("log", "first line"), ("log", "second\tline ünï")]
+
+    def lines() -> list[tuple[str, str]]:
+        return [(line["stream"], line["text"]) for line in t.api("GET", path, expect=200).json()["lines"]]
+
+    assert lines() == expected
+    bed.kubectl("delete", "pod", "-n", t.ns, pod, "--wait=true", "--timeout=60s", timeout=90)
+    assert lines() == expected  # kept with the record: the pod and its log are gone
+    holds("the run is recorded once", lambda: [i["request_id"] for i in t.api(
+        "GET", "/functions/printer/invocations?limit=100", expect=200).json()["items"]] == ["report-run-1"],
+          for_sec=2, why="the operator writes the FunctionJob's status again as the Job goes; each write is a "
+          "watch event in the API, and 2 s covers those that follow a run's end")
 
 
 def test_versions_and_rollback_with_the_operator(kube_api: KubeApi, served: tuple[Tenant, Operator]) -> None:

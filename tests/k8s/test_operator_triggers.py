@@ -7,8 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from sless_core import runrecord
+
 if TYPE_CHECKING:
     from tests.support.kube_operator import Sless
+
+#: What kwok serves as any pod's log (tests/testbed/bedlib/kwokconf.py)
+KWOK_DEFAULT_LOG = "sless-testbed: kwok runs no containers; this is the default log"
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
@@ -119,3 +124,13 @@ def test_a_cron_firing_is_recorded_on_the_trigger(sless: Sless) -> None:
     assert last["reason"] == "Succeeded"
     assert last["message"].startswith(f"{fired[status['lastFiredAt']]}: ")
     assert ready(status)["reason"] == "Scheduled"  # the trigger's own condition is kept
+    # the firing's invocation record for the API: its Job, function, outcome and what its pod "printed" (kwok's
+    # default log for a pod it runs)
+    job = next(j for j in jobs if j["metadata"]["name"] == fired[status["lastFiredAt"]])
+    record = runrecord.parse(status)
+    assert record is not None, status
+    assert (record.uid, record.job, record.function, record.trigger) == (job["metadata"]["uid"],
+                                                                         job["metadata"]["name"], "ticker", "cron")
+    assert record.succeeded and record.start_time == status["lastFiredAt"]
+    assert [(stream, text) for stream, text, _ in record.lines] == [("log", KWOK_DEFAULT_LOG)]
+    assert record.version == 1  # the CronJob's Jobs name the version they run

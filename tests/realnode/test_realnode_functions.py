@@ -22,7 +22,7 @@ import requests
 
 from sless_operator import manifests
 from tests.support.kube_operator import Operator, strip_finalizers
-from tests.support.platform import Tenant
+from tests.support.platform import Tenant, invocation_record
 from tests.support.poll import holds
 from tests.support.realnode import RealNode
 from tests.support.realnode_operator import api_server, apply_crds, build_logs, build_namespace, operator_env, s3_server
@@ -33,6 +33,8 @@ pytestmark = [pytest.mark.realnode, pytest.mark.timeout(1800)]
 HANDLER = ('def handle(event):\n'
            '    if "say" in event:\n'
            '        print("said", event["say"])\n'
+           '    if event.get("type") == "cron":\n'
+           '        print("fired by", event["trigger"])\n'
            '    return {"hello": event.get("name", "world"), "type": event.get("type")}\n')  # fmt: skip
 
 
@@ -91,8 +93,8 @@ def _function_pods(d: Deployed, function: str = "hello") -> list[dict[str, Any]]
 def test_a_function_job_runs_in_a_pod_and_its_result_comes_back_through_the_api(deployed: Deployed) -> None:
     d = deployed
     start = time.monotonic()
-    d.tenant.api("POST", "/jobs", json={"name": "once", "function": "hello", "event": {"name": "a job"},
-                                        "run_id": 1}, expect=201)  # fmt: skip
+    d.tenant.api("POST", "/jobs", json={"name": "once", "function": "hello", "run_id": 1,
+                                        "event": {"name": "a job", "say": "by a job"}}, expect=201)  # fmt: skip
     record = d.tenant.wait_job("once", wait=300)
     print(f"FunctionJob run: created -> Succeeded in {time.monotonic() - start:.1f}s")
     assert record["phase"] == "Succeeded", f"{record}\n{d.op.log_tail()}"
@@ -100,6 +102,18 @@ def test_a_function_job_runs_in_a_pod_and_its_result_comes_back_through_the_api(
     pods = d.real_node.bed.get("pods", "-n", d.tenant.ns, "-l", "sless.dev/job=once")["items"]
     assert [p["status"]["phase"] for p in pods] == ["Succeeded"]
     assert pods[0]["spec"]["nodeName"] == d.real_node.bed.info["real_node"]["node"]
+    # the run is an invocation record with what it printed, kept after its pod (and the pod's log) is gone
+    run = invocation_record(d.tenant, "hello", "once-run-1")
+    assert (run["trigger"], run["path"], run["status"]) == ("job", "/jobs/once", 200), run
+    assert _run_lines(d, run) == [("log", "said by a job")]
+    d.real_node.bed.kubectl("delete", "pod", "-n", d.tenant.ns, pods[0]["metadata"]["name"], "--wait=true",
+                            "--timeout=120s", timeout=150)  # fmt: skip
+    assert _run_lines(d, run) == [("log", "said by a job")]
+
+
+def _run_lines(d: Deployed, record: dict[str, Any]) -> list[tuple[str, str]]:
+    resp = d.tenant.api("GET", f"/functions/hello/invocations/{record['id']}/logs", expect=200)
+    return [(line["stream"], line["text"]) for line in resp.json()["lines"]]
 
 
 def test_a_cron_trigger_fires_and_the_firing_is_recorded(deployed: Deployed) -> None:
@@ -127,6 +141,10 @@ def test_a_cron_trigger_fires_and_the_firing_is_recorded(deployed: Deployed) -> 
         run = bed.get("job", job, "-n", d.tenant.ns)
         assert run is not None and run["metadata"]["ownerReferences"][0]["kind"] == "CronJob"
         assert trigger["last_fired_at"]
+        # the firing is an invocation record under its Job's name, with what it printed
+        record = invocation_record(d.tenant, "hello", job)
+        assert (record["trigger"], record["path"], record["status"]) == ("cron", "/triggers/minutely", 200), record
+        assert _run_lines(d, record) == [("log", "fired by minutely")]
     finally:
         d.tenant.api("DELETE", "/triggers/minutely", expect=(200, 202, 204))
 

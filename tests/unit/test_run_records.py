@@ -99,6 +99,7 @@ def test_a_run_becomes_an_invocation_record_with_its_output() -> None:
 
 def test_a_pod_log_becomes_lines_with_their_times() -> None:
     text = ("2026-01-02T03:04:05.250000000Z first\n"
+            "2026-01-02T03:04:05.5Z @sless:- code archive code/x.tar.gz (sha256 0f) unpacked into /app in 3 ms\n"
             "2026-01-02T03:04:06Z second line\n"
             "no stamp here\n")  # fmt: skip
     lines, truncated = log_lines(text, default_ts=9.0)

@@ -15,12 +15,14 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from sless_core import runrecord
+from sless_core import calllines, runrecord
 from sless_operator.kube import ApiError, Kube, api_path
 from sless_operator.status import keep_head, keep_tail
 
 log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 50
+#: How the runtime marks its own lines (no call's, runtimes/README.md), e.g. its code fetch's: not a run's output.
+RUNTIME_OWN = f"{calllines.TAG}{calllines.NO_CALL} "
 RESULT_BYTES = 64 * 1024
 
 
@@ -112,15 +114,17 @@ def _timestamped(line: str, default: float) -> tuple[float, str]:
 
 
 def log_lines(log_text: str, default_ts: float, cut: bool = False) -> tuple[tuple[tuple[str, str, float], ...], bool]:
-    """A run pod's log (read with timestamps) as a run's output lines within ``runrecord``'s bounds; CUT: the read
-    stopped at its byte limit, so the output is truncated whatever fits (its last line may be partial: left out)."""
+    """A run pod's log (read with timestamps) as a run's output lines within ``runrecord``'s bounds, without the
+    runtime's own lines (``RUNTIME_OWN``); CUT: the read stopped at its byte limit, so the output is truncated
+    whatever fits (its last line may be partial: left out)."""
     raw = log_text.splitlines()
     if cut and raw:
         raw.pop()
     lines: list[tuple[str, str, float]] = []
     for line in raw:
         ts, text = _timestamped(line, default_ts)
-        lines.append(("log", text, ts))
+        if not text.startswith(RUNTIME_OWN):
+            lines.append(("log", text, ts))
     kept, truncated = runrecord.bounded_lines(lines)
     return kept, truncated or cut
 
