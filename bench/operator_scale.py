@@ -48,6 +48,7 @@ import secrets
 import subprocess
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,8 +58,11 @@ from sless_core import crd
 from sless_operator.kube import Kube, api_path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # for tests.support.scaler (a real sless-scaler on a free loopback port)
+if str(ROOT) not in sys.path:  # for bench.* and tests.support.scaler (a real sless-scaler on a free loopback port)
     sys.path.append(str(ROOT))
+
+from bench import apiserver_cost  # noqa: E402 - importable once ROOT is on the path
+
 TESTBED = ROOT / "tests" / "testbed" / "testbed"
 CRDS = ROOT / "charts" / "sless" / "crds"
 BUILD_NS = "sless-build-bench"
@@ -163,27 +167,58 @@ def existing_keda(env: dict[str, str]) -> None:
         raise RuntimeError("the existing cluster's KEDA metrics APIService is not Available")
 
 
-def function_body(ns: str, name: str, scaled: bool = False) -> dict[str, Any]:
+def code_fields(ns: str, name: str, fetched: bool, version: int = 1) -> dict[str, str]:
+    """A Function's code: fetched at pod start (``codeKey``, today's path for code without dependencies) or built
+    into an image by a kaniko Job (``contextKey``)."""
     code = secrets.token_hex(32)
-    spec: dict[str, Any] = {"runtime": "python3.11", "codeHash": code, "contextKey": f"contexts/{ns}/{name}/1.tar.gz"}
+    if fetched:
+        return {"codeHash": code, "codeKey": f"code/{ns}/{name}/{version}.tar.gz", "codeSha256": code}
+    return {"codeHash": code, "contextKey": f"contexts/{ns}/{name}/{version}.tar.gz"}
+
+
+def function_body(ns: str, name: str, scaled: bool = False, fetched: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {"runtime": "python3.11", **code_fields(ns, name, fetched)}
     if scaled:
         spec["scale"] = dict(SCALE)
     return {"apiVersion": crd.API_VERSION, "kind": "Function", "metadata": {"name": name, "namespace": ns},
             "spec": spec}  # fmt: skip
 
 
-async def create_all(kube: Kube, bodies: list[dict[str, Any]], concurrency: int = 32) -> None:
+async def each(bodies: list[dict[str, Any]], action: Callable[[dict[str, Any]], Awaitable[object]],
+               concurrency: int = 32) -> None:
+    """ACTION on every one of BODIES, CONCURRENCY requests in flight (as fast as the API server takes them)."""
     queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     for body in bodies:
         queue.put_nowait(body)
 
     async def worker() -> None:
         while not queue.empty():
-            body = queue.get_nowait()
-            ns = body["metadata"]["namespace"]
-            await kube.create(api_path(crd.API_VERSION, crd.FUNCTION_PLURAL, ns), body)
+            await action(queue.get_nowait())
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+def function_path(body: dict[str, Any], named: bool = True) -> str:
+    meta = body["metadata"]
+    return api_path(crd.API_VERSION, crd.FUNCTION_PLURAL, meta["namespace"], meta["name"] if named else None)
+
+
+def trigger_body(function: dict[str, Any]) -> dict[str, Any]:
+    meta = function["metadata"]
+    return {"apiVersion": crd.API_VERSION, "kind": "Trigger",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "spec": {"type": "http", "function": meta["name"], "enabled": True}}  # fmt: skip
+
+
+def route_table(env: dict[str, str]) -> dict[str, float]:
+    """One API worker's route table loaded from the cluster, measured in a process of its own (bench.route_memory)."""
+    out = run(sys.executable, "-m", "bench.route_memory", env={**env, "PYTHONPATH": str(ROOT)}, timeout=900)
+    measured: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return measured
+
+
+async def create_all(kube: Kube, bodies: list[dict[str, Any]]) -> None:
+    await each(bodies, lambda body: kube.create(function_path(body, named=False), body))
 
 
 async def phases(kube: Kube, tenants: list[str]) -> tuple[dict[str, int], int]:
@@ -218,7 +253,10 @@ async def bench(args: argparse.Namespace, env: dict[str, str], log_path: Path, s
                                                          "metadata": {"name": ns}})  # fmt: skip
     op_env = {**env, "SLESS_BUILD_NAMESPACE": BUILD_NS, "SLESS_REGISTRY": "registry.bench.invalid/sless",
               "SLESS_TENANT_QUOTA_PODS": str(args.n * 2), "SLESS_TENANT_QUOTA_MEMORY": "4Ti",
-              "SLESS_TENANT_QUOTA_CPU": "4000"}  # fmt: skip
+              "SLESS_TENANT_QUOTA_CPU": "4000", "SLESS_TENANT_QUOTA_FUNCTIONS": str(args.n),
+              # signing a code URL asks S3 nothing: a key and an endpoint no pod reaches (kwok starts no container)
+              "SLESS_S3_ENDPOINT": "http://127.0.0.1:9", "SLESS_S3_ACCESS_KEY": "bench-access",
+              "SLESS_S3_SECRET_KEY": "bench-secret-key"}  # fmt: skip
     if scaler_address:
         op_env["SLESS_SCALER_ADDRESS"] = scaler_address
     command = [str(Path(sys.executable).parent / "sless-operator"), "--quiet"]
@@ -230,9 +268,14 @@ async def bench(args: argparse.Namespace, env: dict[str, str], log_path: Path, s
                               "load_start": os.getloadavg()}  # fmt: skip
     try:
         await asyncio.sleep(3)  # the operator logs in and starts its watches
-        bodies = [function_body(tenants[i % len(tenants)], f"fn-{i:05d}", scaled) for i in range(args.n)]
+        fetched = args.path == "fetched"
+        bodies = [function_body(tenants[i % len(tenants)], f"fn-{i:05d}", scaled, fetched) for i in range(args.n)]
+        before = await apiserver_cost.sample(kube)
         start = time.monotonic()
         await create_all(kube, bodies)
+        if args.triggers:  # an http trigger each: every Function is a route in the API's table
+            await each(bodies, lambda body: kube.create(
+                api_path(crd.API_VERSION, crd.TRIGGER_PLURAL, body["metadata"]["namespace"]), trigger_body(body)))
         result["created_s"] = time.monotonic() - start
         deadline = start + args.timeout
         while time.monotonic() < deadline:
@@ -256,6 +299,14 @@ async def bench(args: argparse.Namespace, env: dict[str, str], log_path: Path, s
                 raise RuntimeError(f"the operator exited with {operator.returncode}; see {log_path}")
             await asyncio.sleep(1)
         result["final"] = (await phases(kube, tenants))[0]
+        after = await apiserver_cost.sample(kube)
+        result["create_requests"] = after[0].since(before[0])
+        result["storage_bytes"] = (before[1], after[1])
+        result["objects"] = await apiserver_cost.objects(kube, tenants)
+        if "ready_s" in result:
+            result["route_table"] = route_table(env)
+        if args.lifecycle and "ready_s" in result:
+            await lifecycle(kube, bodies, tenants, args, result, operator)
         status = proc_status(operator.pid)
         result["vmhwm_mb"] = status.get("VmHWM", 0) / 1024
         result["rss_mb"] = status.get("VmRSS", 0) / 1024
@@ -277,6 +328,48 @@ async def bench(args: argparse.Namespace, env: dict[str, str], log_path: Path, s
         await kube.close()
     result["tenant_namespaces"] = tenants
     return result
+
+
+async def lifecycle(kube: Kube, bodies: list[dict[str, Any]], tenants: list[str], args: argparse.Namespace,
+                    result: dict[str, Any], operator: subprocess.Popen[bytes]) -> None:
+    """After all are Ready: new code for every Function (a rollout each) until all serve it, then every Function
+    deleted until none is left (the operator's finalizer removes its children), each timed with its requests."""
+    fetched = args.path == "fetched"
+    wanted: dict[tuple[str, str], str] = {}
+
+    async def update(body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        code = code_fields(meta["namespace"], meta["name"], fetched, version=2)
+        wanted[(meta["namespace"], meta["name"])] = code["codeHash"]
+        await kube.patch(function_path(body), {"spec": code})
+
+    async def served() -> int:
+        lists = await asyncio.gather(*(kube.list(api_path(crd.API_VERSION, crd.FUNCTION_PLURAL, ns)) for ns in tenants))
+        return sum(1 for items in lists for fn in items
+                   if (fn.get("status") or {}).get("phase") == "Ready"
+                   and (fn.get("status") or {}).get("codeHash") == wanted.get((fn["metadata"]["namespace"],
+                                                                              fn["metadata"]["name"])))  # fmt: skip
+
+    async def remaining() -> int:
+        lists = await asyncio.gather(*(kube.list(api_path(crd.API_VERSION, crd.FUNCTION_PLURAL, ns)) for ns in tenants))
+        return sum(map(len, lists))
+
+    for phase, action, done in (("update", update, lambda n: n == args.n),
+                                ("delete", lambda body: kube.delete(function_path(body)), lambda n: n == 0)):
+        before = await apiserver_cost.sample(kube)
+        start = time.monotonic()
+        await each(bodies, action)
+        probe = served if phase == "update" else remaining
+        while time.monotonic() - start < args.timeout:
+            if done(await probe()):
+                result[f"{phase}_s"] = time.monotonic() - start
+                break
+            if operator.poll() is not None:
+                raise RuntimeError(f"the operator exited with {operator.returncode}")
+            await asyncio.sleep(1)
+        result[f"{phase}_requests"] = (await apiserver_cost.sample(kube))[0].since(before[0])
+        if f"{phase}_s" not in result:
+            return  # the next phase would measure this one's leftovers
 
 
 def _ts(value: str | None) -> float | None:
@@ -364,7 +457,8 @@ def print_table(r: dict[str, Any]) -> None:
     print(f"{'Functions (tenant namespaces)':<42} {r['n']:>7} ({r['tenants']:>2}) {'':>10}")
     print(f"{'all created (s)':<42} {r['created_s']:>12.1f} {'':>10}")
     built = r.get("built_s")
-    print(f"{'all built: build Job complete, image set (s)':<42} {built if built is None else round(built, 1)!s:>12}")
+    label = "all with their code: image built or URL set (s)"
+    print(f"{label:<42} {built if built is None else round(built, 1)!s:>12}")
     ready_text = f"{ready:.1f}" if ready is not None else f"> {r['timeline'][-1][0]:.0f}"
     print(f"{'all Ready (s)':<42} {ready_text:>12} {'< 60':>10}")
     print(f"{'operator peak RSS, VmHWM (MB)':<42} {r['vmhwm_mb']:>12.1f} {'< 150':>10}")
@@ -382,6 +476,7 @@ def print_table(r: dict[str, Any]) -> None:
         print(f"{'KEDA operator CPU time (s)':<42} {f'{keda[2]:.1f}' if keda else 'n/a':>12}")
         if r.get("scaler_rss_mb") is not None:
             print(f"{'sless-scaler RSS at the end (MB)':<42} {r['scaler_rss_mb']:>12.1f}")
+    print_costs(r)
     print(f"{'load average, start -> end (1 min)':<42} {r['load_start'][0]:>5.1f} -> {r['load_end'][0]:<5.1f}")
     if r.get("attribution"):
         print()
@@ -393,6 +488,37 @@ def print_table(r: dict[str, Any]) -> None:
     step = max(1, len(r["timeline"]) // 15)
     for elapsed, counts, rss in r["timeline"][::step] + r["timeline"][-1:]:
         print(f"  {elapsed:>6.1f}: {json.dumps(counts, sort_keys=True):<70} {rss / 1024:6.1f}")
+
+
+def print_costs(r: dict[str, Any]) -> None:
+    """API server requests per Function in each phase, objects per Function, and the storage's growth."""
+    n = r["n"]
+    for phase in ("create", "update", "delete"):
+        requests: apiserver_cost.Requests | None = r.get(f"{phase}_requests")
+        if phase != "create":
+            taken = r.get(f"{phase}_s")
+            label = f"all {'serving new code' if phase == 'update' else 'deleted'} after {phase} (s)"
+            print(f"{label:<42} {'-' if taken is None else f'{taken:.1f}':>12}")
+        if requests is None:
+            continue
+        top = sorted(requests.by_resource.items(), key=lambda kv: -kv[1])[:4]
+        detail = ", ".join(f"{name} {count / n:.1f}" for name, count in top)
+        print(f"{f'API server requests per Function, {phase}':<42} {requests.total / n:>12.1f}   ({detail})")
+    table = r.get("route_table")
+    if table:
+        per = table["held_bytes"] / n / 1024
+        print(f"{'route table per Function, one worker (KB)':<42} {per:>12.2f}   (heap held after loading "
+              f"{table['routes']:.0f} routes in {table['loaded_s']:.1f} s; RSS growth "
+              f"{table['rss_growth_kb'] / n:.2f} KB per Function)")  # fmt: skip
+    counts = {kind: count for kind, count in (r.get("objects") or {}).items() if count}
+    if counts:
+        per = sum(counts.values()) / n
+        detail = ", ".join(f"{kind} {count / n:.2f}" for kind, count in counts.items())
+        print(f"{'objects per Function, tenant namespaces':<42} {per:>12.2f}   ({detail})")
+    before, after = r.get("storage_bytes") or (None, None)
+    if before is not None and after is not None:
+        print(f"{'storage (etcd) growth per Function (KB)':<42} {(after - before) / n / 1024:>12.1f}"
+              f"   ({before / 2**20:.1f} -> {after / 2**20:.1f} MB)")  # fmt: skip
 
 
 def print_compare(fixed: dict[str, Any], scaled: dict[str, Any]) -> None:
@@ -477,17 +603,22 @@ def variant(args: argparse.Namespace, scaled: bool) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=1000, help="Functions to create (max 5000)")
+    parser.add_argument("--n", type=int, default=1000, help="Functions to create (max 10000)")
+    parser.add_argument("--path", choices=("fetched", "built"), default="fetched",
+                        help="code fetched at pod start (today's path without dependencies) or built by kaniko")
+    parser.add_argument("--triggers", action="store_true", help="an http trigger per Function (a route each)")
+    parser.add_argument("--lifecycle", action="store_true",
+                        help="then new code for every Function until all serve it, then delete them all")
     parser.add_argument("--tenants", type=int, default=10, help="tenant namespaces to spread them over")
-    parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for all Ready (max 1800)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for each phase (max 3600)")
     parser.add_argument("--profile", metavar="FILE", help="run the operator under cProfile, stats into FILE")
     parser.add_argument("--keep", action="store_true", help="leave the objects (and a started test bed) behind")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--scaled", action="store_true", help="every Function with spec.scale, a real KEDA and scaler")
     mode.add_argument("--compare", action="store_true", help="the fixed run, then the scaled one, side by side")
     args = parser.parse_args()
-    args.n = max(1, min(args.n, 5000))
-    args.timeout = max(10, min(args.timeout, 1800))
+    args.n = max(1, min(args.n, 10000))
+    args.timeout = max(10, min(args.timeout, 3600))
     if args.compare and args.keep:
         parser.error("--keep with --compare would leave the first run's objects in the second run's way")
     results = [variant(args, scaled) for scaled in ((False, True) if args.compare else (args.scaled,))]
