@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sless_api.backends.settings import TenantLimits
 from sless_api.main.config import ApiConfig
 from sless_core.envconfig import ConfigError
 
@@ -29,6 +30,10 @@ def test_defaults() -> None:
     assert config.server.keep_alive_sec == 5
     assert ApiConfig.from_env({}, keep_alive_default=75).server.keep_alive_sec == 75
     assert (config.retention.versions_kept, config.kube.service_domain) == (3, "svc.cluster.local")
+    # the same defaults as the operator's tenant quota on Kubernetes
+    assert config.platform_settings().tenant_limits == TenantLimits(functions=100, triggers=200, jobs=200)
+    chosen = ApiConfig.from_env({"SLESS_TENANT_MAX_FUNCTIONS": "0", "SLESS_TENANT_MAX_JOBS": "7"})
+    assert chosen.platform_settings().tenant_limits == TenantLimits(functions=0, triggers=200, jobs=7)
 
 
 def test_values_and_overrides_reach_the_sub_configs() -> None:
@@ -70,6 +75,9 @@ def test_secrets_are_kept_out_of_the_repr() -> None:
         ("SLESS_PROXY_TIMEOUT_MARGIN_SEC", "x"),
         ("SLESS_IDLE_TIMEOUT_SEC", "nan"),
         ("SLESS_TENANT_MAX_CONCURRENCY", "-1"),
+        ("SLESS_TENANT_MAX_FUNCTIONS", "-1"),
+        ("SLESS_TENANT_MAX_TRIGGERS", "many"),
+        ("SLESS_TENANT_MAX_JOBS", "100001"),
         ("SLESS_CONCURRENCY_QUEUE_MAX", "many"),
         ("SLESS_CONCURRENCY_QUEUE_WAIT_SEC", "-1"),
         ("SLESS_ASYNC_WORKERS", "0"),

@@ -224,6 +224,27 @@ class RetentionPolicy:
 
 
 @dataclass(frozen=True)
+class TenantLimits:
+    """How many functions, triggers and jobs one tenant may have on ``sless up`` (0: no limit), the same defaults as
+    the operator's ResourceQuota on Kubernetes (``SLESS_TENANT_QUOTA_*``), where the API server enforces them."""
+
+    functions: int = 100
+    triggers: int = 200
+    jobs: int = 200
+
+    #: the variable of each limit, as a refusal names it (the same names ``from_env`` reads)
+    ENV = {"functions": "SLESS_TENANT_MAX_FUNCTIONS", "triggers": "SLESS_TENANT_MAX_TRIGGERS",
+           "jobs": "SLESS_TENANT_MAX_JOBS"}  # fmt: skip
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> TenantLimits:
+        reader = EnvReader(env)
+        return cls(reader.integer("SLESS_TENANT_MAX_FUNCTIONS", cls.functions, 0, 100_000),
+                   reader.integer("SLESS_TENANT_MAX_TRIGGERS", cls.triggers, 0, 100_000),
+                   reader.integer("SLESS_TENANT_MAX_JOBS", cls.jobs, 0, 100_000))
+
+
+@dataclass(frozen=True)
 class PlatformSettings:
     """What a backend is told by its process's configuration: the composition root (``main``) builds it from the
     API's config, and a backend reads nothing else, so it never depends on the whole config."""
@@ -240,3 +261,4 @@ class PlatformSettings:
     sandbox: SandboxSettings
     retention: RetentionPolicy
     warm_spares: int
+    tenant_limits: TenantLimits = field(default_factory=TenantLimits)

@@ -30,6 +30,13 @@ class Unsupported(PlatformError):
     status = 422
 
 
+class QuotaExceeded(PlatformError):
+    """A create beyond the tenant's quota (its functions, triggers, jobs...): the tenant's limit, not the
+    platform's failure. The details say which (``quota``), its ``limit``, what is ``used`` and ``requested``."""
+
+    status = 403
+
+
 class Unavailable(PlatformError):
     """The function exists but cannot serve now (it failed to start, it is building)."""
 

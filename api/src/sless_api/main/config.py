@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sless_api.auth import AuthConfig, load_public_key
-from sless_api.backends.settings import KubeSettings, PlatformSettings, RetentionPolicy, SandboxSettings
+from sless_api.backends.settings import KubeSettings, PlatformSettings, RetentionPolicy, SandboxSettings, TenantLimits
 from sless_api.gateway.limits import ServerLimits
 from sless_api.logsetup import LogSettings
 from sless_api.services.asynccalls.settings import AsyncSettings
@@ -78,6 +78,7 @@ class ApiConfig:
     probes: ProbeSettings = ProbeSettings()
     function_csp: str = DEFAULT_FUNCTION_CSP
     metrics_token: str = field(default="", repr=False)  # empty: /metrics answers 404
+    tenant_limits: TenantLimits = field(default_factory=TenantLimits)
     async_calls: AsyncSettings = field(default_factory=AsyncSettings)
     tenant_max_concurrency: int = 0  # 0: no tenant-wide limit
     concurrency_queue_max: int = 100
@@ -98,7 +99,8 @@ class ApiConfig:
             data_dir=self.data_dir, max_timeout_sec=self.max_timeout_sec, max_body_bytes=self.max_body_bytes,
             proxy_timeout_margin_sec=self.proxy_timeout_margin_sec, idle_timeout_sec=self.idle_timeout_sec,
             rabbitmq_url=self.rabbitmq_url, secrets=self.secrets, kube=self.kube, events=self.events,
-            sandbox=self.sandbox, retention=self.retention, warm_spares=self.warm_spares)
+            sandbox=self.sandbox, retention=self.retention, warm_spares=self.warm_spares,
+            tenant_limits=self.tenant_limits)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], overrides: Mapping[str, str] | None = None,
@@ -134,6 +136,7 @@ class ApiConfig:
                         if rabbitmq_url else None),
                 sandbox=SandboxSettings.from_env(source),
                 retention=RetentionPolicy.from_env(source),
+                tenant_limits=TenantLimits.from_env(source),
                 logging=LogSettings.from_env(source),
                 server=ServerLimits.from_env(source, keep_alive_default),
                 serve=ServeSettings(bind=reader.text("SLESS_BIND", ServeSettings.bind),

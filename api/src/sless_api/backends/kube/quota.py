@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from sless_api.domain.errors import PlatformError, Unavailable
+from sless_api.domain.errors import PlatformError, QuotaExceeded, Unavailable
 from sless_core import crd
 
 #: ResourceQuota resource names -> what the tenant calls them.
@@ -28,12 +28,6 @@ NAMES = {
 _EXCEEDED = re.compile(r"exceeded quota: (?P<quota>[^,]+), requested: (?P<requested>.*?), used: (?P<used>.*?), "
                        r"limited: (?P<limited>.*)$")  # fmt: skip
 _UNKNOWN = "status unknown for quota"
-
-
-class QuotaExceeded(PlatformError):
-    """A create beyond the tenant's quota: the tenant's limit, not the platform's failure."""
-
-    status = 403
 
 
 class QuotaBeingCounted(Unavailable):

@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+from sless_api.backends.standalone import limits
 from sless_api.backends.standalone.oneshot import OneShot
 from sless_api.backends.standalone.routing import current_version, process_key
-from sless_api.backends.standalone.state import StateStore, require_function
+from sless_api.backends.standalone.state import AtLimit, StateStore, require_function
 from sless_api.backends.standalone.tasks import TaskSet
 from sless_api.domain.contract import check_rerun
 from sless_api.domain.errors import Conflict, NotFound, Unavailable
@@ -25,10 +26,11 @@ def job_task(namespace: str, name: str) -> str:
 
 
 class Jobs:
-    def __init__(self, state: StateStore, oneshot: OneShot, tasks: TaskSet) -> None:
+    def __init__(self, state: StateStore, oneshot: OneShot, tasks: TaskSet, limit: int = 0) -> None:
         self.state = state
         self.oneshot = oneshot
         self.tasks = tasks
+        self.limit = limit  # jobs one tenant may have (0: no limit)
 
     def fail_interrupted(self) -> None:
         """At start: jobs a stop interrupted will not finish; say so."""
@@ -48,7 +50,11 @@ class Jobs:
         rec = JobRecord(namespace=namespace, spec=spec)
         if spec.run_id == 0:
             rec.phase, rec.message = JobPhase.RECORDED, contract.RECORDED_MESSAGE
-        if not self.state.insert_job(rec):
+        try:
+            inserted = self.state.insert_job(rec, self.limit)
+        except AtLimit as exc:
+            raise limits.refused("jobs", f"job {spec.name!r}", self.limit, exc.used) from None
+        if not inserted:
             existing = self._job(namespace, spec.name)
             raise Conflict(f"job {spec.name!r} already exists", existing=existing.to_api())
         if spec.run_id > 0:

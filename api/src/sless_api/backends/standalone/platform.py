@@ -88,7 +88,7 @@ class StandalonePlatform:
         self.functions = Functions(config, self.state, self.secrets, self.router, code, builds, self.tasks)
         self.triggers = Triggers(config, self.state, self.router)
         oneshot = OneShot(self.secrets, self.sandbox, invocations, config.sandbox, self.call_logs_store)
-        self.jobs = Jobs(self.state, oneshot, self.tasks)
+        self.jobs = Jobs(self.state, oneshot, self.tasks, config.tenant_limits.jobs)
         self.tenant_secrets = TenantSecrets(self.state, self.secrets, self.router)
         self.firing = TriggerFiring(self.state, self.router, oneshot)
 

@@ -146,8 +146,10 @@ class StateStore:
         rows = self._rows("SELECT * FROM functions WHERE namespace = ? AND name = ?", namespace, name)
         return self._function(rows[0]) if rows else None
 
-    def insert_function(self, rec: FunctionRecord) -> bool:
+    def insert_function(self, rec: FunctionRecord, limit: int = 0) -> bool:
+        """Insert REC unless its name is taken (False); ``AtLimit`` when its namespace holds LIMIT already."""
         with self._tx() as db:
+            _check_limit(db, "functions", rec.namespace, rec.spec.name, limit)
             cur = db.execute(
                 "INSERT OR IGNORE INTO functions VALUES (?,?,?,?,?,?,?,?,?,NULL)",
                 (rec.namespace, rec.spec.name, json.dumps(rec.spec.to_dict()), rec.phase, rec.message,
@@ -246,8 +248,10 @@ class StateStore:
         rows = self._rows("SELECT * FROM triggers WHERE namespace=? AND name=?", namespace, name)
         return self._trigger(rows[0]) if rows else None
 
-    def insert_trigger(self, rec: TriggerRecord) -> bool:
+    def insert_trigger(self, rec: TriggerRecord, limit: int = 0) -> bool:
+        """Insert REC unless its name is taken (False); ``AtLimit`` when its namespace holds LIMIT already."""
         with self._tx() as db:
+            _check_limit(db, "triggers", rec.namespace, rec.spec.name, limit)
             cur = db.execute("INSERT OR IGNORE INTO triggers VALUES (?,?,?,?,?,?,?)",
                              (rec.namespace, rec.spec.name, rec.spec.function, json.dumps(rec.spec.to_dict()),
                               rec.created_at, rec.last_fired_at, rec.message))
@@ -281,8 +285,10 @@ class StateStore:
         rows = self._rows("SELECT * FROM jobs WHERE namespace=? AND name=?", namespace, name)
         return self._job(rows[0]) if rows else None
 
-    def insert_job(self, rec: JobRecord) -> bool:
+    def insert_job(self, rec: JobRecord, limit: int = 0) -> bool:
+        """Insert REC unless its name is taken (False); ``AtLimit`` when its namespace holds LIMIT already."""
         with self._tx() as db:
+            _check_limit(db, "jobs", rec.namespace, rec.spec.name, limit)
             cur = db.execute("INSERT OR IGNORE INTO jobs VALUES (?,?,?,?,?,?,?,?,?)",
                              (rec.namespace, rec.spec.name, rec.spec.function, json.dumps(rec.spec.to_dict()),
                               rec.phase, rec.message, rec.started_at, rec.completed_at, rec.created_at))
@@ -303,3 +309,23 @@ class StateStore:
 def _version(row: Any) -> Version:
     """A ``versions`` row as the model's Version."""
     return Version(row["version"], row["code_hash"], json.loads(row["config"]), row["deployed_at"])
+
+
+class AtLimit(Exception):
+    """A namespace already holds as many of a kind as its limit allows (``used``)."""
+
+    def __init__(self, used: int) -> None:
+        super().__init__(f"{used} in use")
+        self.used = used
+
+
+def _check_limit(db: sqlite3.Connection, table: str, namespace: str, name: str, limit: int) -> None:
+    """Within an insert's transaction, so two creates at once cannot both pass: ``AtLimit`` at LIMIT (0: none).
+    A name already taken passes: its create is a conflict, whatever the count."""
+    if limit <= 0:
+        return
+    if db.execute(f"SELECT 1 FROM {table} WHERE namespace = ? AND name = ?", (namespace, name)).fetchone():  # noqa: S608
+        return
+    used = int(db.execute(f"SELECT count(*) FROM {table} WHERE namespace = ?", (namespace,)).fetchone()[0])  # noqa: S608
+    if used >= limit:
+        raise AtLimit(used)

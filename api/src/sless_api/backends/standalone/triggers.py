@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from sless_api.backends.settings import PlatformSettings
+from sless_api.backends.standalone import limits
 from sless_api.backends.standalone.routing import StandaloneRouter
-from sless_api.backends.standalone.state import StateStore, require_function
+from sless_api.backends.standalone.state import AtLimit, StateStore, require_function
 from sless_api.domain.contract import check_queue_free
 from sless_api.domain.errors import Conflict, NotFound, Unsupported
 from sless_api.domain.records import TriggerRecord
@@ -46,7 +47,12 @@ class Triggers:
     async def create_trigger(self, namespace: str, spec: TriggerSpec) -> TriggerRecord:
         self._check_trigger(namespace, spec)
         rec = TriggerRecord(namespace=namespace, spec=spec)
-        if not self.state.insert_trigger(rec):
+        limit = self.config.tenant_limits.triggers
+        try:
+            inserted = self.state.insert_trigger(rec, limit)
+        except AtLimit as exc:
+            raise limits.refused("triggers", f"trigger {spec.name!r}", limit, exc.used) from None
+        if not inserted:
             raise Conflict(f"trigger {spec.name!r} already exists",
                            existing=self._trigger(namespace, spec.name).to_api())
         await self._trigger_changed(namespace, spec.function)
