@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from sless_core import crd
-from sless_core.models import FunctionSpec
+from sless_core.models import ENV_MAX_TOTAL_BYTES, ENV_MAX_VALUE, FunctionSpec
 from sless_operator import manifests
 from sless_operator.config import OperatorConfig
 from sless_operator.manifests import FunctionRef, Owner
@@ -132,9 +133,15 @@ def test_unchanged_spec_causes_no_rollout(sless: Sless) -> None:
     sless.function("calm", envVars={"B": "2", "A": "1"})
     sless.wait_phase("Function", "calm", "Ready")
     generation = sless.get("deployment", "calm")["metadata"]["generation"]  # type: ignore[index]
+
+    def handled() -> str:  # the digest of the last handled essence (spec, labels, annotations)
+        meta = (sless.get("Function", "calm") or {}).get("metadata", {})
+        return str(meta.get("annotations", {}).get("sless.dev/last-handled-configuration", ""))
+
+    before = handled()
+    assert len(before) < 100  # a digest, not a copy of the spec
     sless.bed.kubectl("-n", sless.ns, "annotate", "functions.sless.dev", "calm", "touched=1")  # a non-spec change
-    sless.op.wait("annotation handled", lambda: "touched" in (sless.get("Function", "calm") or {})["metadata"].get(
-        "annotations", {}).get("sless.dev/last-handled-configuration", ""))  # fmt: skip
+    sless.op.wait("annotation handled", lambda: handled() not in ("", before))
     assert sless.get("deployment", "calm")["metadata"]["generation"] == generation  # type: ignore[index]
 
 
@@ -180,6 +187,33 @@ def test_invalid_spec_fails_permanently(sless: Sless) -> None:
     assert "reserved by the platform" in body["status"]["message"]
     assert sless.build_jobs("bad") == []
     sless.op.wait("permanent failure logged", lambda: "failed permanently" in sless.op.log_tail(400))
+
+
+def test_a_function_edited_past_a_size_bound_is_refused_with_a_status_that_names_it(sless: Sless,
+                                                                                      tmp_path: Path) -> None:
+    """The CRD's schema bounds each value (the API server refuses a longer one outright); the total the platform
+    allows is the codec's: a Function edited beyond it fails with a status naming the bound, builds nothing, and
+    serves on once edited back."""
+    sless.function("sized")
+    sless.wait_phase("Function", "sized", "Ready")
+    refused = sless.bed.kubectl("-n", sless.ns, "patch", "functions.sless.dev", "sized", "--type=merge", "-p",
+                                json.dumps({"spec": {"envVars": {"HUGE": "x" * (ENV_MAX_VALUE + 1)}}}),
+                                check=False)  # fmt: skip
+    assert refused.returncode != 0 and "spec.envVars.HUGE" in refused.stderr, refused.stderr
+    within_each = {f"V{i:02d}": "y" * ENV_MAX_VALUE for i in range(ENV_MAX_TOTAL_BYTES // ENV_MAX_VALUE + 1)}
+    patch = tmp_path / "patch.json"  # a file: one command-line argument may not be that long
+    patch.write_text(json.dumps({"spec": {"envVars": within_each}}))
+    sless.bed.kubectl("-n", sless.ns, "patch", "functions.sless.dev", "sized", "--type=merge",
+                      "--patch-file", str(patch))  # every value within the schema, their sum beyond the platform's
+    body = sless.wait_phase("Function", "sized", "Failed")
+    assert f"at most {ENV_MAX_TOTAL_BYTES} bytes in all" in body["status"]["message"], body["status"]
+    deployment = sless.get("deployment", "sized")
+    assert deployment is not None
+    env = {e["name"] for e in deployment["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+    assert not env & set(within_each)  # the refused spec reached no pod
+    sless.bed.kubectl("-n", sless.ns, "patch", "functions.sless.dev", "sized", "--type=json",
+                      "-p", json.dumps([{"op": "remove", "path": "/spec/envVars"}]))  # fmt: skip
+    sless.wait_phase("Function", "sized", "Ready")
 
 
 def test_delete_removes_every_child(sless: Sless) -> None:

@@ -33,7 +33,15 @@ from typing import Any
 
 from sless_api.backends.kube.client import KubeClient
 from sless_api.backends.kube.router import KubeRouter
-from sless_api.backends.kube.routes import FUNCTIONS, TRIGGERS, FunctionView, RouteTable, concurrency, function_view
+from sless_api.backends.kube.routes import (
+    FUNCTIONS,
+    TRIGGERS,
+    FunctionView,
+    RouteTable,
+    concurrency,
+    function_view,
+    view_of,
+)
 from sless_api.backends.settings import KubeSettings
 from sless_api.domain.changes import ChangeListeners
 from sless_api.domain.ports import CallInvoker
@@ -104,16 +112,23 @@ class EventTable(RouteTable):
             self._notify()
 
     def replace(self, kind: str, objects: Iterable[dict[str, Any]], namespace: str | None = None) -> None:
-        items = list(objects)  # read twice: by the route table and here
-        super().replace(kind, items, namespace)
+        """A (re)list, read once (a page at a time, as ``RouteTable.replace``) into both tables' views."""
+        routed: dict[Key, Any] = {}
+        own: dict[Key, Any] = {}
+        for obj in objects:
+            found = key_of(obj)
+            if found is None or (namespace is not None and found[0] != namespace):
+                continue
+            routed[found] = view_of(kind, obj)
+            mine = routed[found] if kind == FUNCTIONS else event_trigger_view(obj)
+            if mine is not None:
+                own[found] = mine
+        self.replace_views(kind, routed, namespace)
         with self._event_lock:
             store: dict[Key, Any] = self._fns if kind == FUNCTIONS else self._events
             for key in [k for k in store if namespace is None or k[0] == namespace]:
                 del store[key]
-            for obj in items:
-                found = key_of(obj)
-                if found is not None and (namespace is None or found[0] == namespace):
-                    self._event_apply(kind, "ADDED", found, obj)
+            store.update(own)
             changed = self._recompute_targets()
         if changed:
             self._notify()

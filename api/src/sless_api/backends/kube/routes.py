@@ -106,6 +106,21 @@ def trigger_view(obj: dict[str, Any]) -> TriggerView | None:
                        methods=tuple(spec.methods) if spec.methods is not None else None, cors=spec.cors)
 
 
+def view_of(kind: str, obj: dict[str, Any]) -> FunctionView | TriggerView | None:
+    """What the route table keeps of a Function or Trigger object (None: a trigger that routes nothing)."""
+    return function_view(obj) if kind == FUNCTIONS else trigger_view(obj)
+
+
+def views_of(kind: str, objects: Iterable[dict[str, Any]], namespace: str | None) -> dict[Key, Any]:
+    """The views of OBJECTS of KIND (those in NAMESPACE when given), read one object at a time."""
+    fresh: dict[Key, Any] = {}
+    for obj in objects:
+        found = key_of(obj)
+        if found is not None and (namespace is None or found[0] == namespace):
+            fresh[found] = view_of(kind, obj)
+    return fresh
+
+
 class RouteTable:
     """Functions and triggers as last seen by the watchers, and the routes derived from them."""
 
@@ -153,26 +168,36 @@ class RouteTable:
                 self._recompute(fn_key)
 
     def replace(self, kind: str, objects: Iterable[dict[str, Any]], namespace: str | None = None) -> None:
-        """The result of a (re)list: every object of KIND (in NAMESPACE, or everywhere) is exactly OBJECTS."""
+        """The result of a (re)list: every object of KIND (in NAMESPACE, or everywhere) is exactly OBJECTS.
+
+        OBJECTS may be a list's pages as they arrive (``watch.Watcher``): each object is reduced to its view
+        before the next is read, outside the lock (lookups go on meanwhile), so a relist never holds more than a
+        page of whole objects; the table changes in one step at the end, and not at all if reading fails."""
+        self.replace_views(kind, views_of(kind, objects, namespace), namespace)
+
+    def replace_views(self, kind: str, fresh: dict[Key, Any], namespace: str | None = None) -> None:
+        """``replace`` with the objects already reduced to their views (``views_of``)."""
         with self._lock:
             self.changes += 1
             store: dict[Key, Any] = self._functions if kind == FUNCTIONS else self._triggers
             touched: set[Key] = set()
             for key in [k for k in store if namespace is None or k[0] == namespace]:
-                touched |= self._apply_locked(kind, "DELETED", key, {})
-            for obj in objects:
-                found = key_of(obj)
-                if found is not None and (namespace is None or found[0] == namespace):
-                    touched |= self._apply_locked(kind, "ADDED", found, obj)
+                touched |= self._set_locked(kind, key, None)
+            for key, view in fresh.items():
+                touched |= self._set_locked(kind, key, view)
             for fn_key in touched:
                 self._recompute(fn_key)
 
     def _apply_locked(self, kind: str, event: str, key: Key, obj: dict[str, Any]) -> set[Key]:
+        return self._set_locked(kind, key, None if event == "DELETED" else view_of(kind, obj))
+
+    def _set_locked(self, kind: str, key: Key, view: Any) -> set[Key]:
+        """KEY's view now VIEW (None: gone); the functions whose route that may change."""
         if kind == FUNCTIONS:
-            if event == "DELETED":
+            if view is None:
                 self._functions.pop(key, None)
             else:
-                self._functions[key] = function_view(obj)
+                self._functions[key] = view
             return {key}
         touched: set[Key] = set()
         old = self._triggers.pop(key, None)
@@ -184,7 +209,6 @@ class RouteTable:
                 siblings.discard(key)
                 if not siblings:
                     del self._by_function[old_fn]
-        view = trigger_view(obj) if event != "DELETED" else None
         if view is not None:
             self._triggers[key] = view
             fn_key = (key[0], view.function)

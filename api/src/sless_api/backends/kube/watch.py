@@ -94,6 +94,17 @@ def iter_lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
         yield pending
 
 
+class _ListExpired(Exception):
+    """A paged list's continue token expired (410) between two pages: the list starts over."""
+
+
+@dataclass
+class _Listing:
+    """What a paged list learns at its end: the resourceVersion its watch continues from."""
+
+    version: str = ""
+
+
 class Watcher(threading.Thread):
     """Keeps one resource of one scope (a namespace, or the whole cluster) mirrored in the table."""
 
@@ -167,8 +178,22 @@ class Watcher(threading.Thread):
         return {"label_selector": self.resource.label_selector} if self.resource.label_selector else {}
 
     def _list(self) -> str:
+        """List into the table, handing it the pages as they arrive (never the whole list at once: a table reduces
+        each object to what it keeps before the next page is read), and return the list's resourceVersion."""
+        while True:
+            listing = _Listing()
+            try:
+                self.table.replace(self.plural, self._pages(listing), self.namespace)
+            except _ListExpired:
+                continue  # the continue token expired midway: list again from the start (the table is unchanged)
+            break
+        self.relists += 1
+        self.listed.set()
+        return listing.version
+
+    def _pages(self, listing: _Listing) -> Iterator[dict[str, Any]]:
+        """The listed objects, LIST_PAGE per request; ``listing.version`` is set once the last page is in."""
         fn, args = self._call_args()
-        items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
             kwargs: dict[str, Any] = {"limit": LIST_PAGE, **self._selector(),
@@ -181,20 +206,17 @@ class Watcher(threading.Thread):
             except ApiException as exc:
                 if exc.status == 403:
                     raise Forbidden(exc.reason) from exc
-                if exc.status == 410:
-                    token = None  # the continue token expired: start the list over
-                    items.clear()
-                    continue
+                if exc.status == 410 and token:
+                    raise _ListExpired() from exc
                 raise
-            items.extend(page.get("items") or [])
             meta = page.get("metadata") or {}
+            items = page.get("items") or []
+            del page  # only this page's objects stay referenced while the table reads them
+            yield from items
             token = meta.get("continue") or None
             if not token:
-                break
-        self.table.replace(self.plural, items, self.namespace)
-        self.relists += 1
-        self.listed.set()
-        return str(meta.get("resourceVersion") or "")
+                listing.version = str(meta.get("resourceVersion") or "")
+                return
 
     def _watch(self, version: str) -> str:
         fn, args = self._call_args()
