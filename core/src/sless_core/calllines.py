@@ -9,6 +9,7 @@ Kubernetes backend from a pod's log.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
 TAG = "@sless:"
 NO_CALL = "-"
@@ -24,3 +25,16 @@ def parse_line(line: str) -> tuple[str | None, str]:
     if not sep or ident == NO_CALL or not _CALL_ID.fullmatch(ident):
         return None, line
     return ident, text
+
+
+def timestamped(line: str) -> tuple[float | None, str]:
+    """``2026-01-01T00:00:00.123456789Z text`` (a pod log read with ``timestamps=true``) -> (epoch seconds, text);
+    ``(None, line)`` for a line without such a time in front."""
+    stamp, sep, text = line.partition(" ")
+    if not sep:
+        return None, line
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    try:
+        return datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{fraction or '0'}"), text
+    except ValueError:
+        return None, line

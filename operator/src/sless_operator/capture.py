@@ -12,7 +12,6 @@ Pods are found by the operator's own labels, never by the built-in ``job-name`` 
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import Any
 
 from sless_core import calllines, runrecord
@@ -101,18 +100,6 @@ async def _pod_log(kube: Kube, namespace: str, pod: str, container: str, succeed
         return ""
 
 
-def _timestamped(line: str, default: float) -> tuple[float, str]:
-    """``2026-01-01T00:00:00.123456789Z text`` (the log API with timestamps) -> (epoch seconds, text)."""
-    stamp, sep, text = line.partition(" ")
-    if not sep:
-        return default, line
-    whole, _, fraction = stamp.rstrip("Z").partition(".")
-    try:
-        return datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{fraction or '0'}"), text
-    except ValueError:
-        return default, line
-
-
 def log_lines(log_text: str, default_ts: float, cut: bool = False) -> tuple[tuple[tuple[str, str, float], ...], bool]:
     """A run pod's log (read with timestamps) as a run's output lines within ``runrecord``'s bounds, without the
     runtime's own lines (``RUNTIME_OWN``); CUT: the read stopped at its byte limit, so the output is truncated
@@ -122,9 +109,9 @@ def log_lines(log_text: str, default_ts: float, cut: bool = False) -> tuple[tupl
         raw.pop()
     lines: list[tuple[str, str, float]] = []
     for line in raw:
-        ts, text = _timestamped(line, default_ts)
+        ts, text = calllines.timestamped(line)
         if not text.startswith(RUNTIME_OWN):
-            lines.append(("log", text, ts))
+            lines.append(("log", text, default_ts if ts is None else ts))
     kept, truncated = runrecord.bounded_lines(lines)
     return kept, truncated or cut
 

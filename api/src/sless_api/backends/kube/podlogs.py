@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -23,7 +22,7 @@ from sless_api.backends.kube.client import KubeClient
 from sless_api.domain.errors import PlatformError
 from sless_api.domain.routing import CallRef
 from sless_core import crd
-from sless_core.calllines import parse_line
+from sless_core.calllines import parse_line, timestamped
 
 #: Same cap as the standalone backend's (sless_api.backends.standalone.host.calllogs).
 MAX_CALL_BYTES = 64 * 1024
@@ -41,23 +40,10 @@ class PodLogsNotAllowed(PlatformError):
     status = 501
 
 
-def _timestamped(line: str) -> tuple[float | None, str]:
-    """``2026-01-01T00:00:00.123456789Z text`` (the log API with timestamps) -> (epoch seconds, text)."""
-    stamp, sep, text = line.partition(" ")
-    if not sep:
-        return None, line
-    try:
-        whole, _, fraction = stamp.rstrip("Z").partition(".")
-        ts = datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{fraction or '0'}")
-    except ValueError:
-        return None, line
-    return ts, text
-
-
 def collect(log_text: str, request_id: str, into: dict[str, Any]) -> None:
     """Append the lines of ``request_id`` in one pod's log to ``into`` (``lines``, ``truncated``, size)."""
     for raw in log_text.splitlines():
-        ts, line = _timestamped(raw)
+        ts, line = timestamped(raw)
         call_id, text = parse_line(line)
         if call_id != request_id:
             continue

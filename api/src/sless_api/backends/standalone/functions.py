@@ -17,7 +17,7 @@ from sless_api.backends.standalone import limits
 from sless_api.backends.standalone.builds import Builds
 from sless_api.backends.standalone.code import CodeFiles
 from sless_api.backends.standalone.routing import StandaloneRouter, process_key
-from sless_api.backends.standalone.state import AtLimit, StateStore, require_function
+from sless_api.backends.standalone.state import StateStore, require_function
 from sless_api.backends.standalone.tasks import TaskSet
 from sless_api.domain.errors import Conflict, Unsupported
 from sless_api.domain.records import FunctionRecord
@@ -71,12 +71,8 @@ class Functions:
         await checked_version(self.secrets, namespace, spec.secrets)
         self.state.ensure_namespace(namespace, time.time())
         rec = FunctionRecord(namespace=namespace, spec=spec)
-        limit = self.config.tenant_limits.functions
-        try:
-            inserted = self.state.insert_function(rec, limit)
-        except AtLimit as exc:
-            raise limits.refused("functions", f"function {spec.name!r}", limit, exc.used) from None
-        if not inserted:
+        if not limits.insert_within("functions", f"function {spec.name!r}", self.config.tenant_limits.functions,
+                                    lambda limit: self.state.insert_function(rec, limit)):
             raise Conflict(f"function {spec.name!r} already exists",
                            existing=require_function(self.state, namespace, spec.name).to_api())
         return rec

@@ -12,7 +12,7 @@ import time
 from sless_api.backends.standalone import limits
 from sless_api.backends.standalone.oneshot import OneShot
 from sless_api.backends.standalone.routing import current_version, process_key
-from sless_api.backends.standalone.state import AtLimit, StateStore, require_function
+from sless_api.backends.standalone.state import StateStore, require_function
 from sless_api.backends.standalone.tasks import TaskSet
 from sless_api.domain.contract import check_rerun
 from sless_api.domain.errors import Conflict, NotFound, Unavailable
@@ -50,11 +50,8 @@ class Jobs:
         rec = JobRecord(namespace=namespace, spec=spec)
         if spec.run_id == 0:
             rec.phase, rec.message = JobPhase.RECORDED, contract.RECORDED_MESSAGE
-        try:
-            inserted = self.state.insert_job(rec, self.limit)
-        except AtLimit as exc:
-            raise limits.refused("jobs", f"job {spec.name!r}", self.limit, exc.used) from None
-        if not inserted:
+        if not limits.insert_within("jobs", f"job {spec.name!r}", self.limit,
+                                    lambda limit: self.state.insert_job(rec, limit)):
             existing = self._job(namespace, spec.name)
             raise Conflict(f"job {spec.name!r} already exists", existing=existing.to_api())
         if spec.run_id > 0:

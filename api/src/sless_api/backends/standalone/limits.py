@@ -8,7 +8,10 @@ many are in use, what to do.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sless_api.backends.settings import TenantLimits
+from sless_api.backends.standalone.state import AtLimit
 from sless_api.domain.errors import QuotaExceeded
 
 
@@ -19,3 +22,11 @@ def refused(kind: str, what: str, limit: int, used: int) -> QuotaExceeded:
         "delete some first, or ask the operator of this installation for a larger quota",
         quota=kind, limit=limit, used=used, requested=1,
     )  # fmt: skip
+
+
+def insert_within(kind: str, what: str, limit: int, insert: Callable[[int], bool]) -> bool:
+    """INSERT(LIMIT) (a ``StateStore.insert_*``: False when the name is taken), its ``AtLimit`` as the 403."""
+    try:
+        return insert(limit)
+    except AtLimit as exc:
+        raise refused(kind, what, limit, exc.used) from None

@@ -11,7 +11,7 @@ from typing import Any
 from sless_api.backends.settings import PlatformSettings
 from sless_api.backends.standalone import limits
 from sless_api.backends.standalone.routing import StandaloneRouter
-from sless_api.backends.standalone.state import AtLimit, StateStore, require_function
+from sless_api.backends.standalone.state import StateStore, require_function
 from sless_api.domain.contract import check_queue_free
 from sless_api.domain.errors import Conflict, NotFound, Unsupported
 from sless_api.domain.records import TriggerRecord
@@ -47,12 +47,8 @@ class Triggers:
     async def create_trigger(self, namespace: str, spec: TriggerSpec) -> TriggerRecord:
         self._check_trigger(namespace, spec)
         rec = TriggerRecord(namespace=namespace, spec=spec)
-        limit = self.config.tenant_limits.triggers
-        try:
-            inserted = self.state.insert_trigger(rec, limit)
-        except AtLimit as exc:
-            raise limits.refused("triggers", f"trigger {spec.name!r}", limit, exc.used) from None
-        if not inserted:
+        if not limits.insert_within("triggers", f"trigger {spec.name!r}", self.config.tenant_limits.triggers,
+                                    lambda limit: self.state.insert_trigger(rec, limit)):
             raise Conflict(f"trigger {spec.name!r} already exists",
                            existing=self._trigger(namespace, spec.name).to_api())
         await self._trigger_changed(namespace, spec.function)
