@@ -100,8 +100,11 @@ LANE_B_TESTS=(tests/runtimes tests/k8s/test_keda_bed.py tests/k8s/test_keda_scal
               tests/e2e/test_openapi_conformance.py tests/e2e/test_standalone_scale.py
               tests/install/test_backup_restore.py tests/install/test_vault_secrets.py)
 # run in lane C after the Molecule scenarios, which end minutes before lanes A and B: the Ansible collection's
-# modules against a `sless up` of their own, and `sless init` then deploy in each runtime (a Go build included)
-LANE_C_TESTS=(tests/e2e/test_ansible_collection.py tests/e2e/test_cli_init.py)
+# modules against a `sless up` of their own, `sless init` then deploy in each runtime (a Go build included), and two
+# `sless up` suites of a process each that lane A, the longest lane, can do without (hostile functions, a trickling
+# JWKS server: about two minutes)
+LANE_C_TESTS=(tests/e2e/test_ansible_collection.py tests/e2e/test_cli_init.py tests/e2e/test_hostile_functions.py
+              tests/e2e/test_sec_jwks_loop.py)
 # Run in lane B under the real node's lock, before its tests: their iptables chains (the port guard of a sandbox
 # as root) would be wiped by the real node's kube-router, which restores the whole filter table on every sync.
 LANE_B_LOCKED_TESTS=(tests/integration/test_spares.py tests/integration/test_supervisor.py)

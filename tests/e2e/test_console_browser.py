@@ -22,7 +22,18 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 
-from tests.support.console import WAIT, accept_dialog, browser, fill, open_function, sign_in, submit_login, text, until
+from tests.support.console import (
+    WAIT,
+    accept_dialog,
+    browser,
+    fill,
+    focused,
+    open_function,
+    sign_in,
+    submit_login,
+    text,
+    until,
+)
 from tests.support.platform import SlessProcess, Tenant, make_zip
 
 pytestmark = pytest.mark.e2e
@@ -661,7 +672,7 @@ def test_triggers_are_added_and_deleted(browser: webdriver.Chrome, sless: SlessP
     add("trig-http", "http", auth="token")
     until(browser, lambda d: text(d, "trigger-status") == "trigger trig-http added")
     assert tenant.api("GET", "/triggers/trig-http", expect=200).json()["auth"] == "token"
-    until(browser, lambda d: d.switch_to.active_element.get_attribute("data-trigger") == "trig-http")
+    focused(browser, "trig-http")
     assert trigger_items(browser) == ["trig-http: http (token) Delete"]
     assert not browser.find_element(By.ID, "trigger-queue").is_displayed()
 

@@ -15,7 +15,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 from tests.support import cors
-from tests.support.console import browser, fill, open_function, sign_in, text, until
+from tests.support.console import browser, fill, focused, open_function, sign_in, text, until
 from tests.support.platform import SlessProcess, Tenant
 
 pytestmark = pytest.mark.e2e
@@ -127,7 +127,7 @@ def test_methods_and_cors_from_the_form_reach_the_api_and_the_functions_url(brow
              origins=APP, headers="X-Token", max_age="120")
     until(browser, lambda d: text(d, "trigger-status") == "trigger routed added")
     assert text(browser, "trigger-cors-credentials-error") == ""
-    until(browser, lambda d: d.switch_to.active_element.get_attribute("data-trigger") == "routed")
+    focused(browser, "routed")
     # the list is redrawn after the status says the trigger was added
     until(browser, lambda d: trigger_items(d) == [f"routed: http (methods GET, POST) (CORS {APP}) Delete"])
     # the form is empty again for the next trigger

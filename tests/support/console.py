@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
@@ -27,6 +28,18 @@ def browser() -> Iterator[webdriver.Chrome]:
 
 def until(driver: webdriver.Chrome, check: Callable[[webdriver.Chrome], Any], wait: float = WAIT) -> Any:
     return WebDriverWait(driver, wait, poll_frequency=0.1).until(check)
+
+
+def focused(driver: webdriver.Chrome, trigger: str, wait: float = WAIT) -> None:
+    """Wait until TRIGGER's switch in the function's trigger list has the focus; on a timeout, say what the page
+    showed instead (its status lines, the list, the focused element), so a failure tells its cause."""
+    try:
+        until(driver, lambda d: d.switch_to.active_element.get_attribute("data-trigger") == trigger, wait)
+    except TimeoutException:
+        active = driver.switch_to.active_element
+        shown = {key: text(driver, key) for key in ("detail-status", "trigger-status", "trigger-list")}
+        raise AssertionError(f"the switch of trigger {trigger!r} never had the focus: the page showed {shown}, "
+                             f"focus on <{active.tag_name} id={active.get_attribute('id')!r}>") from None
 
 
 def text(driver: webdriver.Chrome, element_id: str) -> str:

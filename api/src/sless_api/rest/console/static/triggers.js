@@ -55,6 +55,10 @@ function describe(t) {
     `${t.queue ? ` (queue ${t.queue}${t.delivery === "at_least_once" ? ", at least once" : ""})` : ""}`;
 }
 
+/** A trigger just added: its switch takes the focus as soon as a render of the list shows it, without waiting for
+ * the rest of the page's refresh (calls, source, versions, charts) to end. */
+let focusOnRender = null;
+
 /** Focus the switch of trigger NAME once the list shows it (after a re-render), else the list's title. */
 function focusTrigger(name) {
   const box = document.querySelector(`input[data-trigger="${CSS.escape(name)}"]`);
@@ -86,6 +90,10 @@ export function renderTriggers(fn, triggers, changed) {
         onclick: () => remove(t) }, "Delete")));
   }
   if (!triggers.length) list.append(el("li", {}, "(no triggers)"));
+  if (focusOnRender && triggers.some((t) => t.name === focusOnRender)) {
+    focusTrigger(focusOnRender);
+    focusOnRender = null;
+  }
 }
 
 /** A fresh form for a newly opened function. */
@@ -142,8 +150,12 @@ async function create() {
     for (const id of ["trigger-name", "trigger-schedule", "trigger-queue"]) $(id).value = "";
     clearHttpFields();
     say(status, `trigger ${t.name} added`);
+    focusOnRender = t.name;
     await onChanged();
-    focusTrigger(t.name);
+    if (focusOnRender === t.name) {  // the list was not shown again (its refresh failed): focus what there is
+      focusOnRender = null;
+      focusTrigger(t.name);
+    }
   } catch (e) {
     showFieldError("trigger", e, status);
   }
