@@ -305,6 +305,7 @@ async def bench(args: argparse.Namespace, env: dict[str, str], log_path: Path, s
         result["objects"] = await apiserver_cost.objects(kube, tenants)
         if "ready_s" in result:
             result["route_table"] = route_table(env)
+        result["attribution"] = await attribution(kube, tenants, scaled)  # before the lifecycle deletes them
         if args.lifecycle and "ready_s" in result:
             await lifecycle(kube, bodies, tenants, args, result, operator)
         status = proc_status(operator.pid)
@@ -318,7 +319,6 @@ async def bench(args: argparse.Namespace, env: dict[str, str], log_path: Path, s
                 result["keda"] = (status.get("VmRSS", 0) / 1024, status.get("VmHWM", 0) / 1024,
                                   status.get("cpu_ticks", 0) / os.sysconf("SC_CLK_TCK"))  # fmt: skip
         result["load_end"] = os.getloadavg()
-        result["attribution"] = await attribution(kube, tenants, scaled)
     finally:
         operator.terminate()
         try:
