@@ -40,6 +40,7 @@ from sless_api.backends.kube.routes import (
     RouteTable,
     concurrency,
     function_view,
+    in_scope,
     view_of,
 )
 from sless_api.backends.settings import KubeSettings
@@ -115,14 +116,11 @@ class EventTable(RouteTable):
         """A (re)list, read once (a page at a time, as ``RouteTable.replace``) into both tables' views."""
         routed: dict[Key, Any] = {}
         own: dict[Key, Any] = {}
-        for obj in objects:
-            found = key_of(obj)
-            if found is None or (namespace is not None and found[0] != namespace):
-                continue
-            routed[found] = view_of(kind, obj)
-            mine = routed[found] if kind == FUNCTIONS else event_trigger_view(obj)
+        for key, obj in in_scope(objects, namespace):
+            routed[key] = view_of(kind, obj)
+            mine = routed[key] if kind == FUNCTIONS else event_trigger_view(obj)
             if mine is not None:
-                own[found] = mine
+                own[key] = mine
         self.replace_views(kind, routed, namespace)
         with self._event_lock:
             store: dict[Key, Any] = self._fns if kind == FUNCTIONS else self._events

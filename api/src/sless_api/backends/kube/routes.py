@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,14 +111,17 @@ def view_of(kind: str, obj: dict[str, Any]) -> FunctionView | TriggerView | None
     return function_view(obj) if kind == FUNCTIONS else trigger_view(obj)
 
 
-def views_of(kind: str, objects: Iterable[dict[str, Any]], namespace: str | None) -> dict[Key, Any]:
-    """The views of OBJECTS of KIND (those in NAMESPACE when given), read one object at a time."""
-    fresh: dict[Key, Any] = {}
+def in_scope(objects: Iterable[dict[str, Any]], namespace: str | None) -> Iterator[tuple[Key, dict[str, Any]]]:
+    """``(key, object)`` of each of OBJECTS that has a key and is in NAMESPACE (when given), one at a time."""
     for obj in objects:
         found = key_of(obj)
         if found is not None and (namespace is None or found[0] == namespace):
-            fresh[found] = view_of(kind, obj)
-    return fresh
+            yield found, obj
+
+
+def views_of(kind: str, objects: Iterable[dict[str, Any]], namespace: str | None) -> dict[Key, Any]:
+    """The views of OBJECTS of KIND (those in NAMESPACE when given), read one object at a time."""
+    return {key: view_of(kind, obj) for key, obj in in_scope(objects, namespace)}
 
 
 class RouteTable:
