@@ -23,9 +23,9 @@ def sless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlessProcess]:
 
 @pytest.fixture
 def tenant(sless: SlessProcess, request: pytest.FixtureRequest) -> Tenant:
-    return Tenant(sless.url, f"tenant-{request.node.name}-{next(_tenants)}")
+    return Tenant(sless.url, f"tenant-{request.node.name}-{next(_tenants)}", platform_log=sless.log_of)
 
 
 @pytest.fixture
 def other_tenant(sless: SlessProcess) -> Tenant:
-    return Tenant(sless.url, f"other-{next(_tenants)}")
+    return Tenant(sless.url, f"other-{next(_tenants)}", platform_log=sless.log_of)

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +42,15 @@ class SlessProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+    def log_of(self, word: str, lines: int = 40) -> str:
+        """The last LINES lines of the platform's log that mention WORD (a tenant's namespace): what a failed
+        test shows of a platform shared by many tests."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join([line for line in text.splitlines() if word in line][-lines:])
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 40) -> int:
         if self.proc.poll() is None:
@@ -143,8 +152,11 @@ class FreshSession(requests.Session):
 class Tenant:
     """One tenant's view of the API: its token, its namespace, helpers that assert on status codes."""
 
-    def __init__(self, url: str, sub: str, secret: str = SECRET) -> None:
+    def __init__(self, url: str, sub: str, secret: str = SECRET,
+                 platform_log: Callable[[str], str] | None = None) -> None:
         self.url = url
+        #: The platform's log lines of a namespace, shown when a function fails or never gets Ready.
+        self.platform_log = platform_log
         self.sub = sub
         self.ns = tenant_namespace(sub)
         self.token = issue_token(secret, sub, 3600)
@@ -183,9 +195,12 @@ class Tenant:
             if record["phase"] in phases and (code_hash is None or record["code_hash"] == code_hash):
                 return record
             if record["phase"] == "Failed" and "Failed" not in phases:
-                raise AssertionError(f"{name} failed: {record['message']}")
+                raise AssertionError(f"{name} failed: {record['message']}{self._log_note()}")
             time.sleep(0.2)
-        raise AssertionError(f"{name} did not reach {phases} in {wait}s: {record}")
+        raise AssertionError(f"{name} did not reach {phases} in {wait}s: {record}{self._log_note()}")
+
+    def _log_note(self) -> str:
+        return f"\nthe platform's log of {self.ns}:\n{self.platform_log(self.ns)}" if self.platform_log else ""
 
     def wait_job(self, name: str, wait: float = 120) -> dict[str, Any]:
         deadline = time.monotonic() + wait

@@ -16,7 +16,7 @@ from sless_api import tracing
 from sless_api.backends.settings import SandboxSettings
 from sless_api.backends.standalone.builder import BuildArtifact, Builder, BuildFailed, BuildRequest
 from sless_api.backends.standalone.code import CodeFiles
-from sless_api.backends.standalone.failures import LOAD_FAILURE, NO_REASON, caller_reason, start_failure
+from sless_api.backends.standalone.failures import check_failure, start_failure
 from sless_api.backends.standalone.host.sandbox import Limits, Sandbox
 from sless_api.backends.standalone.host.supervisor import StartFailed
 from sless_api.backends.standalone.routing import StandaloneRouter
@@ -115,11 +115,9 @@ class Builds:
                                          sandbox=self.sandbox, jail=jail)
         if result.ok:
             return ""
-        log.warning("%s/%s does not load: %s", namespace, rec.spec.name, result.output)
-        reason = caller_reason(result.output)
-        if reason == NO_REASON and result.timed_out:
-            reason = f"loading it took longer than its timeout of {rec.spec.timeout_sec}s"
-        return f"the function does not load: {reason.removeprefix(LOAD_FAILURE)}"  # said once, not twice
+        log.warning("%s/%s does not load (exit %s): %s", namespace, rec.spec.name, result.exit_code, result.output)
+        reason = check_failure(result.output, result.exit_code, result.timed_out, rec.spec.timeout_sec)
+        return f"the function does not load: {reason}"  # said once, not twice
 
     def _finish_build(self, namespace: str, name: str, code_hash: str, artifact: BuildArtifact | None,
                       failure: str) -> None:

@@ -12,6 +12,8 @@ RUNTIME_PREFIX = "sless-runtime: "
 #: How the runtimes' one-line load failure begins (after RUNTIME_PREFIX).
 LOAD_FAILURE = "the function failed to load: "
 NO_REASON = "it exited during start-up; its log has the details"
+#: How the platform's own notes on a run begin (runner.py): path-free by construction.
+PLATFORM_NOTE = "[sless] "
 
 
 def caller_reason(stderr_tail: str) -> str:
@@ -30,3 +32,24 @@ def start_failure(stderr_tail: str) -> str:
     if reason.startswith(LOAD_FAILURE):
         return f"does not load: {reason.removeprefix(LOAD_FAILURE)}"
     return f"failed to start: {reason}"
+
+
+def check_failure(output: str, exit_code: int | None, timed_out: bool, timeout_sec: float) -> str:
+    """Why the load check of a new version failed, in one path-free line.
+
+    The runtime's own reason when it gave one; else what the platform saw: the check never started (a fault
+    of the host, not of the code: deploying again may pass), a limit that ended it, its timeout, or its exit
+    code. "its log has the details" alone told neither the tenant nor the operator which of these it was.
+    """
+    reason = caller_reason(output)
+    if reason != NO_REASON:
+        return reason.removeprefix(LOAD_FAILURE)
+    if exit_code is None:
+        return "the platform could not start it (its log says why); deploying again may pass"
+    notes = [line[len(PLATFORM_NOTE):].strip() for line in output.splitlines() if line.startswith(PLATFORM_NOTE)]
+    limits = [note for note in notes if note.startswith("killed: ")]
+    if limits:
+        return limits[-1]
+    if timed_out:
+        return f"loading it took longer than its timeout of {timeout_sec:g}s"
+    return f"it exited with code {exit_code} during start-up; its log has the details"

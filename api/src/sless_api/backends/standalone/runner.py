@@ -31,7 +31,7 @@ from typing import IO, Any
 
 from sless_api.backends.standalone.builder import BuildArtifact
 from sless_api.backends.standalone.host.fdwait import readable_within
-from sless_api.backends.standalone.host.network import NetworkSetupBroken, NetworkUnavailable
+from sless_api.backends.standalone.host.network import NetworkUnavailable
 from sless_api.backends.standalone.host.process import kill_group, set_parent_death_signal
 from sless_api.backends.standalone.host.sandbox import JailSpec, Prepared, Sandbox
 
@@ -134,8 +134,8 @@ def _die_with_platform() -> None:
     set_parent_death_signal(signal.SIGKILL)
 
 
-#: How often a run is started when its network set-up breaks on the way (a pipe to the sandbox broken under load):
-#: the supervisor's server processes are started again the same way.
+#: How often a run is started when its network set-up fails on the way (a pipe to the sandbox broken, or bwrap or
+#: pasta too slow, under load): the supervisor's server processes are started again when theirs breaks.
 NETWORK_ATTEMPTS = 3
 
 
@@ -152,8 +152,8 @@ def run_once(
 
     ``env``: the function's own variables (the contract's SLESS_* always win).
     ``sandbox`` and ``jail``: where it runs (see sandbox.py); without them a plain child process.
-    A network set-up that broke before the function started is tried again with a fresh sandbox: nothing of
-    the function ran yet.
+    A network set-up that failed before the function started (broken on the way, or bwrap or pasta too slow on
+    a loaded host) is tried again with a fresh sandbox: nothing of the function ran yet.
     """
     for attempt in range(1, NETWORK_ATTEMPTS + 1):
         result = _run_once(artifact, event, timeout_sec, env, sandbox, jail, retry=attempt < NETWORK_ATTEMPTS)
@@ -210,7 +210,7 @@ def _run_once(artifact: BuildArtifact, event: dict[str, Any], timeout_sec: float
             proc.stderr.close()
             os.close(result_read)
             prepared.cleanup()
-            if retry and isinstance(exc, NetworkSetupBroken):
+            if retry:  # nothing of the function ran: a host slow or short of something now may not be next time
                 return None
             return RunResult(False, keep_end(f"cannot start the runner: {exc}"), None, 0.0)
     out, err = _Capture(proc.stdout), _Capture(proc.stderr)
