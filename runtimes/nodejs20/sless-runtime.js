@@ -337,10 +337,15 @@ function buildEvent(method, url, rawHeaders, body) {
     }
   }
   const { path: reqPath, query } = splitTarget(url);
-  const headers = headerObject(rawHeaders);
+  const headerMap = headerValues(rawHeaders);
+  // X-Sless-Params: the platform's (the matched http trigger's path parameters), so never in _headers
+  const params = headerMap.get('x-sless-params');
+  if (params !== undefined) headerMap.delete('x-sless-params');
+  const headers = Object.fromEntries(headerMap);
   event._method = method.toUpperCase();
   event._path = reqPath;
   event._query = query;
+  event._params = params === undefined ? {} : pathParams(params);
   event._headers = headers;
   event._accept = typeof headers.accept === 'string' ? headers.accept : '';
   return event;
@@ -394,9 +399,9 @@ function splitTarget(url) {
  * Lower-case names; a repeated header's values joined with ", " (node:http's own
  * req.headers drops duplicates of some headers and joins cookies with "; ").
  * @param {string[]} rawHeaders
- * @returns {Record<string, string>}
+ * @returns {Map<string, string>}
  */
-function headerObject(rawHeaders) {
+function headerValues(rawHeaders) {
   /** @type {Map<string, string>} */
   const map = new Map();
   for (let i = 0; i < rawHeaders.length; i += 2) {
@@ -404,7 +409,38 @@ function headerObject(rawHeaders) {
     const previous = map.get(name);
     map.set(name, previous === undefined ? rawHeaders[i + 1] : `${previous}, ${rawHeaders[i + 1]}`);
   }
-  return Object.fromEntries(map);
+  return map;
+}
+
+/**
+ * The X-Sless-Params header's object of strings (the matched http trigger's path
+ * parameters); {} when it is anything else. node:http reads header values as
+ * Latin-1: a non-ASCII one is UTF-8 JSON, parsed from its bytes. JSON.parse makes
+ * a `__proto__` key an own property, never a prototype change.
+ * @param {string} value
+ * @returns {Record<string, string>}
+ */
+function pathParams(value) {
+  let text = value;
+  if (!isAscii(text)) {
+    const bytes = Buffer.from(text, 'latin1');
+    if (!isUtf8(bytes)) return {};
+    text = bytes.toString('utf8');
+  }
+  const params = tryParseJson(text);
+  if (params === null || typeof params !== 'object' || Array.isArray(params)) return {};
+  for (const key in params) {
+    if (typeof params[key] !== 'string') return {};
+  }
+  return params;
+}
+
+/** @param {string} text */
+function isAscii(text) {
+  for (let i = 0; i < text.length; i++) {
+    if (text.charCodeAt(i) > 0x7f) return false;
+  }
+  return true;
 }
 
 /**

@@ -160,7 +160,8 @@ def load_handler(config: Config) -> Handler:
 def build_event(method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
     """The event for one request (contract: JSON object body, or body text/base64, plus _ keys).
 
-    ``headers`` already has lower-case names with repeated headers joined by ", ".
+    ``headers`` already has lower-case names with repeated headers joined by ", "; its X-Sless-Params is taken
+    out (it becomes ``_params``) and the rest becomes ``_headers``.
     """
     event: dict[str, Any] = {}
     if body:
@@ -176,9 +177,24 @@ def build_event(method: str, path: str, query: str, headers: dict[str, str], bod
     event["_method"] = method.upper()
     event["_path"] = path
     event["_query"] = dict(parse_qsl(query, keep_blank_values=True)) if query else {}
+    # X-Sless-Params: the platform's (the matched http trigger's path parameters), so never in _headers
+    params = headers.pop("x-sless-params", None)
+    event["_params"] = {} if params is None else path_params(params)
     event["_headers"] = headers
     event["_accept"] = headers.get("accept", "")
     return event
+
+
+def path_params(value: str) -> dict[str, str]:
+    """The X-Sless-Params header's object of strings (the matched http trigger's path parameters); {} when it
+    is anything else. Header values are read as Latin-1: a non-ASCII one is UTF-8 JSON, parsed from its bytes."""
+    try:
+        params = json.loads(value if value.isascii() else value.encode("latin-1"))
+    except (ValueError, RecursionError):  # a UnicodeError is a ValueError
+        return {}
+    if isinstance(params, dict) and all(isinstance(v, str) for v in params.values()):
+        return params
+    return {}
 
 
 def _json_object(text: str) -> dict[str, Any] | None:

@@ -171,6 +171,47 @@ def test_path_is_not_percent_decoded(runtime: str, start_server: ServerFactory) 
     assert event["_query"] == {"k": "A"}
 
 
+def echo_with_params(server: RuntimeServer, value: str | bytes | None, **kwargs: Any) -> dict[str, Any]:
+    """The event of a POST to /echo with ``value`` as its X-Sless-Params header (None: without it); 200."""
+    headers = {} if value is None else {"X-Sless-Params": value}
+    resp = requests.post(f"{server.url}/users/42/echo", headers=headers, timeout=10, **kwargs)
+    assert resp.status_code == 200, resp.text
+    event: dict[str, Any] = resp.json()
+    return event
+
+
+def test_path_params_header_becomes_params(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    event = echo_with_params(server, r'{"id":"42","name":"caf\u00e9"}', json={"_params": "spoofed", "a": 1})
+    assert event["_params"] == {"id": "42", "name": "café"}  # the platform's object wins over the body's key
+    assert event["a"] == 1
+    assert "x-sless-params" not in event["_headers"]
+    # UTF-8 in the header's bytes (header values are not ASCII-only on the wire)
+    event = echo_with_params(server, '{"id":"42","name":"café","k":"ü/€ %"}'.encode())
+    assert event["_params"] == {"id": "42", "name": "café", "k": "ü/€ %"}
+    assert "x-sless-params" not in event["_headers"]
+    assert echo_with_params(server, "{}")["_params"] == {}
+
+
+def test_without_path_params_header_params_is_empty(runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(runtime)
+    event = echo_with_params(server, None)
+    assert event["_params"] == {}
+    assert "x-sless-params" not in event["_headers"]
+    event = echo_with_params(server, None, json={"_params": {"id": "spoofed"}})
+    assert event["_params"] == {}
+
+
+@pytest.mark.parametrize("value", ["not json", "[1]", '{"a":1}', '{"a":"1","b":null}', "null", '"x"', b'{"a":"\xff"}'])
+def test_malformed_path_params_header_gives_empty_params(runtime: str, start_server: ServerFactory,
+                                                         value: str | bytes) -> None:
+    server = start_server(runtime)
+    event = echo_with_params(server, value)
+    assert event["_params"] == {}
+    assert "x-sless-params" not in event["_headers"]
+    assert_serving(server)
+
+
 def test_case_from_event_wins_over_path(runtime: str, start_server: ServerFactory) -> None:
     server = start_server(runtime)
     resp = requests.post(f"{server.url}/echo", json={"case": "text"}, timeout=10)
@@ -962,9 +1003,11 @@ WS_HANDSHAKE = (b"GET /ws?x=1 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConne
                 b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
 
 
-def ws_exchange(url: str, messages: list[str | bytes], timeout: float = 30) -> tuple[list[str | bytes], int | None]:
-    """Connect, send each message and read one answer per message until the server closes; the answers and the
-    close code (aiohttp's client: a real, independent WebSocket implementation)."""
+def ws_exchange(url: str, messages: list[str | bytes], timeout: float = 30,
+                headers: dict[str, str] | None = None) -> tuple[list[str | bytes], int | None]:
+    """Connect (with ``headers`` on the upgrade request), send each message and read one answer per message until
+    the server closes; the answers and the close code (aiohttp's client: a real, independent WebSocket
+    implementation)."""
     import asyncio
 
     import aiohttp
@@ -972,7 +1015,7 @@ def ws_exchange(url: str, messages: list[str | bytes], timeout: float = 30) -> t
     async def run() -> tuple[list[str | bytes], int | None]:
         answers: list[str | bytes] = []
         async with aiohttp.ClientSession() as session, session.ws_connect(
-                url, timeout=aiohttp.ClientWSTimeout(ws_close=timeout)) as ws:
+                url, timeout=aiohttp.ClientWSTimeout(ws_close=timeout), headers=headers) as ws:
             for message in messages:
                 await (ws.send_str(message) if isinstance(message, str) else ws.send_bytes(message))
                 reply = await ws.receive(timeout=timeout)
@@ -1003,6 +1046,17 @@ def test_websocket_echo(ws_runtime: str, start_server: ServerFactory) -> None:
     answers, code = ws_exchange(url, ["one", "close"])
     assert answers == ["one"] and code == 4000
     assert_serving(server)
+
+
+def test_websocket_event_has_path_params(ws_runtime: str, start_server: ServerFactory) -> None:
+    server = start_server(ws_runtime)
+    url = server.url.replace("http://", "ws://") + "/ws"
+    answers, code = ws_exchange(url, ["params"], headers={"X-Sless-Params": r'{"id":"42","name":"caf\u00e9"}'})
+    assert [json.loads(a) for a in answers] == [{"id": "42", "name": "café"}] and code == 1000
+    answers, code = ws_exchange(url, ["params"])
+    assert [json.loads(a) for a in answers] == [{}] and code == 1000
+    answers, code = ws_exchange(url, ["params"], headers={"X-Sless-Params": "[1]"})
+    assert [json.loads(a) for a in answers] == [{}] and code == 1000
 
 
 def test_websocket_handler_failure_closes_with_1011(ws_runtime: str, start_server: ServerFactory) -> None:

@@ -20,6 +20,13 @@ func buildEvent(r *http.Request, body []byte) map[string]any {
 	event["_path"] = rawPath(r)
 	event["_query"] = parseQuery(rawQuery(r))
 	headers := lowerHeaders(r)
+	// X-Sless-Params: the platform's (the matched http trigger's path parameters), so never in _headers
+	if params, found := headers["x-sless-params"]; found {
+		delete(headers, "x-sless-params")
+		event["_params"] = pathParams(params.(string))
+	} else {
+		event["_params"] = map[string]any{}
+	}
 	event["_headers"] = headers
 	accept, _ := headers["accept"].(string)
 	event["_accept"] = accept
@@ -28,7 +35,7 @@ func buildEvent(r *http.Request, body []byte) map[string]any {
 
 func bodyEvent(body []byte) map[string]any {
 	if len(body) == 0 {
-		return make(map[string]any, 5)
+		return make(map[string]any, 6)
 	}
 	if !utf8.Valid(body) {
 		return map[string]any{"body": base64.StdEncoding.EncodeToString(body), "isBase64Encoded": true}
@@ -40,6 +47,22 @@ func bodyEvent(body []byte) map[string]any {
 		}
 	}
 	return map[string]any{"body": string(body)}
+}
+
+// pathParams is the X-Sless-Params header's object of strings (the matched http
+// trigger's path parameters), as a map[string]any like _query; an empty map when
+// it is anything else (not UTF-8, not JSON, not an object, a value not a string).
+func pathParams(raw string) map[string]any {
+	var params map[string]any
+	if !utf8.ValidString(raw) || json.Unmarshal([]byte(raw), &params) != nil || params == nil {
+		return map[string]any{}
+	}
+	for _, value := range params {
+		if _, ok := value.(string); !ok {
+			return map[string]any{}
+		}
+	}
+	return params
 }
 
 // rawPath is the path as the client sent it (still percent-encoded), like the

@@ -134,6 +134,26 @@ func TestEventFromRequest(t *testing.T) {
 	if ev := buildEvent(r, []byte{0xff}); ev["isBase64Encoded"] != true || ev["body"] != "/w==" {
 		t.Errorf("binary body %v", ev)
 	}
+	if p := ev["_params"].(map[string]any); len(p) != 0 {
+		t.Errorf("params without the header %v", p)
+	}
+}
+
+func TestPathParams(t *testing.T) {
+	r := httptest.NewRequest(http.MethodGet, "/users/42", nil)
+	r.Header.Set("X-Sless-Params", `{"id":"42","name":"caf\u00e9","raw":"ü"}`)
+	ev := buildEvent(r, nil)
+	if p := ev["_params"].(map[string]any); len(p) != 3 || p["id"] != "42" || p["name"] != "café" || p["raw"] != "ü" {
+		t.Errorf("params %v", p)
+	}
+	if _, found := ev["_headers"].(map[string]any)["x-sless-params"]; found {
+		t.Errorf("X-Sless-Params in _headers")
+	}
+	for _, raw := range []string{"not json", "[1]", `{"a":1}`, `{"a":null}`, "null", `"x"`, "{\"a\":\"\xff\"}", ""} {
+		if p := pathParams(raw); p == nil || len(p) != 0 {
+			t.Errorf("pathParams(%q) = %v, want {}", raw, p)
+		}
+	}
 }
 
 func TestProtocolErrorsBecomeJSON(t *testing.T) {

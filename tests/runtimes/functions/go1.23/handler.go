@@ -5,6 +5,7 @@ package function
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -278,7 +279,8 @@ func (c closeWith) Error() string  { return "asked to" }
 func (c closeWith) CloseCode() int { return int(c) }
 
 // echoSession answers every message (text stays text, bytes stay bytes); "close" closes with 4000,
-// "whoami" answers the request's path and query, "boom" fails the function.
+// "whoami" answers the request's path and query, "params" its path parameters (JSON), "boom" fails the
+// function.
 func echoSession(event map[string]any) func(context.Context, <-chan any, chan<- any) error {
 	return func(ctx context.Context, receive <-chan any, send chan<- any) error {
 		for message := range receive {
@@ -288,6 +290,9 @@ func echoSession(event map[string]any) func(context.Context, <-chan any, chan<- 
 			case "whoami":
 				path, _ := event["_path"].(string)
 				message = path + " x=" + queryOr(event, "x", "x")
+			case "params":
+				params, _ := json.Marshal(event["_params"])
+				message = string(params)
 			case "boom":
 				return errors.New("websocket handler broke")
 			}

@@ -144,7 +144,8 @@ exports.handle = async (event) => {
 };
 
 // WebSocket connections: echo every message (text stays text, bytes stay bytes); `close` closes with
-// 4000, `whoami` answers the request's path and query, `boom` fails the function.
+// 4000, `whoami` answers the request's path and query, `params` its path parameters (JSON), `boom`
+// fails the function.
 exports.websocket = async (ws, event) => {
   for await (const message of ws) {
     if (message === 'close') {
@@ -153,6 +154,10 @@ exports.websocket = async (ws, event) => {
     }
     if (message === 'whoami') {
       ws.send(`${event._path} x=${event._query.x}`);
+      continue;
+    }
+    if (message === 'params') {
+      ws.send(JSON.stringify(event._params));
       continue;
     }
     if (message === 'boom') throw new Error('websocket handler broke');

@@ -7,6 +7,7 @@ event["_path"], so the same function serves both HTTP and runner tests.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import sys
@@ -144,13 +145,17 @@ def handle(event: dict[str, Any]) -> Any:
 
 def websocket(ws: Any, event: dict[str, Any]) -> None:
     """WebSocket connections: echo every message (text stays text, bytes stay bytes); ``close`` closes with 4000,
-    ``whoami`` answers the request's path and query, ``boom`` fails the function."""
+    ``whoami`` answers the request's path and query, ``params`` its path parameters (JSON), ``boom`` fails the
+    function."""
     for message in ws:
         if message == "close":
             ws.close(4000, "asked to")
             return
         if message == "whoami":
             ws.send(f"{event['_path']} x={event['_query'].get('x')}")
+            continue
+        if message == "params":
+            ws.send(json.dumps(event["_params"]))
             continue
         if message == "boom":
             raise RuntimeError("websocket handler broke")
