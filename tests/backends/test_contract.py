@@ -32,7 +32,7 @@ FUNCTION_FIELDS = {"name", "runtime", "entrypoint", "memory_mb", "timeout_sec", 
                    "max_concurrency", "sandbox", "scale", "namespace", "phase", "message", "code_hash", "image",
                    "created_at", "last_built_at"}
 TRIGGER_FIELDS = {"name", "type", "function", "enabled", "schedule", "queue", "auth", "namespace", "created_at",
-                  "last_fired_at", "message", "delivery", "methods", "cors"}
+                  "last_fired_at", "message", "delivery", "methods", "cors", "path"}
 JOB_FIELDS = {"name", "function", "event", "run_id", "namespace", "phase", "message", "started_at",
               "completed_at", "created_at"}
 
@@ -397,6 +397,9 @@ def test_trigger_create_read_patch_delete(tenant: Tenant) -> None:
     ({"name": "t", "type": "http", "function": "target", "schedule": "* * * * *"}, 400, "schedule"),
     ({"name": "t", "type": "http", "function": "target", "auth": "maybe"}, 400, "auth"),
     ({"name": "T", "type": "http", "function": "target"}, 400, "name"),
+    ({"name": "t", "type": "http", "function": "target", "path": "/a/../b"}, 400, "path"),
+    ({"name": "t", "type": "http", "function": "target", "path": "/{id}/{id}"}, 400, "path"),
+    ({"name": "t", "type": "cron", "function": "target", "schedule": "* * * * *", "path": "/a"}, 400, "path"),
 ])
 def test_invalid_triggers(tenant: Tenant, trigger: dict[str, Any], status: int, field: str | None) -> None:
     tenant.api("POST", "/functions", json={"name": "target", "runtime": "python3.11"}, expect=201)
@@ -439,6 +442,23 @@ def test_disabling_the_last_http_trigger_takes_the_function_off_fn(backend: Back
     until("routed again", lambda: requests.get(tenant.fn_url("web"), timeout=30).status_code == reachable)
     tenant.api("DELETE", "/triggers/web", expect=204)
     until("off /fn again", lambda: requests.get(tenant.fn_url("web"), timeout=30).status_code == 404)
+
+
+def test_an_http_path_pattern_routes_with_its_own_auth(backend: Backend, tenant: Tenant) -> None:
+    """Stored (in the Trigger resource on Kubernetes) and routed by both backends' route tables: the pattern's
+    paths with its auth, other paths 404, the same pattern twice 409."""
+    uploaded(tenant, "paths", HELLO, backend)
+    made = tenant.api("POST", "/triggers", json={"name": "orders", "type": "http", "function": "paths",
+                                                 "path": "/orders/{id}", "auth": "token"}, expect=201).json()
+    assert made["path"] == "/orders/{id}" and made["url"].endswith(f"/fn/{tenant.ns}/paths/orders/{{id}}")
+    order = tenant.fn_url("paths", "/orders/7")
+    until("routed", lambda: requests.get(order, timeout=30).status_code == 401)
+    reachable = 200 if backend.runs_functions else 502  # kwok: routed, but no container answers
+    assert requests.get(order, headers={"Authorization": f"Bearer {tenant.token}"}, timeout=30).status_code == reachable
+    error_of(requests.get(tenant.fn_url("paths", "/elsewhere"), timeout=30), 404)
+    clash = error_of(tenant.api("POST", "/triggers", json={"name": "again", "type": "http", "function": "paths",
+                                                           "path": "/orders/{order}"}), 409)
+    assert "has the http trigger orders already" in clash["error"]
 
 
 # jobs

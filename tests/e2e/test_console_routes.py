@@ -52,11 +52,12 @@ def check(driver: webdriver.Chrome, element_id: str, on: bool = True) -> None:
 
 
 def add_http(driver: webdriver.Chrome, name: str, methods: tuple[str, ...] = (), cors_methods: tuple[str, ...] = (),
-             credentials: bool = False, **cors: str) -> None:
+             credentials: bool = False, path: str = "", **cors: str) -> None:
     """Fill the add-trigger form for an http trigger (the CORS text fields by their API name) and submit it."""
     driver.execute_script("document.getElementById('trigger-status').textContent = '';")
     fill(driver, "trigger-name", name)
     driver.find_element(By.ID, "trigger-type").send_keys("http")
+    fill(driver, "trigger-path", path)
     for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
         check(driver, f"trigger-methods-{method}", method in methods)
         check(driver, f"trigger-cors-methods-{method}", method in cors_methods)
@@ -162,6 +163,23 @@ def test_an_http_trigger_with_the_fields_left_empty_sends_neither(browser: webdr
     until(browser, lambda d: trigger_items(d) == ["open: http Delete"])  # redrawn after the status
     assert requests.put(tenant.fn_url("open-fn"), json={}, timeout=30).json() == {"calls": ["PUT"]}
 
+    # a path pattern: a bad one refused next to its field, a good one served with its own rules beside "open"
+    bad_path = refusal(tenant, {"name": "orders", "type": "http", "function": "open-fn", "auth": "public",
+                                "path": "/orders/{id"})
+    assert bad_path["field"] == "path"
+    add_http(browser, "orders", path="/orders/{id")
+    until(browser, lambda d: text(d, "trigger-path-error") == bad_path["error"])
+    until(browser, lambda d: active_id(d) == "trigger-path")
+    add_http(browser, "orders", methods=("GET",), path="/orders/{id}")
+    until(browser, lambda d: text(d, "trigger-status") == "trigger orders added")
+    assert tenant.api("GET", "/triggers/orders", expect=200).json()["path"] == "/orders/{id}"
+    until(browser, lambda d: trigger_items(d) == ["open: http Delete", "orders: http (path /orders/{id}) "
+                                                  "(methods GET) Delete"])
+    assert browser.find_element(By.ID, "trigger-path").get_attribute("value") == ""
+    assert requests.put(tenant.fn_url("open-fn", "/orders/7"), json={}, timeout=30).status_code == 405
+    assert requests.put(tenant.fn_url("open-fn", "/other"), json={}, timeout=30).status_code == 200
+
     browser.find_element(By.ID, "trigger-type").send_keys("cron")
     until(browser, lambda d: not d.find_element(By.ID, "trigger-cors-origins").is_displayed())
     assert not browser.find_element(By.ID, "trigger-methods-GET").is_displayed()
+    assert not browser.find_element(By.ID, "trigger-path").is_displayed()

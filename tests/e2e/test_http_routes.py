@@ -1,8 +1,11 @@
-"""An http trigger's methods and CORS settings through `sless up`: 405 with Allow, preflights answered by the
-platform (never reaching the function), CORS headers on every answer to an allowed origin, bad settings 400."""
+"""An http trigger's path pattern, methods and CORS settings through `sless up`: each pattern its own auth and
+methods with its parameters in the event, 404 where no trigger serves a path, the same URLs twice refused, 405
+with Allow, preflights answered by the platform (never reaching the function), CORS headers on every answer to an
+allowed origin, bad settings 400."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +14,7 @@ import pytest
 import requests
 
 from tests.support import cors
+from tests.support.attack import raw_request
 from tests.support.platform import REPO, Tenant
 
 pytestmark = pytest.mark.e2e
@@ -23,6 +27,14 @@ def handle(event):
     calls.append(event["_method"])
     return {"statusCode": 200, "headers": {"Access-Control-Allow-Origin": "https://function.example"},
             "body": {"calls": calls}}
+"""
+
+
+#: Answers with what the platform passed it of the path (and whether a caller's own parameters header got through).
+PATHS = """
+def handle(event):
+    return {"path": event["_path"], "params": event["_params"], "sub": event["_headers"].get("x-sless-sub"),
+            "claimed": event["_headers"].get("x-sless-params")}
 """
 
 
@@ -105,3 +117,73 @@ def test_the_cli_sets_methods_and_cors_origins(tenant: Tenant) -> None:
                           "--methods", "FETCH"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60,
                          check=False)
     assert bad.returncode == 1 and "HTTP 400" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def path_triggers(tenant: Tenant, function: str, *triggers: dict[str, object]) -> str:
+    tenant.deploy(function, "python3.11", {"handler.py": PATHS}, http=False)
+    for body in triggers:
+        made = tenant.api("POST", "/triggers", json={"type": "http", "function": function, **body}, expect=201).json()
+        assert made["url"] == tenant.fn_url(function, str(body.get("path", ""))), made
+    return tenant.fn_url(function)
+
+
+def test_each_path_pattern_is_served_by_its_own_trigger_with_its_parameters(tenant: Tenant) -> None:
+    url = path_triggers(tenant, "shop", {"name": "items", "path": "/items/{id}"},
+                        {"name": "mine", "path": "/items/mine", "auth": "token"},
+                        {"name": "admin", "path": "/admin/{op}", "auth": "token", "methods": ["POST"]})
+    bearer = {"Authorization": f"Bearer {tenant.token}"}
+    item = requests.get(f"{url}/items/caf%C3%A9?x=1", headers={"X-Sless-Params": '{"id": "forged"}'}, timeout=30)
+    assert item.status_code == 200, item.text
+    assert item.json() == {"path": "/items/caf%C3%A9", "params": {"id": "café"}, "sub": None, "claimed": None}
+    # a literal segment wins over a parameter: /items/mine is the token trigger's, in any spelling
+    assert requests.get(f"{url}/items/mine", timeout=30).status_code == 401
+    ns_path = f"/fn/{tenant.ns}/shop"
+    assert raw_request(tenant.url, "GET", f"{ns_path}/%69tems/mine", {}).status == 401
+    mine = requests.get(f"{url}/items/mine/", headers=bearer, timeout=30).json()
+    assert mine["params"] == {} and mine["sub"] == tenant.sub
+    assert requests.get(f"{url}/admin/reset", headers=bearer, timeout=30).status_code == 405
+    assert requests.post(f"{url}/admin/reset", headers=bearer, timeout=30).json()["params"] == {"op": "reset"}
+    nowhere = requests.get(f"{url}/elsewhere", timeout=30)
+    assert nowhere.status_code == 404 and "no http trigger of function shop" in nowhere.json()["error"]
+    assert requests.get(url, timeout=30).status_code == 404  # the function's own URL has no trigger either
+    for dotted in (f"{ns_path}/items/%2e%2e/items/mine", f"{ns_path}/x/../items/mine", f"{ns_path}/items/./mine"):
+        answer = raw_request(tenant.url, "GET", dotted, {})
+        assert answer.status == 400 and b". or .. segment" in answer.body, (dotted, answer)
+    # a trigger without a path serves every path no pattern serves; the patterns keep their own auth
+    tenant.api("POST", "/triggers", json={"name": "rest", "type": "http", "function": "shop"}, expect=201)
+    rest = requests.get(f"{url}/elsewhere/deeper", timeout=30)
+    assert rest.json()["params"] == {} and rest.json()["path"] == "/elsewhere/deeper"
+    assert requests.get(f"{url}/items/mine", timeout=30).status_code == 401
+    tenant.api("PATCH", "/triggers/mine", json={"enabled": False}, expect=200)
+    assert requests.get(f"{url}/items/mine", timeout=30).json()["params"] == {"id": "mine"}
+
+
+def test_two_triggers_for_the_same_urls_are_refused(tenant: Tenant) -> None:
+    path_triggers(tenant, "users", {"name": "by-id", "path": "/users/{id}"}, {"name": "me", "path": "/users/me"},
+                  {"name": "any"})
+    for clash, holder in (({"name": "by-name", "path": "/users/{name}"}, "by-id"),
+                          ({"name": "again", "path": "/users/me"}, "me"), ({"name": "second"}, "any")):
+        refused = tenant.api("POST", "/triggers", json={"type": "http", "function": "users", **clash},
+                             expect=409).json()
+        assert f"has the http trigger {holder} already" in refused["error"], refused
+    tenant.api("PATCH", "/triggers/me", json={"path": "/users/{who}"}, expect=409)
+    tenant.api("PATCH", "/triggers/me", json={"path": "/users/me/avatar"}, expect=200)
+    names = {t["name"] for t in tenant.api("GET", "/triggers", expect=200).json()["items"]}
+    assert names == {"by-id", "me", "any"}
+    for bad in ("users", "/users/", "/a/../b", "/{id}/{id}", "/é", "/" + "/".join("s" * 17), 3):
+        body = tenant.api("POST", "/triggers", json={"name": "bad", "type": "http", "function": "users",
+                                                     "path": bad}, expect=400).json()
+        assert body["field"] == "path", (bad, body)
+    cron = {"name": "c", "type": "cron", "function": "users", "schedule": "* * * * *", "path": "/x"}
+    assert tenant.api("POST", "/triggers", json=cron, expect=400).json()["field"] == "path"
+
+
+def test_the_cli_adds_a_path_trigger(tenant: Tenant) -> None:
+    tenant.deploy("cli-paths", "python3.11", {"handler.py": PATHS}, http=False)
+    env = {**os.environ, "SLESS_TOKEN": tenant.token, "SLESS_URL": tenant.url}
+    done = subprocess.run([sys.executable, "-m", "sless_api", "trigger", "add", "orders", "--function", "cli-paths",
+                           "--path", "/orders/{order}", "-o", "json"], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["url"] == tenant.fn_url("cli-paths", "/orders/{order}")
+    assert requests.get(tenant.fn_url("cli-paths", "/orders/42"), timeout=30).json()["params"] == {"order": "42"}

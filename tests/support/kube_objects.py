@@ -22,7 +22,9 @@ def fn(name: str, phase: str | None = "Ready", ns: str = NS, image: str | None =
 
 
 def trg(name: str, function: str, kind: str = "http", enabled: bool = True, auth: str = "public",
-        ns: str = NS) -> dict[str, Any]:
+        ns: str = NS, path: str | None = None) -> dict[str, Any]:
     """A Trigger resource."""
-    return {"metadata": {"name": name, "namespace": ns},
-            "spec": {"type": kind, "function": function, "enabled": enabled, "auth": auth}}
+    spec: dict[str, Any] = {"type": kind, "function": function, "enabled": enabled, "auth": auth}
+    if path is not None:
+        spec["path"] = path
+    return {"metadata": {"name": name, "namespace": ns}, "spec": spec}

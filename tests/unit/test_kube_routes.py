@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from sless_api.backends.kube.routes import FUNCTIONS, TRIGGERS, RouteTable
-from sless_api.domain.routing import Route, route_auth
+from sless_api.domain.httppolicy import route_auth
+from sless_api.domain.routing import Route
 from sless_core.traffic import other_version_name
 from tests.support.kube_objects import NS, OTHER, fn, trg
 

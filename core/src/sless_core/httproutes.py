@@ -1,4 +1,5 @@
-"""An http trigger's rules for its URL: which methods reach the function, and its CORS settings.
+"""An http trigger's rules for its URL: the path pattern it serves, which methods reach the function, and its
+CORS settings.
 
 Validated here, where the API, the operator and the custom resources' codec all read triggers, so a Trigger
 written with kubectl obeys the same bounds as one created through the API. What the proxy does with them is
@@ -21,6 +22,50 @@ MAX_HEADERS = 50
 MAX_AGE_SEC = 86_400  # browsers cap a preflight's cache at a day or less
 DEFAULT_MAX_AGE_SEC = 600
 CORS_FIELDS = frozenset({"origins", "methods", "headers", "credentials", "max_age"})
+#: A path pattern's literal segment: unreserved characters only (RFC 3986), so it is spelled one way.
+PATH_LITERAL = re.compile(r"^[A-Za-z0-9._~-]{1,100}\Z")
+#: A path pattern's parameter segment: ``{name}``, the name as in a Python or JavaScript identifier, lower case.
+PATH_PARAM = re.compile(r"^\{([a-z_][a-z0-9_]{0,31})\}\Z")
+MAX_PATH_SEGMENTS = 16
+MAX_PATH_CHARS = 400
+
+
+def validate_path(value: object) -> str:
+    """An http trigger's path pattern below its function's URL: ``/`` or ``/seg/{param}/...``, each segment
+    a literal of unreserved characters or one ``{name}`` parameter (at most 16 segments, names distinct), no
+    trailing ``/``; ``.`` and ``..`` are not segments."""
+    why = ("path must be / or /segment/{param}/...: segments of A-Z a-z 0-9 . _ ~ - or a {name} parameter "
+           f"(a-z 0-9 _), at most {MAX_PATH_SEGMENTS} segments and {MAX_PATH_CHARS} characters")
+    if not isinstance(value, str) or not value.startswith("/") or len(value) > MAX_PATH_CHARS:
+        raise ValidationError(why, field="path")
+    if value == "/":
+        return value
+    segments = value[1:].split("/")
+    if len(segments) > MAX_PATH_SEGMENTS:
+        raise ValidationError(why, field="path")
+    names: list[str] = []
+    for segment in segments:
+        param = PATH_PARAM.match(segment)
+        if param is not None:
+            names.append(param.group(1))
+        elif not PATH_LITERAL.match(segment) or segment in (".", ".."):
+            raise ValidationError(why, field="path")
+    if len(set(names)) != len(names):
+        raise ValidationError("path names a parameter twice", field="path")
+    return value
+
+
+def path_segments(path: str) -> list[str]:
+    """A valid pattern's segments (``/`` has none)."""
+    return [] if path == "/" else path[1:].split("/")
+
+
+def path_shape(path: str | None) -> tuple[str | None, ...] | None:
+    """What two patterns must share to serve the same URLs: their literals, None where a parameter is; None for a
+    trigger without a path (it serves every path no pattern of its function serves)."""
+    if path is None:
+        return None
+    return tuple(None if PATH_PARAM.match(s) else s for s in path_segments(path))
 
 
 def validate_methods(value: object, field: str = "methods") -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 from croniter import croniter
 
 from sless_core.errors import ValidationError
-from sless_core.httproutes import validate_cors, validate_methods
+from sless_core.httproutes import validate_cors, validate_methods, validate_path
 from sless_core.naming import validate_name
 
 RUNTIMES = ("python3.11", "nodejs20", "go1.23")
@@ -387,9 +387,12 @@ class TriggerSpec:
     delivery: str | None = None  # event triggers: a Delivery; None reads as at_most_once
     methods: list[str] | None = None  # http triggers: the methods that reach the function; None: all
     cors: dict[str, Any] | None = None  # http triggers: CORS settings (sless_core.httproutes), answered by the proxy
+    #: http triggers: the path pattern below the function's URL it serves (``/users/{id}``); None: every path that
+    #: no pattern of the function serves
+    path: str | None = None
 
     FIELDS = frozenset({"name", "type", "function", "enabled", "schedule", "queue", "auth", "delivery", "methods",
-                        "cors"})
+                        "cors", "path"})
 
     @classmethod
     def from_user(cls, body: object) -> TriggerSpec:
@@ -413,9 +416,10 @@ class TriggerSpec:
             raise ValidationError("delivery must be at_most_once or at_least_once", field="delivery")
         methods = validate_methods(data["methods"]) if data.get("methods") is not None else None
         cors = validate_cors(data["cors"]) if data.get("cors") is not None else None
+        path = validate_path(data["path"]) if data.get("path") is not None else None
         for key, kinds in (("schedule", (TriggerType.CRON,)), ("queue", (TriggerType.EVENT,)),
                            ("delivery", (TriggerType.EVENT,)), ("methods", (TriggerType.HTTP,)),
-                           ("cors", (TriggerType.HTTP,))):
+                           ("cors", (TriggerType.HTTP,)), ("path", (TriggerType.HTTP,))):
             if data.get(key) is not None and kind not in kinds:
                 raise ValidationError(f"{key} applies only to {kinds[0].value} triggers", field=key)
         return cls(
@@ -429,6 +433,7 @@ class TriggerSpec:
             delivery=delivery,
             methods=methods,
             cors=cors,
+            path=path,
         )
 
     def patched(self, patch: object) -> TriggerSpec:

@@ -233,7 +233,7 @@ def cmd_trigger_ls(args: argparse.Namespace, client: Client) -> int:
 def cmd_trigger_add(args: argparse.Namespace, client: Client) -> int:
     spec: dict[str, Any] = {"name": args.name, "type": args.type, "function": args.function,
                             "enabled": not args.disabled}
-    for key in ("schedule", "queue", "delivery", "auth"):
+    for key in ("schedule", "queue", "delivery", "auth", "path"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
     if args.methods is not None:
@@ -378,6 +378,8 @@ def register(verbs: Any, with_client: Callable[[argparse.ArgumentParser, Verb], 
                           "again (at_least_once)")
     add.add_argument("--auth", choices=("none", "token"), help="http: require a token of this tenant")
     add.add_argument("--methods", help="http: only these methods reach the function, e.g. GET,POST (others: 405)")
+    add.add_argument("--path", help="http: the path pattern below the function's URL it serves, e.g. /users/{id} "
+                                    "(its parameters reach the handler in the event's _params)")
     add.add_argument("--cors-origin", action="append", dest="cors_origins", metavar="ORIGIN",
                      help="http: a browser origin allowed by CORS (https://app.example.com, or *), repeatable; "
                           "the other CORS settings through the API")

@@ -76,6 +76,15 @@ class HttpPolicy:
         return ", ".join(m for m in order if self.methods is None or m in self.methods)
 
 
+def route_auth(auths: Iterable[str]) -> str:
+    """The auth of a URL (a function's, or one path pattern's) given the settings of the enabled http triggers that
+    serve it: ``public`` only when every one says so. The API refuses two triggers for the same URL, but custom
+    resources written directly may hold two; then the stricter wins (deny by default), never the looser (a public
+    trigger once opened a URL another trigger said needs a token). None at all: ``token``."""
+    found = list(auths)
+    return "public" if found and all(auth == "public" for auth in found) else "token"
+
+
 def route_policy(specs: Iterable[tuple[Sequence[str] | None, dict[str, Any] | None]]) -> HttpPolicy | None:
     """The policy of a function's URL from its enabled http triggers' (methods, cors); None: no rule at all (every
     method, no CORS: the fast path). Several triggers: methods all of them allow, CORS only when all agree."""

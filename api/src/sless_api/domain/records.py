@@ -53,7 +53,8 @@ class TriggerRecord:
         body.update(namespace=self.namespace, created_at=iso(self.created_at),
                     last_fired_at=iso(self.last_fired_at), message=self.message)
         if self.spec.type == "http":
-            body["url"] = f"{base_url}/fn/{self.namespace}/{self.spec.function}"
+            # a path pattern's URL names its parameters as the trigger does: /fn/ns/fn/users/{id}
+            body["url"] = f"{base_url}/fn/{self.namespace}/{self.spec.function}{self.spec.path or ''}"
         return body
 
 

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sless_api.domain.httppolicy import HttpPolicy
 from sless_core.traffic import WeightedRoundRobin
 
-
-def route_auth(auths: Iterable[str]) -> str:
-    """The auth of a function's one URL given its enabled http triggers' settings: ``public`` only when every one
-    says so. The API refuses a second http trigger for a function, but custom resources written directly may hold
-    two; then the stricter wins (deny by default), never the looser (a public trigger once opened a URL another
-    trigger said needs a token)."""
-    found = list(auths)
-    return "public" if found and all(auth == "public" for auth in found) else "token"
+if TYPE_CHECKING:
+    from sless_api.domain.httppaths import PathTable
 
 
 @dataclass(frozen=True)
@@ -40,10 +35,23 @@ class Route:
     policy: HttpPolicy | None = None
     #: a traffic split: each call takes one of its routes (``served``); None: this route serves every call
     split: RouteSplit | None = field(default=None, compare=False, repr=False)
+    #: the path patterns of the function's http triggers (``httppaths``); None: none has one, and ``auth`` and
+    #: ``policy`` govern every path
+    paths: PathTable | None = None
 
     def served(self) -> Route:
         """The route one call takes: under a split, the version the round robin picks next."""
         return self if self.split is None else self.split.pick()
+
+    def at(self, tail: str) -> tuple[Route, str | None] | None:
+        """The route of a call to TAIL below the function's URL, with the matched pattern's parameters (JSON) for
+        the runtime; None when no trigger serves that path. Raises ``httppaths.DotSegment``."""
+        if self.paths is None:
+            return self, None
+        found = self.paths.match(tail)
+        if found is None:
+            return (self, None) if self.paths.fallback else None
+        return dataclasses.replace(self, auth=found.auth, policy=found.policy), found.params
 
 
 class RouteSplit:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable
 
 from sless_api.domain import calloutput
+from sless_api.domain.httppaths import PARAMS_HEADER
 from sless_api.gateway import calltiming
 from sless_api.gateway.requestid import HEADER
 from sless_api.gateway.upstream import UpstreamBroken
@@ -49,7 +50,8 @@ SERVER_OWNED = frozenset({"date", "server"})
 CALLBACK_HEADER = "x-sless-callback-url"
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-sless-sub", CALLBACK_HEADER})
 FORWARDED = ("x-forwarded-for", "x-forwarded-proto", "x-forwarded-host")
-_NOT_UPSTREAM = HOP_BY_HOP | CREDENTIAL_HEADERS | {HEADER}
+# The path parameters of the trigger that matched (``httppaths``): the platform's to set, never the caller's.
+_NOT_UPSTREAM = HOP_BY_HOP | CREDENTIAL_HEADERS | {HEADER, PARAMS_HEADER}
 # What a caller never gets of a function's response head (raw bytes, lower case); Content-Length is set again, and
 # X-Request-Id is the platform's (the one the call was given).
 _NOT_TO_CALLER = frozenset(h.encode() for h in HOP_BY_HOP | SERVER_OWNED | _RUNTIME_REPORTS | {HEADER})

@@ -21,6 +21,7 @@ from typing import Protocol
 from sless_api import metrics, tracing
 from sless_api.auth import AuthError, TokenVerifier, bearer_token
 from sless_api.domain.errors import CallbackRefused, PlatformError
+from sless_api.domain.httppaths import DotSegment
 from sless_api.domain.httppolicy import HttpPolicy
 from sless_api.domain.routing import Route
 from sless_api.gateway.accesslog import log_access
@@ -113,6 +114,9 @@ class ProxyApp:
         platform_answered = False  # a CORS preflight: the function is not called, and no call is recorded
         try:
             route = (await self.invoker.platform.route(ns, name)).served()
+            params: str | None = None
+            if route.paths is not None:  # the function's triggers have path patterns: the path picks one
+                route, params = self.at_path(route, sub)
             version = route.version
             if route.policy is not None:
                 cors = self._cors(route.policy, method, raw)
@@ -137,9 +141,13 @@ class ProxyApp:
             forwarded: list[tuple[str, str]] | bytes
             if headers is None:
                 forwarded = self._lines(raw, client, scheme, caller, request_id)
+                if params is not None:
+                    forwarded += b"X-Sless-Params: " + params.encode("ascii") + b"\r\n"
             else:
                 host = next((v for k, v in headers if k == "host"), None)
                 forwarded = upstream_headers(headers, client, scheme, host, caller, request_id)
+                if params is not None:
+                    forwarded.append(("X-Sless-Params", params))
                 callback = next((v for k, v in headers if k == CALLBACK_HEADER), None)
                 if traced:  # an async call continues this request's trace when it runs
                     forwarded = tracing.with_context(forwarded)
@@ -175,6 +183,19 @@ class ProxyApp:
         if status != 404 or error is None:
             self.invoker.record(ns, name, method, sub, status, started, req_bytes, resp_bytes, "http", error,
                                 request_id, timing, version)
+
+    @staticmethod
+    def at_path(route: Route, tail: str) -> tuple[Route, str | None]:
+        """The route of the http trigger that serves TAIL, with its path parameters' JSON (``Route.at``); the
+        platform's 404 when none serves it, 400 for a dot segment where patterns decide (``httppaths``)."""
+        try:
+            found = route.at(tail)
+        except DotSegment:
+            raise _Reply(error_body(400, "a path with a . or .. segment does not reach a function whose http "
+                                         "triggers have path patterns")) from None
+        if found is None:
+            raise _Reply(error_body(404, f"no http trigger of function {route.function} serves this path"))
+        return found
 
     @staticmethod
     def _cors(policy: HttpPolicy, method: str, raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]] | None:

@@ -69,7 +69,7 @@ class WsProxy:
         invoker = self.proxy.invoker
         version: int | None = None
         try:
-            route = (await invoker.platform.route(ns, name)).served()
+            route, params = ProxyApp.at_path((await invoker.platform.route(ns, name)).served(), sub)
             version = route.version
             if route.policy is not None and not route.policy.allows("GET"):  # a WebSocket opens with a GET
                 raise _Reply(error_body(405, "GET is not allowed: the function's http trigger allows "
@@ -80,6 +80,8 @@ class WsProxy:
                                          "https" if scope.get("scheme") == "wss" else "http",
                                          next((v for k, v in headers if k.lower() == "host"), None), caller,
                                          request_id)
+            if params is not None:
+                forwarded.append(("X-Sless-Params", params))
             protocols = [p.strip() for k, v in headers if k.lower() == "sec-websocket-protocol"
                          for p in v.split(",") if p.strip()]
             async with self.proxy.admission.admit(ns, name, route.max_concurrency):

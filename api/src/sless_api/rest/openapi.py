@@ -152,6 +152,12 @@ SCHEMAS: dict[str, Any] = {
                                "headers": {"type": "array", "maxItems": 50, "items": {"type": "string"}},
                                "credentials": {"type": "boolean", "default": False},
                                "max_age": {"type": "integer", "minimum": 0, "maximum": 86400, "default": 600}}}),
+        "path": _nullable({"type": "string", "maxLength": 400, "pattern": "^/",
+                           "description": "http triggers: the path pattern below the function's URL this trigger "
+                                          "serves, e.g. /users/{id} (segments of A-Z a-z 0-9 . _ ~ - or a {name} "
+                                          "parameter, passed to the handler in the event's _params; a literal "
+                                          "segment wins over a parameter); null: every path no pattern serves. "
+                                          "Two http triggers of a function with the same pattern: 409"}),
         "auth": {"enum": ["public", "token"], "default": "public"}}},
     "TriggerCreate": {"allOf": [_ref("TriggerFields"), {"type": "object", "required": ["name", "type", "function"],
                                                         "properties": {"name": _ref("Name"),

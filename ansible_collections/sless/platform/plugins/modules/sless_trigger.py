@@ -56,6 +56,12 @@ options:
       Http triggers - CORS settings the platform answers with (origins, and optionally methods, headers,
       credentials, max_age), as the REST API takes them.
     type: dict
+  path:
+    description: >-
+      Http triggers - the path pattern below the function's URL the trigger serves, such as C(/users/{id}); its
+      parameters reach the handler in the event's C(_params). Without it the trigger serves every path no other
+      trigger's pattern serves.
+    type: str
   auth:
     description: Who may call an http trigger.
     type: str
@@ -96,7 +102,7 @@ from ansible_collections.sless.platform.plugins.module_utils.sless_api import (
     subset_differs,
 )
 
-FIELDS = ("type", "function", "enabled", "schedule", "queue", "auth", "delivery", "methods", "cors")
+FIELDS = ("type", "function", "enabled", "schedule", "queue", "auth", "delivery", "methods", "cors", "path")
 
 
 def shown(record):
@@ -117,6 +123,7 @@ def argument_spec():
         delivery=dict(type="str", choices=["at_most_once", "at_least_once"]),
         methods=dict(type="list", elements="str"),
         cors=dict(type="dict"),
+        path=dict(type="str"),
         auth=dict(type="str", choices=["public", "token"]),
     )
     return spec

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sless_api.domain.httppolicy import route_policy
-from sless_api.domain.routing import Route, RouteSplit, route_auth
+from sless_api.domain.httppaths import HttpRule, route_rules
+from sless_api.domain.routing import Route, RouteSplit
 from sless_core.crcodec import FunctionResource, InvalidResource, TriggerResource, key_of
 from sless_core.models import TIMEOUT_DEFAULT_SEC, Phase, TriggerType
 from sless_core.traffic import other_version_name
@@ -61,6 +61,7 @@ class TriggerView:
     auth: str
     methods: tuple[str, ...] | None = None
     cors: dict[str, Any] | None = field(default=None, compare=True, hash=False)
+    path: str | None = None
 
 
 def function_view(obj: dict[str, Any]) -> FunctionView:
@@ -103,7 +104,8 @@ def trigger_view(obj: dict[str, Any]) -> TriggerView | None:
     except InvalidResource:
         return None
     return TriggerView(function=spec.function, type=spec.type, enabled=spec.enabled, auth=spec.auth,
-                       methods=tuple(spec.methods) if spec.methods is not None else None, cors=spec.cors)
+                       methods=tuple(spec.methods) if spec.methods is not None else None, cors=spec.cors,
+                       path=spec.path)
 
 
 def view_of(kind: str, obj: dict[str, Any]) -> FunctionView | TriggerView | None:
@@ -227,10 +229,10 @@ class RouteTable:
         if fn is None or not fn.deployed or not http:
             self._routes.pop(fn_key, None)
             return
-        auth = route_auth(t.auth for t in http)
+        auth, policy, paths = route_rules(HttpRule(t.path, t.auth, t.methods, t.cors) for t in http)
         max_concurrency, pod_concurrency = concurrency(fn)
         route = Route(ns, name, fn.timeout_sec, auth, max_concurrency, fn.version, scaled=fn.scaled,
-                      pod_concurrency=pod_concurrency, policy=route_policy((t.methods, t.cors) for t in http))
+                      pod_concurrency=pod_concurrency, policy=policy, paths=paths)
         if fn.split is not None:
             (_, weight), (other, other_weight, timeout) = fn.split
             # a split's other version runs fixed replicas (the operator scales only the function's own Deployment)

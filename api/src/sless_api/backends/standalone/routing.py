@@ -32,9 +32,9 @@ from sless_api.backends.standalone.host.supervisor import (
 from sless_api.backends.standalone.state import StateStore, artifact_from_dict
 from sless_api.domain.changes import ChangeListeners
 from sless_api.domain.errors import NotFound, Unavailable
-from sless_api.domain.httppolicy import route_policy
+from sless_api.domain.httppaths import HttpRule, route_rules
 from sless_api.domain.records import FunctionRecord
-from sless_api.domain.routing import Route, RouteSplit, route_auth
+from sless_api.domain.routing import Route, RouteSplit
 from sless_api.domain.versions import Version, function_config, number_of
 from sless_api.gateway.admission import Throttled
 from sless_api.stores.secrets.store import SecretStore
@@ -162,11 +162,12 @@ class StandaloneRouter:
             await self.supervisor.remove(key)
             await self._remove_split(namespace, name)
             return
-        auth = route_auth(t.spec.auth for t in http)
+        auth, policy, paths = route_rules(HttpRule(t.spec.path, t.spec.auth, t.spec.methods, t.spec.cors)
+                                          for t in http)
         history = self.state.list_versions(namespace, name)
         current = number_of(history, rec.code_hash or "", function_config(rec.spec))
         route = Route(namespace, name, float(rec.spec.timeout_sec), auth, self.function_limit(rec.spec), current,
-                      policy=route_policy((t.spec.methods, t.spec.cors) for t in http))
+                      policy=policy, paths=paths)
         await self.supervisor.deploy(key, await self.process_spec(rec, artifact_from_dict(artifact)))
         self._routes[(namespace, name)] = await self._split_route(rec, route, history)
 

@@ -8,6 +8,7 @@ import falcon.asgi
 from sless_api.domain.ports import FunctionBackend
 from sless_api.domain.records import TriggerRecord
 from sless_api.rest.http import ApiError, json_body, page
+from sless_core.httproutes import path_shape
 from sless_core.models import TriggerSpec, TriggerType
 from sless_core.naming import validate_name
 
@@ -22,18 +23,22 @@ class _TriggerResource:
     def base_url(self, req: falcon.asgi.Request) -> str:
         return self.public_url or req.prefix
 
-    async def refuse_second_url(self, ns: str, spec: TriggerSpec) -> None:
-        """409 for an http trigger of a function that has one already (another name): a function has one URL,
-        ``/fn/{ns}/{function}``, and two triggers would give it two auth settings, of which a caller could only
-        ever get one. Its auth is changed with PATCH instead."""
+    async def refuse_same_route(self, ns: str, spec: TriggerSpec) -> None:
+        """409 for an http trigger that would serve the same URLs as another of its function's (another name):
+        the same path pattern up to its parameters' names, or both without a path (every path no pattern
+        serves). Two would give one URL two auth settings, of which a caller could only ever get one; the
+        other is changed with PATCH instead."""
         if spec.type != TriggerType.HTTP:
             return
+        shape = path_shape(spec.path)
         for other in await self.platform.list_triggers(ns):
             if (other.spec.type == TriggerType.HTTP and other.spec.function == spec.function
-                    and other.spec.name != spec.name):
-                raise ApiError(409, f"function {spec.function} has the http trigger {other.spec.name} already: a "
-                                    f"function has one URL, so one http trigger (change its auth with PATCH "
-                                    f"/triggers/{other.spec.name}, or delete it first)")
+                    and other.spec.name != spec.name and path_shape(other.spec.path) == shape):
+                where = f"the path {other.spec.path}" if other.spec.path is not None else "the function's URL"
+                raise ApiError(409, f"function {spec.function} has the http trigger {other.spec.name} already for "
+                                    f"{where}: one URL has one http trigger (change it with PATCH "
+                                    f"/triggers/{other.spec.name}, give this one another path, or delete it "
+                                    f"first)")
 
 
 class Triggers(_TriggerResource):
@@ -44,7 +49,7 @@ class Triggers(_TriggerResource):
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, ns: str) -> None:
         spec = TriggerSpec.from_user(await json_body(req))
-        await self.refuse_second_url(ns, spec)
+        await self.refuse_same_route(ns, spec)
         record = await self.platform.create_trigger(ns, spec)
         resp.status = falcon.HTTP_201
         resp.media = record.to_api(self.base_url(req))
@@ -62,7 +67,7 @@ class Trigger(_TriggerResource):
             raise ApiError(400, "the request body must be a JSON object")
         name = validate_name(name)
         current: TriggerRecord = await self.platform.get_trigger(ns, name)
-        await self.refuse_second_url(ns, current.spec.patched(patch))  # a new type or function may collide
+        await self.refuse_same_route(ns, current.spec.patched(patch))  # a new type or function may collide
         record = await self.platform.patch_trigger(ns, name, patch)
         resp.media = record.to_api(self.base_url(req))
 

@@ -1,7 +1,7 @@
 // Triggers of the selected function: each with its on/off switch (PATCH {"enabled"}) and a delete button that
 // asks first (DELETE .../triggers/{name}), and a form that adds one (POST .../triggers): http (auth public or
-// token, the methods that reach the function, CORS), cron (schedule) or event (queue, delivery at most once or at
-// least once). Optional fields left empty are not sent: the API's defaults apply, and the API judges what is sent.
+// token, a path pattern, the methods that reach the function, CORS), cron (schedule) or event (queue, delivery at
+// most once or at least once). Optional fields left empty are not sent: the API's defaults apply, and the API judges what is sent.
 "use strict";
 import { $, api, el, nsPath, say, seg } from "./api.js";
 import { clearFieldErrors, showFieldError } from "./fields.js";
@@ -51,6 +51,7 @@ function clearHttpFields() {
 /** What the list says of a trigger after its type. */
 function describe(t) {
   return `${t.schedule ? ` (${t.schedule})` : ""}${t.auth === "token" ? " (token)" : ""}` +
+    `${t.path ? ` (path ${t.path})` : ""}` +
     `${t.methods ? ` (methods ${t.methods.join(", ")})` : ""}${t.cors ? ` (CORS ${t.cors.origins.join(", ")})` : ""}` +
     `${t.queue ? ` (queue ${t.queue}${t.delivery === "at_least_once" ? ", at least once" : ""})` : ""}`;
 }
@@ -135,6 +136,8 @@ async function create() {
   const body = { name: $("trigger-name").value.trim() || target.name, type, function: target.name };
   if (type === "http") {
     body.auth = $("trigger-auth").value;
+    const path = $("trigger-path").value.trim();
+    if (path) body.path = path;
     const methods = checkedMethods("trigger-methods");
     if (methods.length) body.methods = methods;
     const cors = corsOf();
@@ -147,7 +150,7 @@ async function create() {
   }
   try {
     const t = await api("POST", nsPath("/triggers"), body);
-    for (const id of ["trigger-name", "trigger-schedule", "trigger-queue"]) $(id).value = "";
+    for (const id of ["trigger-name", "trigger-schedule", "trigger-queue", "trigger-path"]) $(id).value = "";
     clearHttpFields();
     say(status, `trigger ${t.name} added`);
     focusOnRender = t.name;
