@@ -300,3 +300,31 @@ def test_redeploy_of_several_processes_drops_no_call(tmp_path: Path, code: Path,
         assert sup.status("fn")["processes"] <= 3
 
     run_scenario(tmp_path, scenario, **OPTIONS)
+
+
+def test_a_call_refused_by_its_process_moves_to_another(tmp_path: Path, code: Path, gate: Path) -> None:
+    """``Lease.elsewhere``: the proxy's call whose process refused the connection (it died, its exit not yet
+    accounted for) is held by another serving process instead, and gets there; none other: None (the proxy then
+    tries the same address again, as a key of one process always does)."""
+
+    async def scenario(sup: Supervisor) -> None:
+        await sup.deploy("fn", spec(code, gate, scale=Scale(min=2, max=2, target=1)))
+        async with aiohttp.ClientSession() as session:
+            (gate / "release").touch()
+            await until_async("both processes serving", lambda: processes(sup) == 2, 30, POLL)
+            lease = sup.lease("fn")
+            first = await lease.__aenter__()
+            moved = lease.elsewhere([first])
+            assert moved is not None and moved != first
+            assert sup.status("fn")["inflight"] == 1  # the hold moved, it was not doubled
+            assert (await get(session, moved))["port"] != int(first.rsplit(":", 1)[1])
+            assert lease.elsewhere([first, moved]) is None  # no third process
+            await lease.__aexit__(None, None, None)
+            assert sup.status("fn")["inflight"] == 0
+        await sup.deploy("single", spec(code, gate))
+        single = sup.lease("single")
+        only = await single.__aenter__()
+        assert single.elsewhere([only]) is None
+        await single.__aexit__(None, None, None)
+
+    run_scenario(tmp_path, scenario, **OPTIONS)

@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from sless_api.backends.settings import PlatformSettings
@@ -294,6 +294,11 @@ class _Upstream:
             raise self._platform_error(error) from error
         if isinstance(exc, NotDeployed | StartFailed | LimitExceeded):  # from the call itself, as before
             raise self._platform_error(exc) from exc
+
+    def elsewhere(self, refused: Collection[str]) -> str | None:
+        """Another process of the function for a call whose process refused the connection (``Lease.elsewhere``);
+        the proxy's ``Exchange`` asks before it tries the same address again."""
+        return self.lease.elsewhere(refused)
 
     def _platform_error(self, exc: Exception) -> Exception:
         route = self.route

@@ -51,6 +51,7 @@ import json
 import re
 import signal
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,14 +247,36 @@ class Lease:
                 if note:
                     raise LimitExceeded(f"{self.key}: {note}") from exc
         finally:
-            proc.inflight -= 1
-            if proc.inflight == 0:
-                proc.idle.set()
-            slot.last_activity = time.monotonic()
-            if slot.waiting or slot.spec.pooled:
-                self.supervisor._released(slot)
+            self._let_go(slot, proc)
             if slot.spare_due is not None:
                 self.supervisor._replace_spare(slot)
+
+    def elsewhere(self, refused: Collection[str]) -> str | None:
+        """Another process of a pooled key for this call, whose process (URLs in REFUSED) refused the connection:
+        nothing listens there any more (it died, and its exit is not accounted for yet), so trying it again only
+        waits. The call's hold moves to a serving process not in REFUSED with room below the key's limit; None
+        for a key of one process, or when no other serves now (the caller tries the same address again)."""
+        slot, proc = self.slot, self.proc
+        if slot is None or proc is None or not slot.spec.pooled:
+            return None
+        scale = slot.spec.scale or Scale()
+        other = pick([p for p in slot.serving() if p is not proc and p.url not in refused], scale.limit)
+        if other is None:
+            return None
+        self._let_go(slot, proc)
+        other.inflight += 1
+        other.idle.clear()
+        self.proc = other
+        return other.url
+
+    def _let_go(self, slot: _Slot, proc: Child) -> None:
+        """The call no longer holds PROC: its drain may end, and a call waiting for room looks again."""
+        proc.inflight -= 1
+        if proc.inflight == 0:
+            proc.idle.set()
+        slot.last_activity = time.monotonic()
+        if slot.waiting or slot.spec.pooled:
+            self.supervisor._released(slot)
 
 
 class Supervisor:
