@@ -63,15 +63,21 @@ def failed_init_container(pod: dict[str, Any], names: tuple[str, ...]) -> str | 
     return None
 
 
+async def job_pods(kube: Kube, namespace: str, selector: str) -> list[dict[str, Any]]:
+    """The pods matching SELECTOR: listed once for a finished run, whose result and output lines both read them."""
+    return await kube.list(api_path("v1", "pods", namespace), selector)
+
+
 async def pod_output(kube: Kube, namespace: str, selector: str, container: str, succeeded: bool,
-                     init_containers: tuple[str, ...] = ()) -> str:  # fmt: skip
-    """The result (SUCCEEDED) or the error text of the Job whose pods match SELECTOR.
+                     init_containers: tuple[str, ...] = (), pods: list[dict[str, Any]] | None = None) -> str:
+    """The result (SUCCEEDED) or the error text of the Job whose pods match SELECTOR (PODS: those already listed).
 
     A result keeps its head, an error its tail, both within ``status.MESSAGE_LIMIT``. When
     one of INIT_CONTAINERS failed, CONTAINER never ran: the error is that init container's.
     Returns "" when no pod is left to ask (e.g. removed by the Job's TTL).
     """
-    pods = await kube.list(api_path("v1", "pods", namespace), selector)
+    if pods is None:
+        pods = await job_pods(kube, namespace, selector)
     pod = pick_pod(pods, succeeded)
     if pod is None:
         return ""
@@ -116,11 +122,10 @@ def log_lines(log_text: str, default_ts: float, cut: bool = False) -> tuple[tupl
     return kept, truncated or cut
 
 
-async def run_output(kube: Kube, namespace: str, selector: str, job_uid: str, container: str,
+async def run_output(kube: Kube, namespace: str, pods: list[dict[str, Any]], job_uid: str, container: str,
                      default_ts: float) -> tuple[tuple[tuple[str, str, float], ...], bool]:  # fmt: skip
-    """What the last pod of the Job JOB_UID (among those matching SELECTOR) printed: its log's lines with their
-    times, bounded as a call's output is. Nothing when no pod or log is left (the kubelet decides how long)."""
-    pods = await kube.list(api_path("v1", "pods", namespace), selector)
+    """What the last pod of the Job JOB_UID (among PODS, ``job_pods``) printed: its log's lines with their times,
+    bounded as a call's output is. Nothing when no pod or log is left (the kubelet decides how long)."""
     owned = [p for p in pods if any(ref.get("uid") == job_uid
                                     for ref in (p.get("metadata") or {}).get("ownerReferences") or [])]  # fmt: skip
     if not owned:

@@ -111,22 +111,24 @@ async def _report(ctx: Context, body: dict[str, Any], st: StatusBuilder, run_id:
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     st.set(runId=run_id, startTime=job.start_time or None, completionTime=job.completion_time or None)
+    selector = run_selector(name, run_id)
+    # a finished run's pods, listed once for its result and for its record's lines
+    pods = await capture.job_pods(ctx.kube, namespace, selector) if job.finished else None
     if job.state == "complete":
-        output = await capture.pod_output(ctx.kube, namespace, run_selector(name, run_id), manifests.CONTAINER, True)
+        output = await capture.pod_output(ctx.kube, namespace, selector, manifests.CONTAINER, True, pods=pods)
         st.set(phase=JobPhase.SUCCEEDED.value, message=output, completionTime=job.completion_time or now())
         st.condition("Complete", True, "Succeeded", f"run {run_id} succeeded")
     elif job.state == "failed":
-        output = await capture.pod_output(ctx.kube, namespace, run_selector(name, run_id), manifests.CONTAINER, False)
+        output = await capture.pod_output(ctx.kube, namespace, selector, manifests.CONTAINER, False, pods=pods)
         reason = f"{job.reason}: {job.message}".strip(": ")
         st.set(phase=JobPhase.FAILED.value, message=output or reason or "the run failed")
         st.condition("Complete", False, job.reason or "Failed", reason)
     else:
         st.set(phase=JobPhase.RUNNING.value if job.state == "active" else JobPhase.PENDING.value, message="")
         st.condition("Complete", None, "Running" if job.state == "active" else "Pending", f"run {run_id}")
-    if job.finished and job.uid:  # the run's invocation record, with what its pod printed, for the API to store
+    if pods is not None and job.uid:  # the run's invocation record, with what its pod printed, for the API to store
         error = str(st.fields.get("message") or "")
-        st.set(**{runreport.STATUS_FIELD: await runreport.record(ctx, job, run_selector(name, run_id), "job",
-                                                                 f"/jobs/{name}", error)})  # fmt: skip
+        st.set(**{runreport.STATUS_FIELD: await runreport.record(ctx, job, pods, "job", f"/jobs/{name}", error)})
     await write(ctx.kube, job_path(namespace, name), st)
     if job.finished and tracing.enabled():  # reported once: a finished run is not reported again (_reported)
         runtrace.emit(f"job {namespace}/{name}", job, str(st.fields.get("message") or ""),

@@ -8,6 +8,7 @@ Job: a FunctionJob reports a run once (``job._reported``), a cron Trigger keeps 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from sless_core import crd
 from sless_core.runrecord import STATUS_FIELD, RunRecord
@@ -19,11 +20,11 @@ from sless_operator.status import now
 __all__ = ["STATUS_FIELD", "record"]
 
 
-async def record(ctx: Context, job: JobSummary, selector: str, trigger: str, path: str,
+async def record(ctx: Context, job: JobSummary, pods: list[dict[str, Any]], trigger: str, path: str,
                  error: str) -> dict[str, object]:
-    """The status value for the finished JOB (its pods among those matching SELECTOR), a run of TRIGGER ("job" or
-    "cron") shown at PATH, with ERROR when it failed."""
-    lines, truncated = await capture.run_output(ctx.kube, job.namespace, selector, job.uid, manifests.CONTAINER,
+    """The status value for the finished JOB (its pods among PODS, ``capture.job_pods``), a run of TRIGGER ("job"
+    or "cron") shown at PATH, with ERROR when it failed."""
+    lines, truncated = await capture.run_output(ctx.kube, job.namespace, pods, job.uid, manifests.CONTAINER,
                                                 default_ts=time.time())  # fmt: skip
     return RunRecord(uid=job.uid, job=job.name, function=job.labels.get(crd.LABEL_FUNCTION, ""), trigger=trigger,
                      path=path, start_time=job.start_time, completion_time=job.completion_time or now(),

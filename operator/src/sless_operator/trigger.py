@@ -221,14 +221,16 @@ async def on_cron_job(ctx: Context, summary: JobSummary) -> None:
         if summary.finished:
             succeeded = summary.state == "complete"
             selector = f"{crd.LABEL_TRIGGER}={name},{crd.LABEL_COMPONENT}={manifests.COMPONENT_CRON}"
-            output = await capture.pod_output(ctx.kube, namespace, selector, manifests.CONTAINER, succeeded)
+            pods = await capture.job_pods(ctx.kube, namespace, selector)  # once, for the result and the record
+            output = await capture.pod_output(ctx.kube, namespace, selector, manifests.CONTAINER, succeeded,
+                                              pods=pods)
             reason = "Succeeded" if succeeded else (summary.reason or "Failed")
             st.condition("LastRun", succeeded, reason, f"{summary.name}: {output or summary.message}".strip(": "))
             recorded = old.get(runreport.STATUS_FIELD)
             if summary.uid and not (isinstance(recorded, dict) and recorded.get("uid") == summary.uid):
                 # the firing's invocation record, with what its pod printed, for the API to store (once per Job)
                 st.set(**{runreport.STATUS_FIELD: await runreport.record(
-                    ctx, summary, selector, "cron", f"/triggers/{name}", output or summary.message)})
+                    ctx, summary, pods, "cron", f"/triggers/{name}", output or summary.message)})
         else:
             st.condition("LastRun", None, "Running", f"{summary.name} started at {summary.start_time}")
         if traced:
