@@ -93,19 +93,20 @@ SCENARIOS=${SLESS_MOLECULE_SCENARIOS:-e2e stress functions}
 # KEDA on a kwok bed of their own (minutes of HPA and KEDA sync periods, which would make lane A the longest), the
 # role's use of an existing KEDA (a bed of its own too), the operators' leader election (Lease expiries), and three
 # `sless up` suites of minutes each (a browser, schemathesis, processes scaling in after idle_sec) and the backup and
-# restore round trips (a bed, Vault, S3 and PostgreSQL of their own) and the role's Vault lookups (about four
-# minutes of ansible-playbook runs) that lane A, the longest lane, can do without
+# restore round trips (a bed, Vault, S3 and PostgreSQL of their own), the role's Vault lookups (about four
+# minutes of ansible-playbook runs) and the event dispatcher on kwok (RabbitMQ restarts and SIGKILLs: about two
+# minutes) that lane A, the longest lane, can do without
 LANE_B_TESTS=(tests/runtimes tests/k8s/test_keda_bed.py tests/k8s/test_keda_scaling.py tests/k8s/test_operator_scale.py
               tests/install/test_keda_install.py tests/k8s/test_operator_leader.py tests/e2e/test_console_browser.py
               tests/e2e/test_console_queues.py tests/e2e/test_console_routes.py tests/e2e/test_console_charts.py
               tests/e2e/test_openapi_conformance.py tests/e2e/test_standalone_scale.py
-              tests/install/test_backup_restore.py tests/install/test_vault_secrets.py)
+              tests/install/test_backup_restore.py tests/install/test_vault_secrets.py tests/k8s/test_events_kube.py)
 # run in lane C after the Molecule scenarios, which end minutes before lanes A and B: the Ansible collection's
-# modules against a `sless up` of their own, `sless init` then deploy in each runtime (a Go build included), and two
+# modules against a `sless up` of their own, `sless init` then deploy in each runtime (a Go build included), and
 # `sless up` suites of a process each that lane A, the longest lane, can do without (hostile functions, a trickling
-# JWKS server: about two minutes)
+# JWKS server, the CLI's versions and rollbacks, asynchronous calls across restarts: about four minutes)
 LANE_C_TESTS=(tests/e2e/test_ansible_collection.py tests/e2e/test_cli_init.py tests/e2e/test_hostile_functions.py
-              tests/e2e/test_sec_jwks_loop.py)
+              tests/e2e/test_sec_jwks_loop.py tests/e2e/test_cli_versions.py tests/e2e/test_async_calls.py)
 # Run in lane B under the real node's lock, before its tests: their iptables chains (the port guard of a sandbox
 # as root) would be wiped by the real node's kube-router, which restores the whole filter table on every sync.
 LANE_B_LOCKED_TESTS=(tests/integration/test_spares.py tests/integration/test_supervisor.py)
